@@ -1,0 +1,164 @@
+"""OpenAI chat-completions messages: validation and classification into pages.
+
+``validate(messages)`` raises ``MessageError`` naming the first offending
+message; nothing is recorded for a request that fails it. Classification
+decides each message's page kind and the facts the scheduler keys on (tool
+call ids, the tool's name, the path of a file read).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import attrs
+import orjson
+
+from ..errors import InputError, MessageError
+from ..tokens import content_text
+from .fileread import file_read_path
+
+__all__ = ["Classified", "classify", "message_text", "validate"]
+
+ROLES = {"system", "developer", "user", "assistant", "tool"}
+PART_TYPES = {"text", "image_url", "input_audio", "file", "refusal"}
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    # orjson refuses lone surrogates; finding them here lets us name the message
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        return "surrogate" in str(exc) or "str is not valid UTF-8" in str(exc)
+    return False
+
+
+def _validate_content(i: int, role: str, content: Any, has_calls: bool) -> None:
+    if content is None:
+        if role == "assistant" and has_calls:
+            return
+        if role == "assistant":
+            return  # an empty assistant turn (refusal or stop) is valid upstream
+        raise MessageError(i, f"{role} message has no content")
+    if isinstance(content, str):
+        return
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            if not isinstance(part, Mapping):
+                raise MessageError(i, f"content[{j}] must be an object, got {type(part).__name__}")
+            ptype = part.get("type")
+            if ptype not in PART_TYPES:
+                raise MessageError(i, f"content[{j}] has unknown type {ptype!r}")
+            if ptype == "text" and not isinstance(part.get("text"), str):
+                raise MessageError(i, f"content[{j}].text must be a string")
+        return
+    raise MessageError(
+        i, f"content must be a string, a list of parts or null, got {type(content).__name__}"
+    )
+
+
+def validate(messages: Any) -> None:
+    """Check that ``messages`` is a valid chat history; raise ``MessageError`` at the first fault.
+
+    Checks: each message is an object with a known role; content has the right
+    type; tool calls are well formed with unique ids; every tool message
+    answers an earlier call that is still open; no lone surrogates.
+    """
+    if not isinstance(messages, (list, tuple)):
+        raise InputError(f"request['messages'] must be a list, got {type(messages).__name__}")
+    open_calls: set[str] = set()
+    seen_calls: set[str] = set()
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):
+            raise MessageError(i, f"must be an object, got {type(msg).__name__}")
+        role = msg.get("role")
+        if role is None:
+            raise MessageError(i, "missing 'role'")
+        if role not in ROLES:
+            raise MessageError(i, f"unknown role {role!r} (expected one of {sorted(ROLES)})")
+        calls = msg.get("tool_calls")
+        if calls is not None and role != "assistant":
+            raise MessageError(i, f"only assistant messages make tool calls, not {role}")
+        if calls is not None:
+            if not isinstance(calls, list):
+                raise MessageError(i, "tool_calls must be a list")
+            for j, call in enumerate(calls):
+                if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+                    raise MessageError(i, f"tool_calls[{j}] must have a 'function' object")
+                cid = call.get("id")
+                if not isinstance(cid, str) or not cid:
+                    raise MessageError(i, f"tool_calls[{j}] has no id")
+                if cid in seen_calls:
+                    raise MessageError(i, f"tool_calls[{j}] reuses call id {cid!r}")
+                args = call["function"].get("arguments", "")
+                if not isinstance(args, str):
+                    raise MessageError(i, f"tool_calls[{j}].function.arguments must be a JSON string")
+                seen_calls.add(cid)
+        _validate_content(i, role, msg.get("content"), bool(calls))
+        if role == "tool":
+            cid = msg.get("tool_call_id")
+            if not isinstance(cid, str) or not cid:
+                raise MessageError(i, "tool message has no tool_call_id")
+            if cid not in open_calls:
+                raise MessageError(i, f"tool message answers no open call (tool_call_id {cid!r})")
+            open_calls.discard(cid)
+        elif role == "assistant":
+            # calls left open by an earlier turn get a synthetic result on output
+            open_calls = {c["id"] for c in calls or ()}
+        if _has_lone_surrogate(msg):
+            raise MessageError(i, "contains a lone surrogate (text is not valid UTF-8)")
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """Return the searchable text of a message: content plus tool names and arguments."""
+    text = content_text(message.get("content"))
+    calls = message.get("tool_calls") or ()
+    if not calls:
+        return text
+    parts = [text] if text else []
+    for call in calls:
+        fn = call.get("function") or {}
+        parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
+    return "\n".join(parts)
+
+
+@attrs.frozen(slots=True)
+class Classified:
+    """What the scheduler needs to know of one message."""
+
+    kind: str
+    role: str
+    call_id: str | None = None
+    call_ids: tuple[str, ...] = ()
+    tool_name: str | None = None
+    path: str | None = None
+
+
+def classify(
+    messages: Sequence[Mapping[str, Any]], start: int = 0, calls: Mapping[str, tuple[str, str]] | None = None
+) -> list[Classified]:
+    """Classify ``messages[start:]``; ``calls`` maps earlier call ids to (tool name, arguments)."""
+    known: dict[str, tuple[str, str]] = dict(calls or {})
+    out = []
+    for msg in messages[start:]:
+        role = msg["role"]
+        if role in ("system", "developer"):
+            out.append(Classified(kind="system", role=role))
+        elif role == "user":
+            out.append(Classified(kind="user", role=role))
+        elif role == "assistant":
+            ids = []
+            for call in msg.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                known[call["id"]] = (str(fn.get("name", "")), str(fn.get("arguments", "")))
+                ids.append(call["id"])
+            out.append(Classified(kind="assistant", role=role, call_ids=tuple(ids)))
+        else:
+            cid = msg["tool_call_id"]
+            name, args = known.get(cid, ("", ""))
+            path = file_read_path(name, args)
+            out.append(
+                Classified(
+                    kind="file" if path else "tool", role=role, call_id=cid, tool_name=name or None, path=path
+                )
+            )
+    return out
