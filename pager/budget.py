@@ -1,0 +1,302 @@
+"""Pure budget decisions for rollover mode (seed 000 §3.1). No I/O, no clock.
+
+Theory of operation
+-------------------
+A context window has three limits, all derived from one ``BudgetConfig``::
+
+    0 ─────────────── base_limit ──────── hard_limit ──────── context_window
+       (reminder zone: the last           fallback reserve     output reserve
+        reminder_threshold tokens
+        below base_limit)
+
+- ``hard_limit = context_window - output_reserve``: a prompt at or past it
+  leaves no room for the answer, so the host rolls over by itself.
+- ``base_limit = hard_limit - fallback_reserve``: past it the model gets one
+  *fallback* step in which the only tool it may call is ``new_context``; the
+  request's other tools are pruned (``prune_tools``) and a call to any of them
+  is answered with an error (``blocked_tool_result``) instead of running.
+- When ``base_limit - current_tokens <= reminder_threshold`` the model gets one
+  *reminder*, once per window, appended at the tail of the prompt.
+
+``evaluate_budget`` checks, in seed 000's order: a handoff the model already
+declared; the hard limit; the base limit after the fallback was given; the
+base limit; the reminder zone. The host owns the three booleans of
+``BudgetState`` and sets them with ``claim`` once it has delivered an action;
+a rollover starts a new window and with it a fresh ``BudgetState``.
+
+Notices never churn the prompt cache: each is rendered once, appended at the
+tail, and then kept byte-identical (the host stores the rendered text rather
+than re-rendering it, since the numbers in it would change).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+import attrs
+
+from .errors import ConfigError, ToolError
+
+__all__ = [
+    "ACTIONS",
+    "DEFAULT_FALLBACK_RESERVE",
+    "DEFAULT_OUTPUT_RESERVE_CAP",
+    "DEFAULT_REMINDER_THRESHOLD",
+    "ROLLOVER_TOOL",
+    "BudgetAction",
+    "BudgetConfig",
+    "BudgetState",
+    "base_limit",
+    "blocked_tool_result",
+    "claim",
+    "default_output_reserve",
+    "evaluate_budget",
+    "fallback_text",
+    "hard_limit",
+    "is_allowed",
+    "notice_message",
+    "prune_tools",
+    "remaining",
+    "reminder_text",
+    "tool_name",
+]
+
+ActionType = Literal["continue", "remind", "fallback", "rollover"]
+ACTIONS: tuple[str, ...] = ("continue", "remind", "fallback", "rollover")
+
+ROLLOVER_TOOL = "new_context"
+
+# Seed 004 (dsh-context-window): fallbackBufferTokens 8000, reminderThresholdTokens 16000.
+DEFAULT_FALLBACK_RESERVE = 8_000
+DEFAULT_REMINDER_THRESHOLD = 16_000
+# Output reserve: 10 % of the window, capped at 8,192. 8 K covers a long
+# answer with a handoff in it; the 10 % keeps small test windows usable.
+DEFAULT_OUTPUT_RESERVE_CAP = 8_192
+
+
+def default_output_reserve(context_window: int) -> int:
+    """Return the default output reserve for a window: 10 % of it, at most 8,192."""
+    return min(DEFAULT_OUTPUT_RESERVE_CAP, context_window // 10)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@attrs.frozen(slots=True)
+class BudgetConfig:
+    """Window size and the three reserves that place the budget limits.
+
+    ``output_reserve`` defaults to ``default_output_reserve(context_window)``.
+    ``fallback_reserve`` 0 disables the fallback step (the host rolls over at
+    the hard limit directly); ``reminder_threshold`` 0 disables the reminder.
+    Raises ``ConfigError`` if a figure is not a non-negative integer, if the
+    reserves leave no base budget, or if the reminder would fire on an empty
+    window.
+    """
+
+    context_window: int
+    output_reserve: int = attrs.field()
+    fallback_reserve: int = DEFAULT_FALLBACK_RESERVE
+    reminder_threshold: int = DEFAULT_REMINDER_THRESHOLD
+
+    @output_reserve.default
+    def _output_reserve_default(self) -> int:
+        # A bad window is reported by __attrs_post_init__, not as a TypeError here.
+        if not _is_int(self.context_window):
+            return 0
+        return default_output_reserve(self.context_window)
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("context_window", "output_reserve", "fallback_reserve", "reminder_threshold"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.context_window == 0:
+            raise ConfigError("context_window must be positive")
+        reserves = self.output_reserve + self.fallback_reserve
+        if reserves >= self.context_window:
+            raise ConfigError(
+                f"output_reserve + fallback_reserve ({self.output_reserve} + "
+                f"{self.fallback_reserve}) must be below context_window "
+                f"({self.context_window}); lower a reserve or raise the window"
+            )
+        base = self.context_window - reserves
+        if self.reminder_threshold >= base:
+            raise ConfigError(
+                f"reminder_threshold ({self.reminder_threshold}) must be below the base "
+                f"limit ({base} = context_window - output_reserve - fallback_reserve), "
+                "or the reminder fires on an empty window; lower reminder_threshold"
+            )
+
+
+@attrs.frozen(slots=True)
+class BudgetState:
+    """The facts one budget decision reads, for the prompt about to be sent.
+
+    ``current_tokens`` is the size of that prompt (messages and tool schemas).
+    ``explicit_rollover_declared``: the model called ``new_context`` and the
+    switch is pending. ``reminder_claimed`` / ``fallback_claimed``: the reminder
+    / fallback step was already given in this window.
+    """
+
+    current_tokens: int
+    explicit_rollover_declared: bool = False
+    reminder_claimed: bool = False
+    fallback_claimed: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not _is_int(self.current_tokens) or self.current_tokens < 0:
+            raise ConfigError(
+                f"current_tokens must be a non-negative integer, got {self.current_tokens!r}"
+            )
+
+
+@attrs.frozen(slots=True)
+class BudgetAction:
+    """What the host does before the next model call, and why.
+
+    Reasons: ``rollover`` — ``"model"`` (the model handed off),
+    ``"hard-limit"`` (no room for the answer), ``"fallback-exhausted"`` (past
+    the base limit after the fallback step was given); ``fallback`` —
+    ``"base-limit"``; ``remind`` — ``"near-limit"``; ``continue`` — ``None``.
+    """
+
+    type: ActionType
+    reason: str | None = None
+
+
+CONTINUE = BudgetAction("continue")
+
+
+def hard_limit(config: BudgetConfig) -> int:
+    """Return the prompt size at which the host rolls over by itself."""
+    return config.context_window - config.output_reserve
+
+
+def base_limit(config: BudgetConfig) -> int:
+    """Return the prompt size at which the fallback step begins."""
+    return hard_limit(config) - config.fallback_reserve
+
+
+def remaining(config: BudgetConfig, state: BudgetState) -> int:
+    """Return the tokens left before the base limit (negative past it)."""
+    return base_limit(config) - state.current_tokens
+
+
+def evaluate_budget(config: BudgetConfig, state: BudgetState) -> BudgetAction:
+    """Decide the action for the next model call, in seed 000 §3.1's branch order."""
+    current = state.current_tokens
+    # 1. The model handed off: honour it whatever the size.
+    if state.explicit_rollover_declared:
+        return BudgetAction("rollover", "model")
+    # 2. No room left for the answer: the host rolls over (no deadlock on a
+    #    model that will not hand off).
+    if current >= hard_limit(config):
+        return BudgetAction("rollover", "hard-limit")
+    base = base_limit(config)
+    # 3. The fallback step was given and not used.
+    if current >= base and state.fallback_claimed:
+        return BudgetAction("rollover", "fallback-exhausted")
+    # 4. Past the base limit: one step with only new_context callable.
+    if current >= base:
+        return BudgetAction("fallback", "base-limit")
+    # 5. Near the limit: one reminder per window.
+    if base - current <= config.reminder_threshold and not state.reminder_claimed:
+        return BudgetAction("remind", "near-limit")
+    return CONTINUE
+
+
+def claim(state: BudgetState, action: BudgetAction) -> BudgetState:
+    """Return the state after the host delivered ``action`` (marks remind / fallback used).
+
+    ``continue`` and ``rollover`` leave the state unchanged: after a rollover
+    the host starts the new window with a fresh ``BudgetState``.
+    """
+    if action.type == "remind":
+        return attrs.evolve(state, reminder_claimed=True)
+    if action.type == "fallback":
+        return attrs.evolve(state, fallback_claimed=True)
+    return state
+
+
+def reminder_text(config: BudgetConfig, state: BudgetState, tool: str = ROLLOVER_TOOL) -> str:
+    """Render the one-time near-limit reminder (render once, then keep the bytes)."""
+    left = max(0, remaining(config, state))
+    return (
+        "[context budget] This context window is nearly full: about "
+        f"{left:,} tokens remain before the fallback limit "
+        f"({state.current_tokens:,} of {base_limit(config):,} used). "
+        "Finish the step you are on, then call "
+        f"`{tool}` with a handoff: spec-confirmed requirements with their sources, "
+        "your inferences (kept apart from facts), unresolved conflicts, unverified "
+        "acceptance criteria and next steps, and the related files with their roles. "
+        "Previous context stays retrievable after the switch. This reminder is not repeated."
+    )
+
+
+def fallback_text(config: BudgetConfig, state: BudgetState, tool: str = ROLLOVER_TOOL) -> str:
+    """Render the fallback notice: only the rollover tool is callable from now on."""
+    return (
+        "[context budget] This context window is full "
+        f"({state.current_tokens:,} tokens; fallback limit {base_limit(config):,}). "
+        f"Every tool except `{tool}` is disabled: calls to other tools return an "
+        f"error and do not run. Call `{tool}` now with your handoff and related files. "
+        "If you do not, the host starts a new window at the next step from your notes "
+        "and the task objective only."
+    )
+
+
+def notice_message(text: str, role: str = "system") -> dict[str, Any]:
+    """Wrap a rendered notice as a chat message to append at the prompt's tail."""
+    return {"role": role, "content": text}
+
+
+def tool_name(item: Mapping[str, Any]) -> str | None:
+    """Return the function name of an OpenAI tool definition or tool call."""
+    fn = item.get("function")
+    if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
+        return fn["name"]
+    name = item.get("name")  # flat shapes (Responses API tools, custom tools)
+    return name if isinstance(name, str) else None
+
+
+def is_allowed(tool_call: Mapping[str, Any], keep: Iterable[str] = (ROLLOVER_TOOL,)) -> bool:
+    """Return whether a tool call may run during the fallback step."""
+    return tool_name(tool_call) in set(keep)
+
+
+def prune_tools(
+    tools: Sequence[Mapping[str, Any]] | None, keep: Iterable[str] = (ROLLOVER_TOOL,)
+) -> list[Mapping[str, Any]]:
+    """Return the tool definitions whose name is in ``keep``, in their order.
+
+    The kept definitions are the same objects, so their serialised bytes do
+    not change. A ``keep`` tool missing from ``tools`` is not added: the host
+    adds ``NEW_CONTEXT_TOOL`` (``pager.handoff``) to the request itself.
+    """
+    wanted = set(keep)
+    return [t for t in tools or () if tool_name(t) in wanted]
+
+
+def blocked_tool_result(
+    tool_call: Mapping[str, Any], keep: Sequence[str] = (ROLLOVER_TOOL,)
+) -> dict[str, Any]:
+    """Return the OpenAI tool message answering a call to a pruned tool.
+
+    Raises ``ToolError`` if the call has no ``id`` (it could not be paired).
+    """
+    call_id = tool_call.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise ToolError("tool call has no id; it cannot be answered")
+    name = tool_name(tool_call) or "(unnamed)"
+    allowed = ", ".join(f"`{k}`" for k in keep) or "no tool"
+    return {
+        "role": "tool",
+        "tool_call_id": call_id,
+        "content": (
+            f"Error: `{name}` was not run. The context budget is exhausted and only "
+            f"{allowed} may be called now. Call `{keep[0] if keep else ROLLOVER_TOOL}` "
+            "with your handoff; the work continues in a new context window."
+        ),
+    }
