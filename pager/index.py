@@ -1,0 +1,532 @@
+"""The recall index (L3): every page, searchable by words, paths, handles and labels.
+
+Theory of operation
+-------------------
+The index is derived from the SQLite store and can always be rebuilt from it.
+The store feeds pages with ``add`` and then calls ``commit(upto_page_id)``.
+The commit writes the pages *and* a meta document holding ``upto`` in one
+Tantivy commit, so the two are atomic: if the process dies before the commit
+lands, ``indexed_upto()`` still reports the old value and the store re-feeds the
+missing pages. Re-feeding is safe because ``add`` deletes any document with the
+same ``page_id`` before adding (only when that id may already be present, so a
+bulk build pays nothing for it).
+
+Queries are never fed to Tantivy's query parser. Terms are extracted with the
+same analyzer the ``text`` field uses, so syntax characters are just
+separators; CJK runs are cut into bigrams on both sides (Tantivy's tokenizers
+keep a run of Han characters as one token, so "换窗" would not match
+"上下文换窗"); whole whitespace-separated chunks are matched exactly, and
+boosted, against paths, handles and labels. The terms are OR-ed and scored by
+BM25; session, visibility, kind and exclusion are zero-score filters.
+
+Visibility: a query from session ``S`` sees, by default, pages of session ``S``
+whose scope lets ``S`` see them. With ``cross_session=True`` it also sees
+``shared`` pages of any session. A ``private`` page is visible to its owner
+only (the owner defaults to the page's session), so it never leaks across
+sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Collection, Iterable
+
+import attrs
+import tantivy
+from tantivy import Occur, Query
+
+from pager.errors import RecallIndexError
+
+__all__ = ["Hit", "IndexDoc", "PageIndex", "SCOPES"]
+
+SCOPES = ("session", "private", "shared")
+MAX_QUERY_TERMS = 64
+MAX_QUERY_CHARS = 4096
+MAX_KEY_CHUNKS = 16
+STORED_TEXT_CHARS = 16_384  # snippets come from the stored prefix; the whole text is indexed
+SNIPPET_CHARS = 200
+WRITER_HEAP = 64_000_000
+KEY_BOOST = 2.0
+_SHARED = "\x1fshared"  # a visibility token no session name can collide with in practice
+_META = "upto"
+_OVERFETCH = 8  # extra candidates so ties at the cut are broken by page_id, not doc order
+
+# Han, kana, Hangul (and their compatibility / extension blocks).
+_CJK_RUN = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]+"
+)
+# Dropped from queries (unless nothing else is left): they match most pages
+# and make the disjunction slow without changing which page wins.
+_STOPWORDS = frozenset(
+    "a an and are as at be by do for from has have i if in is it its no not of on or "
+    "that the this to was we were will with you".split()
+)
+_CHUNK_STRIP = "\"'`()[]{}<>,;!?"
+
+
+@attrs.frozen
+class IndexDoc:
+    """One page as the index sees it; built by the store."""
+
+    page_id: int
+    session: str
+    step: int
+    kind: str
+    text: str
+    labels: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    path: str | None = None
+    handle: str | None = None
+    owner: str = ""  # empty means the page's session
+    scope: str = attrs.field(default="session", validator=attrs.validators.in_(SCOPES))
+
+
+@attrs.frozen
+class Hit:
+    """One recalled page: where it came from, its BM25 score and a short excerpt."""
+
+    page_id: int
+    session: str
+    step: int
+    kind: str
+    score: float
+    path: str | None
+    handle: str | None
+    snippet: str
+
+
+def _clean(s: str) -> str:
+    """Return ``s`` encodable as UTF-8 (lone surrogates become U+FFFD-ish '?')."""
+    if s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "replace").decode("utf-8")
+
+
+def _bigrams(text: str) -> list[str]:
+    """Cut every CJK run of ``text`` into overlapping bigrams (a lone character stays)."""
+    out: list[str] = []
+    for run in _CJK_RUN.findall(text):
+        if len(run) == 1:
+            out.append(run)
+        else:
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return out
+
+
+def _build_schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_integer_field("page_id", stored=True, indexed=True, fast=True)
+    sb.add_integer_field("step", stored=True)
+    sb.add_text_field("session", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("kind", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("vis", tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("text", tokenizer_name="pg_text", index_option="freq")
+    sb.add_text_field("cjk", tokenizer_name="whitespace", index_option="freq")
+    sb.add_text_field("key", tokenizer_name="pg_key", index_option="basic")
+    sb.add_text_field("body", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("path", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("handle", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("meta", tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field("upto", stored=True)
+    sb.add_integer_field("max_id", stored=True)
+    return sb.build()
+
+
+_SCHEMA = _build_schema()
+_TEXT_ANALYZER = (
+    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+    .filter(tantivy.Filter.remove_long(64))
+    .filter(tantivy.Filter.lowercase())
+    .build()
+)
+_KEY_ANALYZER = (
+    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw()).filter(tantivy.Filter.lowercase()).build()
+)
+
+
+class PageIndex:
+    """A Tantivy index of pages, searched for page-fault recall.
+
+    ``path=None`` keeps the index in RAM (tests). One writer is kept open,
+    created on first write; the searcher is reused until the next commit.
+    Every tantivy failure surfaces as ``RecallIndexError``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self._path = Path(path) if path is not None else None
+        self._writer: tantivy.IndexWriter | None = None
+        self._pending: set[int] = set()  # ids added since the last commit
+        self._pending_max = 0
+        self._index = self._open()
+        self._index.register_tokenizer("pg_text", _TEXT_ANALYZER)
+        self._index.register_tokenizer("pg_key", _KEY_ANALYZER)
+        try:
+            self._index.config_reader(reload_policy="Manual")
+            self._index.reload()
+            self._searcher = self._index.searcher()
+        except (ValueError, OSError, RuntimeError) as e:
+            raise RecallIndexError(f"cannot read the recall index: {e}") from e
+        self._upto, self._max_id, self._has_meta = self._read_meta()
+
+    # -- opening -------------------------------------------------------------
+
+    def _open(self) -> tantivy.Index:
+        """Open or create the index; recreate it if its schema or format is stale."""
+        if self._path is None:
+            return tantivy.Index(_SCHEMA)
+        try:
+            self._path.mkdir(parents=True, exist_ok=True)
+            p = str(self._path)
+            if tantivy.Index.exists(p) and not tantivy.Index.is_compatible(p):
+                self._wipe()
+            try:
+                return tantivy.Index(_SCHEMA, p, reuse=True)
+            except ValueError as e:
+                if "schema does not match" not in str(e):
+                    raise
+                # Written by another pager version: derived data, so start over;
+                # indexed_upto() will read 0 and the store re-feeds everything.
+                self._wipe()
+                return tantivy.Index(_SCHEMA, p, reuse=True)
+        except (ValueError, OSError) as e:
+            raise RecallIndexError(f"cannot open the recall index at {self._path}: {e}") from e
+
+    def _wipe(self) -> None:
+        assert self._path is not None
+        shutil.rmtree(self._path)
+        self._path.mkdir(parents=True)
+
+    def _read_meta(self) -> tuple[int, int, bool]:
+        hits = self._searcher.search(Query.term_query(_SCHEMA, "meta", _META), 1).hits
+        if not hits:
+            return 0, 0, False
+        doc = self._searcher.doc(hits[0][1])
+        return int(doc.get_first("upto") or 0), int(doc.get_first("max_id") or 0), True
+
+    def _w(self) -> tantivy.IndexWriter:
+        if self._writer is None:
+            try:
+                self._writer = self._index.writer(heap_size=WRITER_HEAP, num_threads=1)
+            except ValueError as e:
+                raise RecallIndexError(
+                    f"cannot write the recall index (is another process using it?): {e}"
+                ) from e
+        return self._writer
+
+    # -- writing -------------------------------------------------------------
+
+    def add(self, docs: Iterable[IndexDoc]) -> int:
+        """Buffer pages for the next ``commit``; return how many were added.
+
+        A page id already indexed (or already added in this batch) replaces
+        the older document instead of duplicating it.
+        """
+        w = self._w()
+        n = 0
+        try:
+            for d in docs:
+                pid = d.page_id
+                if pid <= self._max_id or pid in self._pending:
+                    w.delete_documents_by_term("page_id", pid)
+                w.add_document(self._to_doc(d))
+                self._pending.add(pid)
+                if pid > self._pending_max:
+                    self._pending_max = pid
+                n += 1
+        except (ValueError, OSError, RuntimeError) as e:
+            raise RecallIndexError(f"cannot add to the recall index: {e}") from e
+        return n
+
+    @staticmethod
+    def _to_doc(d: IndexDoc) -> tantivy.Document:
+        session = _clean(d.session)
+        owner = _clean(d.owner) if d.owner else session
+        if d.scope == "private":
+            vis = [owner]
+        elif d.scope == "shared":
+            vis = [session, owner, _SHARED]
+        else:
+            vis = [session, owner]
+        text = _clean(d.text)
+        labels = [_clean(x) for x in d.labels]
+        words = [text, *labels]
+        keys = list(labels)
+        doc = tantivy.Document()
+        doc.add_integer("page_id", d.page_id)
+        doc.add_integer("step", d.step)
+        doc.add_text("session", session)
+        doc.add_text("kind", d.kind)
+        for v in vis:
+            doc.add_text("vis", v)
+        if d.path:
+            path = _clean(d.path)
+            doc.add_text("path", path)
+            words.append(path)
+            keys.append(path)
+            keys.append(path.rsplit("/", 1)[-1])  # "index.py" finds ".../pager/index.py"
+        if d.handle:
+            doc.add_text("handle", d.handle)
+            keys.append(d.handle)
+        for x in words:
+            doc.add_text("text", x)
+        for x in keys:
+            doc.add_text("key", x)
+        if not text.isascii():
+            grams = _bigrams(text)
+            if grams:
+                doc.add_text("cjk", " ".join(grams))
+        doc.add_text("body", text[:STORED_TEXT_CHARS])
+        return doc
+
+    def commit(self, upto_page_id: int | None = None) -> None:
+        """Publish buffered pages and record ``upto`` atomically with them.
+
+        ``upto_page_id`` is the highest store page id the index now covers;
+        ``None`` keeps the larger of the recorded value and the highest id added.
+        """
+        upto = max(self._upto, self._pending_max) if upto_page_id is None else upto_page_id
+        max_id = max(self._max_id, self._pending_max)
+        w = self._w()
+        try:
+            w.delete_documents_by_term("meta", _META)
+            meta = tantivy.Document()
+            meta.add_text("meta", _META)
+            meta.add_integer("upto", upto)
+            meta.add_integer("max_id", max_id)
+            w.add_document(meta)
+            w.commit()
+        except (ValueError, OSError, RuntimeError) as e:
+            self._rollback()
+            raise RecallIndexError(f"cannot commit the recall index: {e}") from e
+        self._upto, self._max_id, self._has_meta = upto, max_id, True
+        self._pending.clear()
+        self._pending_max = 0
+        self._reload()
+
+    def _rollback(self) -> None:
+        self._pending.clear()
+        self._pending_max = 0
+        if self._writer is not None:
+            try:
+                self._writer.rollback()
+            except (ValueError, OSError, RuntimeError):
+                self._writer = None  # a fresh writer starts from the last commit
+
+    def _reload(self) -> None:
+        try:
+            self._index.reload()
+            self._searcher = self._index.searcher()
+        except (ValueError, OSError, RuntimeError) as e:
+            raise RecallIndexError(f"cannot reload the recall index: {e}") from e
+
+    def indexed_upto(self) -> int:
+        """Return the highest store page id committed to the index (0 if none)."""
+        return self._upto
+
+    def delete(self, page_ids: Iterable[int]) -> None:
+        """Buffer removal of pages (visible after the next ``commit``)."""
+        w = self._w()
+        try:
+            for pid in page_ids:
+                w.delete_documents_by_term("page_id", pid)
+                self._pending.discard(pid)
+        except (ValueError, OSError, RuntimeError) as e:
+            raise RecallIndexError(f"cannot delete from the recall index: {e}") from e
+
+    def clear(self) -> None:
+        """Drop every page and reset ``indexed_upto`` to 0 (a rebuild starts here)."""
+        w = self._w()
+        try:
+            w.delete_all_documents()
+            w.commit()
+        except (ValueError, OSError, RuntimeError) as e:
+            self._rollback()
+            raise RecallIndexError(f"cannot clear the recall index: {e}") from e
+        self._upto = self._max_id = 0
+        self._has_meta = False
+        self._pending.clear()
+        self._pending_max = 0
+        self._reload()
+
+    def close(self) -> None:
+        """Release the writer; pages added but not committed are discarded."""
+        w, self._writer = self._writer, None
+        self._pending.clear()
+        if w is not None:
+            try:
+                w.rollback()
+                w.wait_merging_threads()
+            except (ValueError, OSError, RuntimeError) as e:
+                raise RecallIndexError(f"cannot close the recall index: {e}") from e
+
+    def __enter__(self) -> PageIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        """Return the number of committed pages."""
+        return self._searcher.num_docs - (1 if self._has_meta else 0)
+
+    # -- searching -----------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        session: str,
+        k: int = 5,
+        exclude: Collection[int] = (),
+        kinds: Collection[str] | None = None,
+        cross_session: bool = False,
+        min_score: float = 0.0,
+    ) -> list[Hit]:
+        """Return up to ``k`` pages matching free text ``query``, best first.
+
+        Never raises on odd input: syntax characters, empty, huge, emoji or
+        CJK queries are all fine (huge ones are cut to 4 KB / 64 terms).
+        """
+        q = _clean(query[:MAX_QUERY_CHARS])
+        return self._run(
+            _TEXT_ANALYZER.analyze(q), _bigrams(q), q.split(),
+            session, k, exclude, kinds, cross_session, min_score,
+        )  # fmt: skip
+
+    def search_terms(
+        self,
+        terms: Iterable[str],
+        *,
+        session: str,
+        k: int = 5,
+        exclude: Collection[int] = (),
+        kinds: Collection[str] | None = None,
+        cross_session: bool = False,
+        min_score: float = 0.0,
+    ) -> list[Hit]:
+        """Return up to ``k`` pages matching pre-extracted ``terms``, best first.
+
+        Each term is analyzed like page text, so "pager/index.py" matches its
+        words and, boosted, a page whose path is exactly that.
+        """
+        words: list[str] = []
+        grams: list[str] = []
+        chunks: list[str] = []
+        size = 0
+        for t in terms:
+            t = _clean(t[:MAX_QUERY_CHARS])
+            size += len(t)
+            if size > MAX_QUERY_CHARS or len(words) >= MAX_QUERY_TERMS:
+                break
+            words.extend(_TEXT_ANALYZER.analyze(t))
+            grams.extend(_bigrams(t))
+            chunks.append(t)
+        return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score)
+
+    def _run(
+        self,
+        words: list[str],
+        grams: list[str],
+        chunks: list[str],
+        session: str,
+        k: int,
+        exclude: Collection[int],
+        kinds: Collection[str] | None,
+        cross_session: bool,
+        min_score: float,
+    ) -> list[Hit]:
+        if k <= 0:
+            return []
+        words = list(dict.fromkeys(words))
+        kept = [w for w in words if w not in _STOPWORDS]
+        words = (kept or words)[:MAX_QUERY_TERMS]
+        grams = list(dict.fromkeys(grams))[:MAX_QUERY_TERMS]
+        keys = list(dict.fromkeys(c.strip(_CHUNK_STRIP).lower() for c in chunks[:MAX_KEY_CHUNKS]))
+        keys = [c for c in keys if c]
+        if not words and not grams:
+            return []
+        session = _clean(session)
+        should = [(Occur.Should, Query.term_query(_SCHEMA, "text", w)) for w in words]
+        should += [(Occur.Should, Query.term_query(_SCHEMA, "cjk", g)) for g in grams]
+        should += [
+            (Occur.Should, Query.boost_query(Query.term_query(_SCHEMA, "key", c), KEY_BOOST))
+            for c in keys
+        ]
+        clauses = [(Occur.Must, Query.boolean_query(should))]
+        if cross_session:
+            vis = Query.term_set_query(_SCHEMA, "vis", [session, _SHARED])
+        else:
+            vis = Query.term_query(_SCHEMA, "vis", session)
+            clauses.append((Occur.Must, _zero(Query.term_query(_SCHEMA, "session", session))))
+        clauses.append((Occur.Must, _zero(vis)))
+        if kinds is not None:
+            kinds = [_clean(x) for x in kinds]
+            if not kinds:
+                return []
+            clauses.append((Occur.Must, _zero(Query.term_set_query(_SCHEMA, "kind", kinds))))
+        if exclude:
+            ids = [int(x) for x in exclude]
+            clauses.append((Occur.MustNot, Query.term_set_query(_SCHEMA, "page_id", ids)))
+        s = self._searcher
+        try:
+            found = s.search(Query.boolean_query(clauses), k + _OVERFETCH, count=False).hits
+            if not found:
+                return []
+            pids = s.fast_field_values("page_id", [a for _, a in found])
+            ranked = sorted(
+                ((score, pid, addr) for (score, addr), pid in zip(found, pids)),
+                key=lambda r: (-r[0], -r[1]),
+            )[:k]
+            needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
+            return [
+                self._hit(s.doc(addr), pid, score, needles)
+                for score, pid, addr in ranked
+                if score >= min_score
+            ]
+        except (ValueError, OSError, RuntimeError) as e:
+            raise RecallIndexError(f"recall query failed: {e}") from e
+
+    @staticmethod
+    def _hit(doc: tantivy.Document, pid: int, score: float, needles: list[str]) -> Hit:
+        return Hit(
+            page_id=pid,
+            session=doc.get_first("session"),
+            step=doc.get_first("step"),
+            kind=doc.get_first("kind"),
+            score=score,
+            path=doc.get_first("path"),
+            handle=doc.get_first("handle"),
+            snippet=_snippet(doc.get_first("body") or "", needles),
+        )
+
+
+def _zero(q: Query) -> Query:
+    """Make a filter clause contribute nothing to the score."""
+    return Query.const_score_query(q, 0.0)
+
+
+def _snippet(text: str, needles: list[str]) -> str:
+    """Return about ``SNIPPET_CHARS`` of ``text`` around the earliest needle, on one line."""
+    low = text.lower()
+    if len(low) != len(text):  # a few characters change length when lowered
+        low = text
+    best = len(low)
+    for n in needles:
+        i = low.find(n, 0, best + len(n))
+        if 0 <= i < best:
+            best = i
+    if best == len(low):
+        best = 0
+    start = max(0, best - SNIPPET_CHARS // 4)
+    out = " ".join(text[start : start + SNIPPET_CHARS].split())
+    if start > 0:
+        out = "…" + out
+    if start + SNIPPET_CHARS < len(text):
+        out += "…"
+    return out
