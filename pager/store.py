@@ -1,0 +1,317 @@
+"""The durable store: SQLite in WAL mode, one file per store folder.
+
+Every original message is kept here byte for byte (orjson), forever; pages
+are only ever demoted in the prompt, never deleted here. Writes happen in
+``BEGIN IMMEDIATE`` transactions, retried while another process holds the
+lock, so a process killed mid-write leaves the last committed state and the
+store reopens. The schema version lives in the ``settings`` table; a store
+written by a newer schema is refused with ``SchemaError`` rather than
+misread.
+
+Histories are kept as *branches*: an ordered list of page ids per branch. A
+caller history that diverges from the recorded one (a rewind, an edited
+message) forks a new branch that shares the common prefix; the old branch is
+kept as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import orjson
+
+from .errors import SchemaError, StoreError
+
+__all__ = ["DB_NAME", "SCHEMA_VERSION", "PageRow", "Store"]
+
+SCHEMA_VERSION = 1
+DB_NAME = "pager.db"
+_BUSY_RETRIES = 50
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    name TEXT PRIMARY KEY, head_branch INTEGER, created REAL NOT NULL, state BLOB);
+CREATE TABLE IF NOT EXISTS branches (
+    id INTEGER PRIMARY KEY, session TEXT NOT NULL, parent INTEGER, fork_seq INTEGER,
+    created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS pages (
+    id INTEGER PRIMARY KEY, session TEXT NOT NULL, hash TEXT NOT NULL, kind TEXT NOT NULL,
+    role TEXT NOT NULL, seq INTEGER NOT NULL, step INTEGER NOT NULL, tokens INTEGER NOT NULL,
+    stub_tokens INTEGER NOT NULL, chars INTEGER NOT NULL, call_id TEXT, call_ids TEXT,
+    tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
+    last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
+    scope TEXT NOT NULL DEFAULT 'session', message BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
+CREATE TABLE IF NOT EXISTS branch_pages (
+    branch INTEGER NOT NULL, seq INTEGER NOT NULL, page INTEGER NOT NULL,
+    PRIMARY KEY (branch, seq));
+CREATE TABLE IF NOT EXISTS notes (
+    id INTEGER PRIMARY KEY, session TEXT NOT NULL, text TEXT NOT NULL, step INTEGER, created REAL);
+CREATE TABLE IF NOT EXISTS pins (
+    id INTEGER PRIMARY KEY, session TEXT NOT NULL, text TEXT NOT NULL, created REAL);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY, session TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
+    created REAL NOT NULL);
+"""
+
+# Columns of a page row as loaded (message bytes excluded: they are read on demand).
+PAGE_COLUMNS = (
+    "id", "session", "hash", "kind", "role", "seq", "step", "tokens", "stub_tokens", "chars",
+    "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
+)
+PageRow = tuple  # (values in PAGE_COLUMNS order)
+
+
+class Store:
+    """Open (creating if needed) the store in folder ``path``."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path / DB_NAME, isolation_level=None, timeout=30.0, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=OFF")
+            with self.transaction():
+                for stmt in _SCHEMA.strip().split(";"):
+                    if stmt.strip():
+                        self._db.execute(stmt)
+                row = self._db.execute("SELECT value FROM settings WHERE key='schema_version'").fetchone()
+                if row is None:
+                    self._db.execute(
+                        "INSERT INTO settings VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                    )
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise SchemaError(
+                        f"{self.path / DB_NAME} has schema version {row[0]}, this pager reads "
+                        f"up to {SCHEMA_VERSION}; upgrade pager"
+                    )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+
+    # -- plumbing -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Run a write transaction (``BEGIN IMMEDIATE``), retrying while the database is locked."""
+        for attempt in range(_BUSY_RETRIES):
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise StoreError(f"store {self.path}: {exc}") from exc
+                time.sleep(min(0.01 * 2**attempt, 0.5))
+        else:  # pragma: no cover - needs a writer holding the lock for minutes
+            raise StoreError(f"store {self.path} stayed locked; another process is writing")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"store {self.path}: commit failed: {exc}") from exc
+
+    def close(self) -> None:
+        self._db.close()
+
+    def setting(self, key: str, default: str | None = None) -> str | None:
+        row = self._db.execute("SELECT value FROM settings WHERE key=?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def set_setting(self, key: str, value: str) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (key, value))
+
+    # -- sessions and branches --------------------------------------------------------
+
+    def sessions(self) -> list[str]:
+        """Return session names, most recently created last."""
+        return [r[0] for r in self._db.execute("SELECT name FROM sessions ORDER BY created, name")]
+
+    def ensure_session(self, session: str) -> int:
+        """Create the session (with an empty first branch) if needed; return its head branch."""
+        row = self._db.execute("SELECT head_branch FROM sessions WHERE name=?", (session,)).fetchone()
+        if row:
+            return int(row[0])
+        with self.transaction() as db:
+            now = time.time()
+            cur = db.execute(
+                "INSERT INTO branches (session, parent, fork_seq, created) VALUES (?, NULL, 0, ?)",
+                (session, now),
+            )
+            branch = int(cur.lastrowid or 0)
+            db.execute("INSERT INTO sessions VALUES (?, ?, ?, NULL)", (session, branch, now))
+        return branch
+
+    def branches(self, session: str) -> list[tuple[int, int | None, int]]:
+        return [
+            (int(a), b, int(c))
+            for a, b, c in self._db.execute(
+                "SELECT id, parent, fork_seq FROM branches WHERE session=? ORDER BY id", (session,)
+            )
+        ]
+
+    def branch_page_ids(self, branch: int) -> list[int]:
+        return [r[0] for r in self._db.execute(
+            "SELECT page FROM branch_pages WHERE branch=? ORDER BY seq", (branch,))]
+
+    def load_state(self, session: str) -> Any:
+        row = self._db.execute("SELECT state FROM sessions WHERE name=?", (session,)).fetchone()
+        return orjson.loads(row[0]) if row and row[0] else None
+
+    # -- pages ---------------------------------------------------------------------------
+
+    def load_pages(self, ids: Sequence[int]) -> list[PageRow]:
+        """Return page rows (without message bytes) for ``ids``, in that order."""
+        if not ids:
+            return []
+        cols = ", ".join(PAGE_COLUMNS)
+        rows: dict[int, PageRow] = {}
+        for i in range(0, len(ids), 900):
+            chunk = list(ids[i : i + 900])
+            marks = ",".join("?" * len(chunk))
+            for r in self._db.execute(f"SELECT {cols} FROM pages WHERE id IN ({marks})", chunk):
+                rows[r[0]] = r
+        return [rows[i] for i in ids]
+
+    def message(self, page_id: int) -> tuple[str, dict[str, Any]]:
+        """Return ``(session, original message)`` of a page; KeyError when unknown."""
+        row = self._db.execute("SELECT session, message FROM pages WHERE id=?", (page_id,)).fetchone()
+        if row is None:
+            raise KeyError(page_id)
+        return row[0], orjson.loads(row[1])
+
+    def iter_pages(self, after_id: int = 0, batch: int = 500) -> Iterator[tuple[PageRow, dict[str, Any]]]:
+        """Yield ``(row, message)`` for every page with id > ``after_id``, in id order."""
+        cols = ", ".join(PAGE_COLUMNS)
+        last = after_id
+        while True:
+            got = self._db.execute(
+                f"SELECT {cols}, message FROM pages WHERE id>? ORDER BY id LIMIT ?", (last, batch)
+            ).fetchall()
+            if not got:
+                return
+            for r in got:
+                yield r[:-1], orjson.loads(r[-1])
+            last = got[-1][0]
+
+    def max_page_id(self) -> int:
+        row = self._db.execute("SELECT MAX(id) FROM pages").fetchone()
+        return int(row[0] or 0)
+
+    def count_pages(self, session: str | None = None) -> int:
+        if session is None:
+            return int(self._db.execute("SELECT COUNT(*) FROM pages").fetchone()[0])
+        return int(self._db.execute("SELECT COUNT(*) FROM pages WHERE session=?", (session,)).fetchone()[0])
+
+    def record(
+        self,
+        session: str,
+        branch: int,
+        fork: tuple[int, int] | None,
+        start_seq: int,
+        pages: Sequence[dict[str, Any]],
+        stats: Sequence[tuple[int, int, int, int]],
+        state: Any,
+    ) -> tuple[int, list[int]]:
+        """Record new pages in one transaction; return ``(branch, new page ids)``.
+
+        ``fork`` is ``(parent_branch, fork_seq)`` when the history diverged: a new
+        branch is created sharing the parent's first ``fork_seq`` pages.
+        ``stats`` are ``(page_id, last_ref, ref_count, stale)`` updates for
+        existing pages. ``state`` is the session's scheduling state (orjson).
+        """
+        ids: list[int] = []
+        with self.transaction() as db:
+            if fork is not None:
+                parent, fork_seq = fork
+                cur = db.execute(
+                    "INSERT INTO branches (session, parent, fork_seq, created) VALUES (?, ?, ?, ?)",
+                    (session, parent, fork_seq, time.time()),
+                )
+                branch = int(cur.lastrowid or 0)
+                db.execute(
+                    "INSERT INTO branch_pages SELECT ?, seq, page FROM branch_pages "
+                    "WHERE branch=? AND seq<?",
+                    (branch, parent, fork_seq),
+                )
+                db.execute("UPDATE sessions SET head_branch=? WHERE name=?", (branch, session))
+            for offset, p in enumerate(pages):
+                cur = db.execute(
+                    "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
+                    " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, message)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        session, p["hash"], p["kind"], p["role"], start_seq + offset, p["step"],
+                        p["tokens"], p["stub_tokens"], p["chars"], p.get("call_id"),
+                        orjson.dumps(list(p.get("call_ids") or ())).decode(), p.get("tool_name"),
+                        p.get("path"), 0, orjson.dumps(list(p.get("labels") or ())).decode(),
+                        p["step"], 0, p.get("scope", "session"), p["raw"],
+                    ),
+                )
+                pid = int(cur.lastrowid or 0)
+                ids.append(pid)
+                db.execute("INSERT INTO branch_pages VALUES (?, ?, ?)", (branch, start_seq + offset, pid))
+            if stats:
+                db.executemany(
+                    "UPDATE pages SET last_ref=?, ref_count=?, stale=? WHERE id=?",
+                    [(lr, rc, st, pid) for pid, lr, rc, st in stats],
+                )
+            db.execute(
+                "UPDATE sessions SET state=? WHERE name=?",
+                (orjson.dumps(state) if state is not None else None, session),
+            )
+        return branch, ids
+
+    def save_state(self, session: str, state: Any) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE sessions SET state=? WHERE name=?", (orjson.dumps(state), session))
+
+    # -- notes, pins, events --------------------------------------------------------------
+
+    def add_note(self, session: str, text: str, step: int) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO notes (session, text, step, created) VALUES (?, ?, ?, ?)",
+                (session, text, step, time.time()),
+            )
+
+    def notes(self, session: str) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT text FROM notes WHERE session=? ORDER BY id", (session,))]
+
+    def add_pin(self, session: str, text: str) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT INTO pins (session, text, created) VALUES (?, ?, ?)", (session, text, time.time()))
+
+    def pins(self, session: str) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT text FROM pins WHERE session=? ORDER BY id", (session,))]
+
+    def add_event(self, session: str, kind: str, payload: Any) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO events (session, kind, payload, created) VALUES (?, ?, ?, ?)",
+                (session, kind, orjson.dumps(payload), time.time()),
+            )
+
+    def events(self, session: str, kind: str | None = None) -> list[tuple[str, Any, float]]:
+        q = "SELECT kind, payload, created FROM events WHERE session=?"
+        args: tuple[Any, ...] = (session,)
+        if kind:
+            q += " AND kind=?"
+            args += (kind,)
+        return [(k, orjson.loads(p) if p else None, c) for k, p, c in self._db.execute(q + " ORDER BY id", args)]
