@@ -1,0 +1,481 @@
+"""Heat policies: score the page table at a logical clock; higher is hotter.
+
+Theory of operation
+-------------------
+The planner keeps L1 pinned and fills L2, the hot working set, with the
+hottest pages that fit its quota. "Hottest" is decided here, and only here,
+by a *heat policy*: a small object with one required method,
+``score(table, clock)``, that maps a :class:`PageTable` (one row per
+candidate page, as numpy columns) and the logical clock (the step index:
+the number of assistant messages so far) to one float per row.
+
+Policies are pure: no wall clock, no randomness, no I/O, no state that
+changes between calls. The same table at the same clock always gives the
+same scores, so a replay is reproducible and a plan can be explained after
+the fact. Scores must be finite; only their order matters to the planner.
+
+The shipped policies score in *bits of heat*: ``log2`` of a heat that halves
+every ``half_life`` steps without a reference. That keeps scores finite and
+ordered at any clock (a linear ``2 ** -age`` underflows to 0 after a few
+thousand steps and every old page would tie), and lets the reference-aware
+policy add its evidence as plain sums ("a fully relevant page counts as
+``relevance_weight`` half-lives younger").
+
+``rank`` orders rows hottest first; ties go to the newer page (higher
+``page_id``), so an order never depends on the order rows were fetched in.
+
+Writing a policy::
+
+    @register_policy
+    @attrs.frozen
+    class Biggest(HeatPolicy):
+        name: ClassVar[str] = "biggest"
+        def score(self, table, clock):
+            return table.tokens.astype(np.float64)
+
+    get_policy("biggest").rank(table, clock)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Iterable, Mapping, Sequence, TypeVar
+
+import attrs
+import numpy as np
+
+from pager.errors import ConfigError, InputError
+from pager.pages import KIND_CODE, KINDS, Page
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "POLICIES",
+    "DecayPolicy",
+    "FIFOPolicy",
+    "HeatPolicy",
+    "LFUPolicy",
+    "LRUPolicy",
+    "PageTable",
+    "ReferencePolicy",
+    "get_policy",
+    "rank_scores",
+    "register_policy",
+]
+
+DEFAULT_POLICY = "reference"
+
+# Kinds whose pages are tool output: bulky, read once, rarely needed verbatim
+# again unless referred back to, so the kind-aware policies age them faster.
+_TOOL_CODES = (KIND_CODE["tool"], KIND_CODE["file"])
+
+# Sizes are penalised per doubling above this many tokens (about one screen).
+SIZE_UNIT = 1024
+
+# Parameter bounds: wide enough for any tuning, narrow enough that every score
+# stays finite for any int64 column and clock (ages reach ~1.8e19 at worst).
+_HALF_LIFE_RANGE = (1e-6, 1e12)
+_WEIGHT_MAX = 1e6
+
+
+# ---------------------------------------------------------------------------
+# The page table
+
+
+def _column(dtype: type) -> Any:
+    """Return an attrs converter to a read-only 1-D view of ``dtype``."""
+
+    def convert(value: Any) -> np.ndarray:
+        try:
+            arr = np.asarray(value, dtype=dtype)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"page table column is not {np.dtype(dtype).name}: {exc}") from None
+        if arr.ndim != 1:
+            raise InputError(f"page table columns must be 1-D, got shape {arr.shape}")
+        # A view, so the caller's own array stays writable; ours cannot be
+        # changed under a policy's feet.
+        view = arr.view()
+        view.flags.writeable = False
+        return view
+
+    return convert
+
+
+_ROW_DEFAULTS: dict[str, Any] = {
+    "ref_count": 0,
+    "tokens": 0,
+    "kind": "user",
+    "stale": False,
+    "relevance": 0.0,
+}
+
+
+@attrs.frozen(eq=False)
+class PageTable:
+    """Hold the candidate pages a policy scores, one numpy column per fact.
+
+    All columns have the same length ``n``; row ``i`` of every column is the
+    same page. Columns are read-only views (the caller's arrays are not
+    copied). ``last_ref`` equals ``created`` for a page never referred back to.
+    ``relevance`` (in [0, 1]) is the page's overlap with the pinned goals and
+    the active task, computed by the caller (see ``pager.terms``).
+    """
+
+    page_id: np.ndarray = attrs.field(converter=_column(np.int64))
+    created: np.ndarray = attrs.field(converter=_column(np.int64))
+    last_ref: np.ndarray = attrs.field(converter=_column(np.int64))
+    ref_count: np.ndarray = attrs.field(converter=_column(np.int64))
+    tokens: np.ndarray = attrs.field(converter=_column(np.int64))
+    kind: np.ndarray = attrs.field(converter=_column(np.int8))
+    stale: np.ndarray = attrs.field(converter=_column(np.bool_))
+    relevance: np.ndarray = attrs.field(converter=_column(np.float64))
+
+    def __attrs_post_init__(self) -> None:
+        lengths = {f.name: len(getattr(self, f.name)) for f in attrs.fields(type(self))}
+        if len(set(lengths.values())) > 1:
+            raise InputError(f"page table columns differ in length: {lengths}")
+
+    def __len__(self) -> int:
+        return len(self.page_id)
+
+    @classmethod
+    def empty(cls) -> PageTable:
+        """Return a table with no rows."""
+        return cls(*([()] * len(attrs.fields(cls))))
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> PageTable:
+        """Build a table from one mapping per page; convenient for tests.
+
+        Keys are the column names. Defaults: ``page_id`` the row's position,
+        ``created`` 0, ``last_ref`` = ``created``, ``ref_count`` 0,
+        ``tokens`` 0, ``kind`` "user" (a name from ``pages.KINDS`` or its
+        code), ``stale`` False, ``relevance`` 0.0.
+        """
+        names = [f.name for f in attrs.fields(cls)]
+        cols: dict[str, list[Any]] = {name: [] for name in names}
+        for i, row in enumerate(rows):
+            unknown = set(row) - set(names)
+            if unknown:
+                raise InputError(f"row {i}: unknown page table columns {sorted(unknown)}")
+            created = row.get("created", 0)
+            values = {**_ROW_DEFAULTS, "page_id": i, "created": created, "last_ref": created, **row}
+            values["kind"] = _kind_code(values["kind"])
+            for name in names:
+                cols[name].append(values[name])
+        return cls(**cols)
+
+    @classmethod
+    def from_pages(cls, pages: Sequence[Page], relevance: Sequence[float] | None = None) -> PageTable:
+        """Build a table from ``Page`` values, with an optional relevance column."""
+        n = len(pages)
+        rel = np.zeros(n) if relevance is None else relevance
+        return cls(
+            page_id=[p.id for p in pages],
+            created=[p.step for p in pages],
+            # Page.last_ref defaults to 0 for never-referenced pages; the table
+            # wants the creation step there.
+            last_ref=[max(p.last_ref, p.step) for p in pages],
+            ref_count=[p.ref_count for p in pages],
+            tokens=[p.tokens for p in pages],
+            kind=[KIND_CODE.get(p.kind, KIND_CODE["user"]) for p in pages],
+            stale=[p.stale for p in pages],
+            relevance=rel,
+        )
+
+    def take(self, rows: Any) -> PageTable:
+        """Return the sub-table of ``rows`` (an index array or a boolean mask)."""
+        return PageTable(*(getattr(self, f.name)[rows] for f in attrs.fields(type(self))))
+
+
+def _kind_code(kind: Any) -> int:
+    if isinstance(kind, str):
+        try:
+            return KIND_CODE[kind]
+        except KeyError:
+            raise InputError(f"unknown page kind {kind!r}; valid: {', '.join(KINDS)}") from None
+    return int(kind)
+
+
+# ---------------------------------------------------------------------------
+# The policy base class and registry
+
+
+def rank_scores(scores: np.ndarray, page_id: np.ndarray) -> np.ndarray:
+    """Return row indices hottest first; equal scores put the newer page first.
+
+    Use this when you already hold the scores (to report them) and want the
+    order ``HeatPolicy.rank`` would give without scoring twice.
+    """
+    # lexsort sorts by the last key first. Negating sorts descending; both
+    # keys are negated in their own dtype, so no int64 -> float precision loss.
+    return np.lexsort((-np.asarray(page_id, dtype=np.int64), -np.asarray(scores, dtype=np.float64)))
+
+
+class HeatPolicy:
+    """Score candidate pages; subclass and override ``score``.
+
+    Subclasses set ``name`` (the registry key) and take their parameters as
+    constructor keyword arguments with defaults; ``params()`` returns them so
+    ``get_policy(policy.name, **policy.params())`` rebuilds an equal policy.
+    Declaring the subclass with ``@attrs.frozen`` gives validation, a useful
+    ``repr`` and ``params()`` for free.
+    """
+
+    __slots__ = ()
+    name: ClassVar[str] = ""
+
+    def score(self, table: PageTable, clock: int) -> np.ndarray:
+        """Return one finite float64 per row of ``table``; higher is hotter.
+
+        ``clock`` is the current step. Read nothing but the two arguments.
+        """
+        raise NotImplementedError
+
+    def rank(self, table: PageTable, clock: int) -> np.ndarray:
+        """Return row indices of ``table`` hottest first, ties newer page first."""
+        scores = np.asarray(self.score(table, clock), dtype=np.float64)
+        if scores.shape != (len(table),):
+            raise ConfigError(
+                f"heat policy {self.name or type(self).__name__!r} returned shape "
+                f"{scores.shape} for a table of {len(table)} rows"
+            )
+        if not np.isfinite(scores).all():
+            raise ConfigError(f"heat policy {self.name or type(self).__name__!r} returned non-finite scores")
+        return rank_scores(scores, table.page_id)
+
+    def params(self) -> dict[str, Any]:
+        """Return the constructor parameters that reproduce this policy."""
+        if attrs.has(type(self)):
+            return attrs.asdict(self, recurse=False)
+        return {k: v for k, v in getattr(self, "__dict__", {}).items() if not k.startswith("_")}
+
+
+POLICIES: dict[str, type[HeatPolicy]] = {}
+
+_P = TypeVar("_P", bound=type[HeatPolicy])
+
+
+def register_policy(cls: _P) -> _P:
+    """Register a policy class under its ``name``; usable as a decorator.
+
+    Re-registering the same class is a no-op; taking a name another class
+    holds is a ``ConfigError`` (shadowing a shipped policy silently would make
+    a config file mean different things in different programs).
+    """
+    if not (isinstance(cls, type) and issubclass(cls, HeatPolicy)):
+        raise ConfigError(f"{cls!r} is not a HeatPolicy subclass")
+    name = getattr(cls, "name", "")
+    if not isinstance(name, str) or not name or name != name.strip().lower():
+        raise ConfigError(f"{cls.__name__}.name must be a non-empty lower-case string, got {name!r}")
+    if cls.score is HeatPolicy.score:
+        raise ConfigError(f"{cls.__name__} does not override score()")
+    held = POLICIES.get(name)
+    if held is not None and held is not cls:
+        raise ConfigError(f"heat policy name {name!r} is taken by {held.__module__}.{held.__qualname__}")
+    POLICIES[name] = cls
+    return cls
+
+
+def get_policy(
+    spec: str | HeatPolicy | type[HeatPolicy] | None = None, **params: Any
+) -> HeatPolicy:
+    """Return a policy instance from a name, class or instance (None: the default).
+
+    ``params`` are passed to the constructor (for an instance: replaced with
+    ``attrs.evolve``). Unknown names and bad parameters raise ``ConfigError``
+    naming what would have been valid.
+    """
+    if spec is None:
+        spec = DEFAULT_POLICY
+    if isinstance(spec, HeatPolicy):
+        if not params:
+            return spec
+        if not attrs.has(type(spec)):
+            raise ConfigError(f"cannot change parameters of {spec!r}; pass its class instead")
+        return _construct(type(spec), lambda: attrs.evolve(spec, **params))
+    if isinstance(spec, str):
+        cls = POLICIES.get(spec.strip().lower())
+        if cls is None:
+            raise ConfigError(f"unknown heat policy {spec!r}; valid: {', '.join(sorted(POLICIES))}")
+    elif isinstance(spec, type) and issubclass(spec, HeatPolicy):
+        cls = spec
+    else:
+        raise ConfigError(f"a heat policy is a name, a HeatPolicy class or instance, not {spec!r}")
+    return _construct(cls, lambda: cls(**params))
+
+
+def _construct(cls: type[HeatPolicy], make: Any) -> HeatPolicy:
+    try:
+        return make()
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        valid = ", ".join(f.name for f in attrs.fields(cls)) if attrs.has(cls) else "see its constructor"
+        raise ConfigError(f"bad parameters for heat policy {cls.name or cls.__name__!r}: {exc} (valid: {valid})") from None
+
+
+# ---------------------------------------------------------------------------
+# Parameter validation: raise ConfigError directly, so constructing a policy by
+# hand fails the same way a config file does.
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _to_opt_float(value: Any) -> float | None:
+    return None if value is None else _to_float(value)
+
+
+def _half_life(_inst: Any, attr: attrs.Attribute, value: float | None) -> None:
+    lo, hi = _HALF_LIFE_RANGE
+    if value is not None and not lo <= value <= hi:
+        raise ConfigError(f"{attr.name} must be in [{lo:g}, {hi:g}] steps, got {value!r}")
+
+
+def _weight(_inst: Any, attr: attrs.Attribute, value: float) -> None:
+    if not 0.0 <= value <= _WEIGHT_MAX:
+        raise ConfigError(f"{attr.name} must be in [0, {_WEIGHT_MAX:g}], got {value!r}")
+
+
+def _half_life_field(default: float) -> Any:
+    return attrs.field(default=default, converter=_to_float, validator=_half_life)
+
+
+def _tool_half_life_field() -> Any:
+    return attrs.field(default=None, converter=_to_opt_float, validator=_half_life)
+
+
+def _weight_field(default: float) -> Any:
+    return attrs.field(default=default, converter=_to_float, validator=_weight)
+
+
+# ---------------------------------------------------------------------------
+# Shared column arithmetic (vectorised; no loop over rows anywhere)
+
+
+def _age(clock: int, since: np.ndarray) -> np.ndarray:
+    """Return steps from ``since`` to ``clock`` as float64, never negative."""
+    # Subtract in float64: int64 arithmetic could overflow for extreme inputs,
+    # and every step count a session can reach is exact in float64.
+    age = float(clock) - since.astype(np.float64)
+    return np.maximum(age, 0.0, out=age)
+
+
+def _half_lives(kind: np.ndarray, half_life: float, tool_half_life: float | None) -> np.ndarray | float:
+    """Return each row's half-life: tool and file outputs use the tool half-life."""
+    tool = half_life / 2.0 if tool_half_life is None else tool_half_life
+    if tool == half_life:
+        return half_life
+    return np.where(np.isin(kind, _TOOL_CODES), tool, half_life)
+
+
+# ---------------------------------------------------------------------------
+# Shipped policies
+
+
+@register_policy
+@attrs.frozen
+class DecayPolicy(HeatPolicy):
+    """Recency of creation with exponential decay, kind-aware.
+
+    Heat halves every ``half_life`` steps since the page was created; tool and
+    file outputs halve every ``tool_half_life`` steps (default: half of
+    ``half_life``). References are ignored: this is a smooth sliding window.
+    """
+
+    name: ClassVar[str] = "decay"
+    half_life: float = _half_life_field(8.0)
+    tool_half_life: float | None = _tool_half_life_field()
+
+    def score(self, table: PageTable, clock: int) -> np.ndarray:
+        return -_age(clock, table.created) / _half_lives(table.kind, self.half_life, self.tool_half_life)
+
+
+@register_policy
+@attrs.frozen
+class LRUPolicy(HeatPolicy):
+    """Least recently used: the later a page was last referred to, the hotter.
+
+    The score is minus the steps since ``last_ref`` (a never-referenced page
+    counts from its creation); nothing else is read.
+    """
+
+    name: ClassVar[str] = "lru"
+
+    def score(self, table: PageTable, clock: int) -> np.ndarray:
+        return -_age(clock, table.last_ref)
+
+
+@register_policy
+@attrs.frozen
+class LFUPolicy(HeatPolicy):
+    """Least frequently used, with the count decaying since the last reference.
+
+    Heat is ``(1 + ref_count) * 2 ** (-age / half_life)`` with age counted
+    from ``last_ref``: each doubling of references adds one bit, each
+    ``half_life`` steps without one takes a bit away.
+    """
+
+    name: ClassVar[str] = "lfu"
+    half_life: float = _half_life_field(32.0)
+
+    def score(self, table: PageTable, clock: int) -> np.ndarray:
+        refs = np.maximum(table.ref_count, 0).astype(np.float64)
+        return np.log2(1.0 + refs) - _age(clock, table.last_ref) / self.half_life
+
+
+@register_policy
+@attrs.frozen
+class FIFOPolicy(HeatPolicy):
+    """First in, first out: the newest page is the hottest, nothing else counts.
+
+    The score is the creation step. This is the sliding-window baseline, for
+    comparison in replays.
+    """
+
+    name: ClassVar[str] = "fifo"
+
+    def score(self, table: PageTable, clock: int) -> np.ndarray:
+        return table.created.astype(np.float64)
+
+
+@register_policy
+@attrs.frozen
+class ReferencePolicy(HeatPolicy):
+    """Recency of last reference, plus evidence the page is still needed.
+
+    Heat (in bits) starts at minus the half-lives since the page was created
+    or last referred back to (tool and file outputs age twice as fast by
+    default), then adds ``ref_weight`` per doubling of references,
+    ``relevance_weight`` times the relevance to the pinned goals and active
+    task, and subtracts ``stale_penalty`` for a superseded file read and
+    ``size_penalty`` per doubling of size above ``SIZE_UNIT`` tokens.
+    """
+
+    name: ClassVar[str] = "reference"
+    half_life: float = _half_life_field(16.0)
+    tool_half_life: float | None = _tool_half_life_field()
+    ref_weight: float = _weight_field(1.0)
+    stale_penalty: float = _weight_field(4.0)
+    relevance_weight: float = _weight_field(3.0)
+    size_penalty: float = _weight_field(0.5)
+
+    def score(self, table: PageTable, clock: int) -> np.ndarray:
+        heat = -_age(clock, table.last_ref) / _half_lives(table.kind, self.half_life, self.tool_half_life)
+        if self.ref_weight:
+            heat += self.ref_weight * np.log2(1.0 + np.maximum(table.ref_count, 0).astype(np.float64))
+        if self.relevance_weight:
+            # Clip: relevance is the caller's number; a stray 1.3 must not
+            # outweigh what the weight promises.
+            heat += self.relevance_weight * np.clip(np.nan_to_num(table.relevance), 0.0, 1.0)
+        if self.stale_penalty:
+            heat -= self.stale_penalty * table.stale
+        if self.size_penalty:
+            size = np.maximum(table.tokens, 0).astype(np.float64) / SIZE_UNIT
+            heat -= self.size_penalty * np.log2(1.0 + size)
+        return heat
+
+
+assert DEFAULT_POLICY in POLICIES
