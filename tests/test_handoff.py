@@ -391,3 +391,20 @@ def test_canary_invariant_survives_five_rollovers_and_next_action_is_latest():
             assert f"step {earlier}" not in window[-1]["content"]
             assert f"hypothesis of gen {earlier}" not in joined
     assert len(handoffs) == 4
+
+
+# --------------------------------------------------------------------------- docs
+
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "rollover.md"
+
+
+def test_docs_examples_run(capsys):
+    text = DOC.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 4
+    for block in blocks:
+        exec(compile(block, str(DOC), "exec"), {})
+    # the printed new-window message in the docs is what the code prints
+    shown = re.search(r"prints \(the new window's first message, after L1\):\n\n```text\n(.*?)```", text, re.S)
+    assert shown.group(1) in capsys.readouterr().out
