@@ -41,14 +41,16 @@ def content_hash(message: Mapping[str, Any]) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def handle_for(session: str, page_id: int) -> str:
+def handle_for(session: str, seq: int, hash: str) -> str:
     """Return the handle the model sees for an off-prompt page.
 
-    Short, greppable, and deterministic, so a re-emitted stub is byte-identical
-    and the prompt cache survives.
+    Derived from the session, the message's position and its content hash, so
+    it is known before the store assigns an id, survives a rebuild, and a
+    re-emitted stub is byte-identical (the prompt cache survives). Short and
+    greppable: ``pg:<position>-<6 hex>``.
     """
-    digest = hashlib.blake2b(f"{session}\x00{page_id}".encode(), digest_size=3).hexdigest()
-    return f"pg:{page_id}-{digest}"
+    digest = hashlib.blake2b(f"{session}\x00{seq}\x00{hash}".encode(), digest_size=3).hexdigest()
+    return f"pg:{seq}-{digest}"
 
 
 @attrs.frozen(slots=True)
@@ -79,7 +81,7 @@ class Page:
 
     @property
     def handle(self) -> str:
-        return handle_for(self.session, self.id)
+        return handle_for(self.session, self.seq, self.hash)
 
     @property
     def is_tool_output(self) -> bool:

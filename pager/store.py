@@ -46,8 +46,9 @@ CREATE TABLE IF NOT EXISTS pages (
     stub_tokens INTEGER NOT NULL, chars INTEGER NOT NULL, call_id TEXT, call_ids TEXT,
     tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
     last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
-    scope TEXT NOT NULL DEFAULT 'session', message BLOB NOT NULL);
+    scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
+CREATE INDEX IF NOT EXISTS pages_handle ON pages(handle);
 CREATE TABLE IF NOT EXISTS branch_pages (
     branch INTEGER NOT NULL, seq INTEGER NOT NULL, page INTEGER NOT NULL,
     PRIMARY KEY (branch, seq));
@@ -64,6 +65,7 @@ CREATE TABLE IF NOT EXISTS events (
 PAGE_COLUMNS = (
     "id", "session", "hash", "kind", "role", "seq", "step", "tokens", "stub_tokens", "chars",
     "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
+    "handle",
 )
 PageRow = tuple  # (values in PAGE_COLUMNS order)
 
@@ -189,6 +191,13 @@ class Store:
                 rows[r[0]] = r
         return [rows[i] for i in ids]
 
+    def page_by_handle(self, session: str, handle: str) -> int | None:
+        """Return the newest page id with ``handle`` in ``session`` (None when unknown)."""
+        row = self._db.execute(
+            "SELECT MAX(id) FROM pages WHERE handle=? AND session=?", (handle, session)
+        ).fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
     def message(self, page_id: int) -> tuple[str, dict[str, Any]]:
         """Return ``(session, original message)`` of a page; KeyError when unknown."""
         row = self._db.execute("SELECT session, message FROM pages WHERE id=?", (page_id,)).fetchone()
@@ -254,14 +263,14 @@ class Store:
             for offset, p in enumerate(pages):
                 cur = db.execute(
                     "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
-                    " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, message)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
+                    " message) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         session, p["hash"], p["kind"], p["role"], start_seq + offset, p["step"],
                         p["tokens"], p["stub_tokens"], p["chars"], p.get("call_id"),
                         orjson.dumps(list(p.get("call_ids") or ())).decode(), p.get("tool_name"),
                         p.get("path"), 0, orjson.dumps(list(p.get("labels") or ())).decode(),
-                        p["step"], 0, p.get("scope", "session"), p["raw"],
+                        p["step"], 0, p.get("scope", "session"), p["handle"], p["raw"],
                     ),
                 )
                 pid = int(cur.lastrowid or 0)

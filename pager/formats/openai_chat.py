@@ -56,12 +56,13 @@ def _validate_content(i: int, role: str, content: Any, has_calls: bool) -> None:
     )
 
 
-def validate(messages: Any) -> None:
+def validate(messages: Any, *, check_encoding: bool = True) -> None:
     """Check that ``messages`` is a valid chat history; raise ``MessageError`` at the first fault.
 
     Checks: each message is an object with a known role; content has the right
     type; tool calls are well formed with unique ids; every tool message
-    answers an earlier call that is still open; no lone surrogates.
+    answers an earlier call that is still open; no lone surrogates (skipped
+    with ``check_encoding=False`` by callers that encode every message anyway).
     """
     if not isinstance(messages, (list, tuple)):
         raise InputError(f"request['messages'] must be a list, got {type(messages).__name__}")
@@ -104,7 +105,7 @@ def validate(messages: Any) -> None:
         elif role == "assistant":
             # calls left open by an earlier turn get a synthetic result on output
             open_calls = {c["id"] for c in calls or ()}
-        if _has_lone_surrogate(msg):
+        if check_encoding and _has_lone_surrogate(msg):
             raise MessageError(i, "contains a lone surrogate (text is not valid UTF-8)")
 
 

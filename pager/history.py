@@ -1,0 +1,286 @@
+"""The in-memory mirror of one session's head branch, and ingest into it.
+
+The facade keeps this mirror so an ``assemble`` costs work proportional to
+what is new, not to the whole history: hashes to match the caller's history
+against the recorded branch, the columns the planner and heat policies read,
+and the reference tracker (which old pages later messages refer back to).
+It is rebuilt from the store on open. No I/O here: the facade reads and
+writes the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import orjson
+
+from . import terms as terms_mod
+from .errors import MessageError
+from .formats.openai_chat import Classified, message_text
+from .pages import KIND_CODE, content_hash, handle_for
+from .render import stub_text
+from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
+
+__all__ = ["History", "hash_messages"]
+
+# Roles whose words count as the agent (or user) referring back to a page.
+REFERRING_ROLES = ("assistant", "user")
+
+
+def hash_messages(messages: Sequence[Mapping[str, Any]], known: Sequence[str] = ()) -> tuple[list[str], list[bytes | None]]:
+    """Return each message's content hash and (for every message) its orjson bytes.
+
+    A lone surrogate makes orjson refuse a message; that is reported as a
+    ``MessageError`` naming it.
+    """
+    hashes: list[str] = []
+    raws: list[bytes | None] = []
+    for i, msg in enumerate(messages):
+        try:
+            raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError as exc:
+            raise MessageError(i, f"cannot be encoded ({exc}); lone surrogates are not valid text") from exc
+        hashes.append(content_hash_bytes(raw))
+        raws.append(raw)
+    return hashes, raws
+
+
+def content_hash_bytes(raw: bytes) -> str:
+    import hashlib
+
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+class History:
+    """Columns of the head branch, one row per history message."""
+
+    def __init__(self, session: str, counter: TokenCounter, max_df: int = 50) -> None:
+        self.session = session
+        self.counter = counter
+        self.branch = 0
+        self.page: list[int] = []
+        self.hash: list[str] = []
+        self.kind: list[str] = []
+        self.role: list[str] = []
+        self.tokens: list[int] = []
+        self.stub_tokens: list[int] = []
+        self.unit: list[int] = []
+        self.step: list[int] = []
+        self.path: list[str | None] = []
+        self.handle: list[str] = []
+        self.stale: list[bool] = []
+        self.last_ref: list[int] = []
+        self.ref_count: list[int] = []
+        self.terms: list[frozenset[str]] = []
+        self.call_rows: dict[str, int] = {}  # call id -> row of the assistant message
+        self.calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, arguments)
+        self.path_rows: dict[str, int] = {}  # path -> row of its newest read
+        self.first_user: int | None = None
+        self.term_index = terms_mod.TermIndex(max_df=max_df)
+        self.row_of: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.page)
+
+    @property
+    def clock(self) -> int:
+        """The logical clock: assistant messages so far."""
+        return sum(1 for k in self.kind if k == "assistant")
+
+    def pinned_count(self) -> int:
+        """Rows up to and including the first user message are L1."""
+        if self.first_user is not None:
+            return self.first_user + 1
+        # no user message yet: leading system messages only
+        n = 0
+        for k in self.kind:
+            if k != "system":
+                break
+            n += 1
+        return n
+
+    def truncate(self, n: int) -> None:
+        """Forget rows from ``n`` on (the caller's history diverged there)."""
+        if n >= len(self.page):
+            return
+        keep_pages = self.page[:n]
+        rows = list(zip(keep_pages, self.hash[:n]))
+        # rebuilding derived maps is simpler and safer than undoing them
+        saved = {name: getattr(self, name)[:n] for name in (
+            "page", "hash", "kind", "role", "tokens", "stub_tokens", "unit", "step", "path", "handle",
+            "stale", "last_ref", "ref_count", "terms")}
+        calls = self.calls
+        self.__init__(self.session, self.counter, self.term_index.max_df)  # type: ignore[misc]
+        for name, value in saved.items():
+            setattr(self, name, value)
+        self.calls = calls
+        del rows
+        self._reindex_maps()
+
+    def _reindex_maps(self) -> None:
+        self.row_of = {p: i for i, p in enumerate(self.page)}
+        self.path_rows = {}
+        self.call_rows = {}
+        self.first_user = None
+        for i, kind in enumerate(self.kind):
+            if kind == "user" and self.first_user is None:
+                self.first_user = i
+            if kind == "file" and self.path[i]:
+                self.path_rows[self.path[i]] = i
+            self.term_index.add_page(self.page[i], self.terms[i])
+        # stale flags derive from path order; recompute so a truncated newer read un-stales
+        newest = self.path_rows
+        for i, path in enumerate(self.path):
+            if self.kind[i] == "file" and path:
+                self.stale[i] = newest.get(path) != i
+
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        start: int,
+        classified: Sequence[Classified],
+        hashes: Sequence[str],
+        raws: Sequence[bytes | None],
+        extract_limit: int = 2000,
+    ) -> list[dict[str, Any]]:
+        """Return page records for ``messages[start:]`` (not yet stored)."""
+        records = []
+        step = self.clock
+        for offset, cls in enumerate(classified):
+            seq = start + offset
+            msg = messages[seq]
+            h = hashes[seq]
+            handle = handle_for(self.session, seq, h)
+            tokens = message_tokens(msg, self.counter)
+            text = message_text(msg)
+            if cls.kind in ("tool", "file"):
+                body = content_text(msg.get("content"))
+                stub = stub_text(body, tokens, handle, path=cls.path)
+                stub_tokens = MESSAGE_OVERHEAD + self.counter.count(stub)
+                stub_tokens = min(stub_tokens, tokens)
+            else:
+                stub_tokens = tokens
+            records.append(
+                {
+                    "hash": h,
+                    "kind": cls.kind,
+                    "role": cls.role,
+                    "step": step,
+                    "tokens": tokens,
+                    "stub_tokens": stub_tokens,
+                    "chars": len(text),
+                    "call_id": cls.call_id,
+                    "call_ids": cls.call_ids,
+                    "tool_name": cls.tool_name,
+                    "path": cls.path,
+                    "handle": handle,
+                    "raw": raws[seq] if raws[seq] is not None else orjson.dumps(msg),
+                    "text": text,
+                    "terms": terms_mod.extract_terms(text, limit=extract_limit),
+                }
+            )
+            if cls.kind == "assistant":
+                step += 1
+        return records
+
+    def append(self, records: Sequence[dict[str, Any]], ids: Sequence[int]) -> list[tuple[int, int, int, int]]:
+        """Add stored records as rows; return stat updates ``(page, last_ref, ref_count, stale)``."""
+        updates: dict[int, tuple[int, int, int, int]] = {}
+        for rec, pid in zip(records, ids):
+            row = len(self.page)
+            self.page.append(pid)
+            self.row_of[pid] = row
+            self.hash.append(rec["hash"])
+            self.kind.append(rec["kind"])
+            self.role.append(rec["role"])
+            self.tokens.append(rec["tokens"])
+            self.stub_tokens.append(rec["stub_tokens"])
+            self.step.append(rec["step"])
+            self.path.append(rec["path"])
+            self.handle.append(rec["handle"])
+            self.stale.append(False)
+            self.last_ref.append(rec["step"])
+            self.ref_count.append(0)
+            self.terms.append(rec["terms"])
+            if rec["kind"] == "assistant":
+                for cid in rec["call_ids"]:
+                    self.call_rows[cid] = row
+            if rec["kind"] in ("tool", "file") and rec["call_id"] in self.call_rows:
+                self.unit.append(self.unit[self.call_rows[rec["call_id"]]])
+            else:
+                self.unit.append(row)
+            if rec["kind"] == "user" and self.first_user is None:
+                self.first_user = row
+            if rec["kind"] == "file" and rec["path"]:
+                old = self.path_rows.get(rec["path"])
+                if old is not None:
+                    self.stale[old] = True
+                    updates[self.page[old]] = (self.page[old], self.last_ref[old], self.ref_count[old], 1)
+                self.path_rows[rec["path"]] = row
+            if rec["role"] in REFERRING_ROLES and rec["terms"]:
+                clock = rec["step"]
+                refs = self.term_index.references(rec["terms"], exclude=(pid,), before=pid)
+                for ref_page, strength in refs.items():
+                    r = self.row_of.get(ref_page)
+                    if r is None or strength < terms_mod.MIN_STRENGTH:
+                        continue
+                    self.last_ref[r] = max(self.last_ref[r], clock)
+                    self.ref_count[r] += 1
+                    updates[ref_page] = (ref_page, self.last_ref[r], self.ref_count[r], int(self.stale[r]))
+            self.term_index.add_page(pid, rec["terms"])
+        return list(updates.values())
+
+    def load(self, rows: Iterable[tuple[tuple, dict[str, Any]]], branch: int, extract_limit: int = 2000) -> None:
+        """Rebuild the mirror from stored ``(page row, message)`` pairs in branch order."""
+        from .store import PAGE_COLUMNS
+
+        col = {name: i for i, name in enumerate(PAGE_COLUMNS)}
+        self.branch = branch
+        for row, msg in rows:
+            pid = row[col["id"]]
+            r = len(self.page)
+            kind = row[col["kind"]]
+            self.page.append(pid)
+            self.row_of[pid] = r
+            self.hash.append(row[col["hash"]])
+            self.kind.append(kind)
+            self.role.append(row[col["role"]])
+            self.tokens.append(row[col["tokens"]])
+            self.stub_tokens.append(row[col["stub_tokens"]])
+            self.step.append(row[col["step"]])
+            self.path.append(row[col["path"]])
+            self.handle.append(row[col["handle"]])
+            self.stale.append(bool(row[col["stale"]]))
+            self.last_ref.append(row[col["last_ref"]])
+            self.ref_count.append(row[col["ref_count"]])
+            self.terms.append(terms_mod.extract_terms(message_text(msg), limit=extract_limit))
+            for call in msg.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                self.calls[call["id"]] = (str(fn.get("name", "")), str(fn.get("arguments", "")))
+                self.call_rows[call["id"]] = r
+            cid = row[col["call_id"]]
+            if kind in ("tool", "file") and cid in self.call_rows:
+                self.unit.append(self.unit[self.call_rows[cid]])
+            else:
+                self.unit.append(r)
+            if kind == "user" and self.first_user is None:
+                self.first_user = r
+            if kind == "file" and row[col["path"]]:
+                self.path_rows[row[col["path"]]] = r
+            self.term_index.add_page(pid, self.terms[-1])
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Return the numpy columns the planner and the heat policy read."""
+        return {
+            "page": np.asarray(self.page, dtype=np.int64),
+            "tokens": np.asarray(self.tokens, dtype=np.int64),
+            "stub_tokens": np.asarray(self.stub_tokens, dtype=np.int64),
+            "unit": np.asarray(self.unit, dtype=np.int64),
+            "created": np.asarray(self.step, dtype=np.int64),
+            "last_ref": np.asarray(self.last_ref, dtype=np.int64),
+            "ref_count": np.asarray(self.ref_count, dtype=np.int64),
+            "kind": np.asarray([KIND_CODE[k] for k in self.kind], dtype=np.int8),
+            "stale": np.asarray(self.stale, dtype=bool),
+            "tool": np.asarray([k in ("tool", "file") for k in self.kind], dtype=bool),
+        }

@@ -1,0 +1,131 @@
+"""Options for ``pager.open``: defaults, validation, config files.
+
+The defaults are the tuned ones (see docs/tuning.md). A configuration file is
+JSON holding any of the option names below; ``pager tune --write`` produces
+one. Explicit keyword arguments to ``open`` win over the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import attrs
+import orjson
+
+from .errors import ConfigError
+
+__all__ = ["Options", "load_config"]
+
+MODES = ("paging", "rollover")
+
+
+def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _non_negative(_inst: Any, attribute: attrs.Attribute, value: int | float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"{attribute.name} must be a non-negative number, got {value!r}")
+
+
+@attrs.frozen(slots=True)
+class Options:
+    """Every knob of the scheduler, with its default.
+
+    Token figures: ``high_watermark`` / ``low_watermark`` bound the tokens
+    *beyond L1* (history shown in full, stubs and recalled pages); a demotion
+    round runs when the prompt would pass ``L1 + high_watermark`` and rebuilds
+    it to ``L1 + low_watermark``. Both are capped by the budget
+    (``context_window - output_reserve``).
+    """
+
+    context_window: int = attrs.field(default=200_000, validator=_positive)
+    output_reserve: int | None = None
+    policy: str = "reference"
+    policy_params: Mapping[str, Any] = attrs.field(factory=dict)
+    high_watermark: int = attrs.field(default=24_000, validator=_positive)
+    low_watermark: int = attrs.field(default=8_000, validator=_positive)
+    recent_units: int = attrs.field(default=3, validator=_non_negative)
+    stub_threshold: int = attrs.field(default=2_000, validator=_non_negative)
+    recall_pages: int = attrs.field(default=5, validator=_non_negative)
+    recall_tokens: int = attrs.field(default=2_000, validator=_non_negative)
+    recall_page_tokens: int = attrs.field(default=800, validator=_positive)
+    recall_min_score: float = attrs.field(default=0.0, validator=_non_negative)
+    max_notes: int = attrs.field(default=8, validator=_non_negative)
+    expose_tools: bool = False
+    mode: str = "paging"
+    workspace: str | None = None
+    fallback_reserve: int = attrs.field(default=8_000, validator=_non_negative)
+    reminder_threshold: int = attrs.field(default=16_000, validator=_non_negative)
+    log_reports: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.low_watermark > self.high_watermark:
+            raise ConfigError(
+                f"low_watermark ({self.low_watermark}) must not exceed high_watermark ({self.high_watermark})"
+            )
+        if self.output_reserve is not None and not (0 <= self.output_reserve < self.context_window):
+            raise ConfigError(
+                f"output_reserve must be in [0, context_window), got {self.output_reserve} "
+                f"for a {self.context_window}-token window"
+            )
+
+    @property
+    def reserve(self) -> int:
+        if self.output_reserve is not None:
+            return self.output_reserve
+        from .budget import default_output_reserve
+
+        return default_output_reserve(self.context_window)
+
+    @property
+    def budget(self) -> int:
+        return self.context_window - self.reserve
+
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        data["policy_params"] = dict(self.policy_params)
+        return data
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in attrs.fields(cls))
+
+    @classmethod
+    def build(cls, base: Mapping[str, Any] | None = None, **overrides: Any) -> "Options":
+        """Return options from a mapping plus overrides; unknown names are a ``ConfigError``."""
+        data: dict[str, Any] = dict(base or {})
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = sorted(set(data) - set(cls.names()))
+        if unknown:
+            raise ConfigError(f"unknown option(s) {unknown}; valid: {sorted(cls.names())}")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | None) -> dict[str, Any]:
+    """Return option values from a JSON file (path) or a mapping."""
+    if config is None:
+        return {}
+    if isinstance(config, Mapping):
+        return dict(config)
+    path = Path(config)
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a JSON object")
+    # `pager tune --write` nests the options under "options" beside its figures
+    if "options" in data and isinstance(data["options"], dict):
+        data = data["options"]
+    return data

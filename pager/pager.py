@@ -1,0 +1,644 @@
+"""The facade: ``open()``, ``assemble()``, ``observe()`` and the agent tools.
+
+This is the one module that orchestrates I/O: it validates the caller's
+request, records what is new in the store (one transaction), feeds the recall
+index, asks the heat policy and the recall index for their inputs, calls the
+pure planner, renders its layout back into provider messages and writes a
+report. Everything it decides is decided by the planner and the policy.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import orjson
+
+from . import pairing
+from .errors import ConfigError, HandleError, InputError, PagerError, ToolError
+from .formats import openai_chat
+from .heat import PageTable, get_policy
+from .history import History, hash_messages
+from .index import IndexDoc, PageIndex
+from .options import Options, load_config
+from .plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, plan
+from .render import card_text, line_range, recall_block, stub_text
+from .report import Report, ReportLog
+from .store import PAGE_COLUMNS, Store
+from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, default_counter
+from . import tools as agent_tools
+
+__all__ = ["Pager", "open", "store_sessions"]
+
+_COL = {name: i for i, name in enumerate(PAGE_COLUMNS)}
+# Commit the recall index every this many new pages (and before any search
+# that could need them); the store is the source of truth, so a crash only
+# means the index catches up on the next open.
+_INDEX_COMMIT_EVERY = 64
+
+
+def store_sessions(path: str | os.PathLike[str]) -> list[str]:
+    """Return the session names recorded in the store at ``path`` (oldest first)."""
+    if not (Path(path) / "pager.db").exists():
+        raise ConfigError(f"{path} holds no pager store (no pager.db)")
+    store = Store(path)
+    try:
+        return store.sessions()
+    finally:
+        store.close()
+
+
+def open(  # noqa: A001 - the public verb is open(), like shelve.open
+    path: str | os.PathLike[str],
+    session: str = "default",
+    context_window: int | None = None,
+    *,
+    config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    counter: TokenCounter | None = None,
+    **options: Any,
+) -> "Pager":
+    """Open (creating if needed) the store in folder ``path`` and a session in it.
+
+    ``context_window`` is the model's window in tokens. ``config`` is a JSON
+    file (as ``pager tune --write`` makes) or a mapping of options; keyword
+    options override it. A reopened session keeps the options it was last
+    opened with unless new ones are given.
+    """
+    return Pager(path, session, context_window, config=config, counter=counter, **options)
+
+
+class Pager:
+    """A scheduling session over a durable store. Use ``pager.open``."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        session: str,
+        context_window: int | None,
+        *,
+        config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        counter: TokenCounter | None = None,
+        **options: Any,
+    ) -> None:
+        if not isinstance(session, str) or not session:
+            raise ConfigError("session must be a non-empty string")
+        self.path = Path(path)
+        self.session = session
+        self.store = Store(self.path)
+        saved = self.store.setting(f"options:{session}")
+        base = orjson.loads(saved) if saved and config is None and not options else {}
+        base.update(load_config(config))
+        self.options = Options.build(base, context_window=context_window, **options)
+        self.store.set_setting(f"options:{session}", orjson.dumps(self.options.to_dict()).decode())
+        self.policy = get_policy(self.options.policy, **dict(self.options.policy_params))
+        self.counter = counter or default_counter()
+        self.reports = ReportLog(self.path, enabled=self.options.log_reports)
+        self.last_report: Report | None = None
+        self._calls = 0
+        self._faults = 0
+        self._recall_hits = 0
+        self._recall_useful = 0
+        self._expanded = 0
+        self._handles: set[str] = set()
+        self._demoted: set[int] = set()
+        self._recalled_pending: set[int] = set()
+        self._tools_tokens: dict[bytes, int] = {}
+        self._prev_messages_out = 0
+        self._usage: list[dict[str, Any]] = []
+        self._closed = False
+        self.index = self._open_index()
+        self.history = History(session, self.counter)
+        self._load()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def __enter__(self) -> "Pager":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush the recall index and close the store. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._flush_index()
+        finally:
+            self.index.close()
+            self.store.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PagerError("this pager is closed")
+
+    # -- loading and the index ----------------------------------------------------------
+
+    def _open_index(self) -> PageIndex:
+        index = PageIndex(self.path / "index")
+        # the index is derived: bring it up to date with the store (it may be
+        # missing, or behind after a crash between the two commits)
+        upto = index.indexed_upto()
+        if upto < self.store.max_page_id():
+            self._feed_index(index, upto)
+        self._pending_index = 0
+        return index
+
+    def _feed_index(self, index: PageIndex, after: int) -> None:
+        batch: list[IndexDoc] = []
+        last = after
+        for row, msg in self.store.iter_pages(after):
+            batch.append(self._index_doc(row, msg))
+            last = row[_COL["id"]]
+            if len(batch) >= 1000:
+                index.add(batch)
+                batch = []
+        if batch:
+            index.add(batch)
+        index.commit(upto_page_id=last)
+
+    @staticmethod
+    def _index_doc(row: tuple, msg: Mapping[str, Any]) -> IndexDoc:
+        labels = tuple(orjson.loads(row[_COL["labels"]] or "[]"))
+        return IndexDoc(
+            page_id=row[_COL["id"]],
+            session=row[_COL["session"]],
+            step=row[_COL["step"]],
+            kind=row[_COL["kind"]],
+            text=openai_chat.message_text(msg),
+            labels=labels,
+            path=row[_COL["path"]],
+            handle=row[_COL["handle"]],
+            scope=row[_COL["scope"]] or "session",
+        )
+
+    def reindex(self) -> int:
+        """Rebuild the recall index from the store outright; return the pages indexed."""
+        self._check_open()
+        self.index.clear()
+        self._feed_index(self.index, 0)
+        return len(self.index)
+
+    def _flush_index(self) -> None:
+        if self._pending_index:
+            self.index.commit(upto_page_id=self.store.max_page_id())
+            self._pending_index = 0
+
+    def _load(self) -> None:
+        branch = self.store.ensure_session(self.session)
+        ids = self.store.branch_page_ids(branch)
+        rows = self.store.load_pages(ids)
+        msgs = (self.store.message(pid)[1] for pid in ids)
+        self.history.load(zip(rows, msgs), branch)
+        state = self.store.load_state(self.session) or {}
+        self._layout = Layout.from_state(state.get("layout"))
+        self._demoted = set(state.get("demoted", ()))
+        self._faults = int(state.get("faults", 0))
+        self._calls = int(state.get("calls", 0))
+
+    def _state(self, layout: Layout | None) -> dict[str, Any]:
+        return {
+            "layout": layout.to_state() if layout else None,
+            "demoted": sorted(self._demoted),
+            "faults": self._faults,
+            "calls": self._calls,
+        }
+
+    # -- recording ----------------------------------------------------------------------
+
+    def _record(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Record what is new in ``messages``; return how many pages were added."""
+        hashes, raws = hash_messages(messages)
+        h = self.history
+        common = 0
+        limit = min(len(h.hash), len(hashes))
+        while common < limit and h.hash[common] == hashes[common]:
+            common += 1
+        fork: tuple[int, int] | None = None
+        if common < len(h.hash):
+            # the caller's history diverged from the recorded one: a new branch
+            fork = (h.branch, common)
+            h.truncate(common)
+        if common == len(hashes) and fork is None:
+            return 0
+        classified = openai_chat.classify(messages, common, h.calls)
+        for msg in messages[common:]:
+            for call in msg.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                h.calls[call["id"]] = (str(fn.get("name", "")), str(fn.get("arguments", "")))
+        records = h.prepare(messages, common, classified, hashes, raws)
+        # stat updates need page ids, which the store assigns; two passes keep
+        # it one transaction: ids first, then the mirror computes the updates
+        branch, ids = self.store.record(self.session, h.branch, fork, common, records, (), None)
+        h.branch = branch
+        updates = h.append(records, ids)
+        if updates:
+            with self.store.transaction() as db:
+                db.executemany(
+                    "UPDATE pages SET last_ref=?, ref_count=?, stale=? WHERE id=?",
+                    [(lr, rc, st, pid) for pid, lr, rc, st in updates],
+                )
+        # a recalled page referred to by the new messages was a useful recall
+        for pid, _lr, _rc, _st in updates:
+            if pid in self._recalled_pending:
+                self._recall_useful += 1
+        self._recalled_pending.clear()
+        docs = [
+            IndexDoc(
+                page_id=pid, session=self.session, step=rec["step"], kind=rec["kind"], text=rec["text"],
+                path=rec["path"], handle=rec["handle"],
+            )
+            for rec, pid in zip(records, ids)
+        ]
+        if docs:
+            self.index.add(docs)
+            self._pending_index += len(docs)
+            if self._pending_index >= _INDEX_COMMIT_EVERY:
+                self._flush_index()
+        return len(records)
+
+    # -- assemble -----------------------------------------------------------------------
+
+    def assemble(self, request: Mapping[str, Any], *, expose_tools: bool | None = None) -> dict[str, Any]:
+        """Return ``request`` with ``messages`` rewritten to fit the budget.
+
+        ``request['messages']`` is the caller's whole history. What is new since
+        the last call is recorded; other keys pass through untouched (pager's
+        tools are appended to ``tools`` when ``expose_tools``).
+        """
+        self._check_open()
+        t0 = time.perf_counter()
+        if not isinstance(request, Mapping):
+            raise InputError(f"request must be a mapping, got {type(request).__name__}")
+        if "messages" not in request:
+            raise InputError("request has no 'messages'")
+        messages = request["messages"]
+        openai_chat.validate(messages, check_encoding=False)
+        new_pages = self._record(messages)
+        expose = self.options.expose_tools if expose_tools is None else expose_tools
+        out = dict(request)
+        tools = list(request.get("tools") or ())
+        if expose:
+            names = {(t.get("function") or {}).get("name") for t in tools if isinstance(t, Mapping)}
+            tools.extend(t for t in self.tools() if t["function"]["name"] not in names)
+            out["tools"] = tools
+        tools_tokens = self._count_tools(tools)
+        result = self._schedule(messages, tools_tokens)
+        out["messages"] = result["messages"]
+        self._calls += 1
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        report = self._make_report(result, len(messages), new_pages, elapsed, tools_tokens)
+        self.last_report = report
+        self.reports.append({"type": "assemble", **report.to_dict()})
+        return out
+
+    def _count_tools(self, tools: Sequence[Any]) -> int:
+        if not tools:
+            return 0
+        raw = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
+        n = self._tools_tokens.get(raw)
+        if n is None:
+            n = self.counter.count(raw.decode())
+            self._tools_tokens[raw] = n
+        return n
+
+    def _card(self) -> str:
+        notes = self.store.notes(self.session)
+        keep = notes[-self.options.max_notes :] if self.options.max_notes else []
+        return card_text(self.store.pins(self.session), keep)
+
+    def _focus_terms(self) -> frozenset[str]:
+        from .terms import extract_terms
+
+        h = self.history
+        focus: set[str] = set()
+        for pin in self.store.pins(self.session):
+            focus |= extract_terms(pin)
+        for i in range(len(h) - 1, -1, -1):
+            if h.kind[i] == "user" and i != h.first_user:
+                focus |= h.terms[i]
+                break
+        return frozenset(focus)
+
+    def _recall_candidates(self, shown: set[int]) -> list[tuple[int, int]]:
+        """Return ``(page id, rendered tokens)`` of pages the current work refers to."""
+        o = self.options
+        if not o.recall_pages:
+            return []
+        h = self.history
+        n = len(h)
+        if n == 0:
+            return []
+        # the query: what the agent and user said most recently (the latest
+        # assistant message and any user message after it)
+        query: set[str] = set()
+        for i in range(n - 1, -1, -1):
+            if h.role[i] in ("assistant", "user"):
+                query |= h.terms[i]
+                if h.role[i] == "assistant":
+                    break
+        if not query:
+            return []
+        self._flush_index()
+        exclude = set(shown)
+        exclude.update(h.page[: h.pinned_count()])
+        hits = self.index.search_terms(
+            sorted(query), session=self.session, k=o.recall_pages * 3, exclude=exclude,
+            min_score=o.recall_min_score,
+        )
+        out = []
+        for hit in hits:
+            r = h.row_of.get(hit.page_id)
+            if r is None or h.stale[r] or h.kind[r] in ("system",):
+                continue
+            cost = min(h.tokens[r], o.recall_page_tokens) + 16
+            out.append((hit.page_id, cost))
+        return out
+
+    def _schedule(self, messages: Sequence[Mapping[str, Any]], tools_tokens: int) -> dict[str, Any]:
+        o = self.options
+        h = self.history
+        cols = h.columns()
+        n = len(h)
+        pinned = np.zeros(n, dtype=bool)
+        pinned[: h.pinned_count()] = True
+        card = self._card()
+        card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
+        focus = self._focus_terms()
+        relevance = h.term_index.relevance(cols["page"], focus) if focus else np.zeros(n)
+        table = PageTable(
+            page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"],
+            ref_count=cols["ref_count"], tokens=cols["tokens"], kind=cols["kind"], stale=cols["stale"],
+            relevance=relevance,
+        )
+        heat = self.policy.score(table, h.clock) if n else np.zeros(0)
+        budget = o.budget - tools_tokens
+        l1 = int(cols["tokens"][pinned].sum()) + card_tokens
+        shown_prev = {s.page for s in (self._layout.slots if self._layout else ()) if s.kind == FULL}
+        recall = self._recall_candidates(shown_prev)
+        cfg = PlanConfig(
+            budget=budget,
+            high=min(budget, l1 + o.high_watermark),
+            low=min(budget, l1 + o.low_watermark),
+            recent_units=o.recent_units,
+            stub_threshold=o.stub_threshold,
+            recall_pages=o.recall_pages,
+            recall_tokens=o.recall_tokens,
+        )
+        inp = PlanInput(
+            page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
+            pinned=pinned, tool=cols["tool"], heat=heat, card_tokens=card_tokens, card=card,
+            recall=recall, branch=h.branch,
+        )
+        prev = self._layout
+        result = plan(inp, cfg, prev)
+        layout = result.layout
+        # what the round demoted, and faults: demoted pages brought back
+        shown_now = {s.page for s in layout.slots if s.kind == FULL}
+        if result.round and prev is not None:
+            before = {s.page for s in prev.slots if s.kind == FULL}
+            self._demoted |= before - shown_now
+        for pid in result.recalled:
+            if pid in self._demoted:
+                self._faults += 1
+            self._recall_hits += 1
+            self._recalled_pending.add(pid)
+        rendered = self._render(layout, messages)
+        changed_from = _first_change(prev, layout, h.pinned_count())
+        self._layout = layout
+        self.store.save_state(self.session, self._state(layout))
+        return {
+            "messages": rendered,
+            "plan": result,
+            "layout": layout,
+            "changed_from": changed_from,
+            "budget": budget,
+            "card_tokens": card_tokens,
+        }
+
+    def _render(self, layout: Layout, messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        h = self.history
+        out: list[Mapping[str, Any]] = []
+        for slot in layout.slots:
+            if slot.kind == FULL:
+                out.append(messages[h.row_of[slot.page]])
+            elif slot.kind == STUB:
+                r = h.row_of[slot.page]
+                msg = messages[r]
+                body = content_text(msg.get("content"))
+                self._handles.add(h.handle[r])
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": msg["tool_call_id"],
+                        "content": stub_text(body, h.tokens[r], h.handle[r], path=h.path[r]),
+                    }
+                )
+            elif slot.kind == CARD:
+                out.append({"role": "user", "content": layout.card})
+            elif slot.kind == RECALL:
+                out.append({"role": "user", "content": self._recall_text(slot.pages, messages)})
+        return pairing.normalize(out)
+
+    def _recall_text(self, pages: Sequence[int], messages: Sequence[Mapping[str, Any]]) -> str:
+        h = self.history
+        items = []
+        cap_chars = self.options.recall_page_tokens * 4
+        for pid in pages:
+            r = h.row_of.get(pid)
+            if r is None:
+                continue
+            text = openai_chat.message_text(messages[r])
+            truncated = len(text) > cap_chars
+            items.append(
+                {
+                    "handle": h.handle[r], "step": h.step[r], "kind": h.kind[r], "path": h.path[r],
+                    "text": text[:cap_chars], "truncated": truncated,
+                }
+            )
+            self._handles.add(h.handle[r])
+        return recall_block(items)
+
+    def _make_report(
+        self, result: dict[str, Any], n_in: int, new_pages: int, elapsed: float, tools_tokens: int
+    ) -> Report:
+        layout: Layout = result["layout"]
+        h = self.history
+        pinned = set(h.page[: h.pinned_count()])
+        layers = {"l1": result["card_tokens"], "l2": 0, "stubs": 0, "l3": 0, "tools": tools_tokens}
+        kept = stubbed = 0
+        for slot in layout.slots:
+            if slot.kind == FULL:
+                r = h.row_of[slot.page]
+                layers["l1" if slot.page in pinned else "l2"] += h.tokens[r]
+                kept += 1
+            elif slot.kind == STUB:
+                layers["stubs"] += h.stub_tokens[h.row_of[slot.page]]
+                stubbed += 1
+            elif slot.kind == RECALL:
+                layers["l3"] += slot.tokens
+        plan_ = result["plan"]
+        return Report(
+            session=self.session,
+            call=self._calls,
+            step=h.clock,
+            messages_in=n_in,
+            messages_out=len(result["messages"]),
+            tokens=plan_.tokens + tools_tokens,
+            budget=result["budget"] + tools_tokens,
+            layers=layers,
+            pages_kept=kept,
+            pages_stubbed=stubbed,
+            pages_dropped=len(h) - kept - stubbed,
+            pages_recalled=len(plan_.recalled),
+            handles_issued=len(self._handles),
+            new_pages=new_pages,
+            round=plan_.round,
+            reason=plan_.reason,
+            prefix_kept=result["changed_from"] is None,
+            changed_from=result["changed_from"],
+            faults=self._faults,
+            elapsed_ms=round(elapsed, 3),
+            mode=self.options.mode,
+        )
+
+    # -- usage --------------------------------------------------------------------------
+
+    def observe(self, response: Any) -> dict[str, int]:
+        """Record a provider response's usage (prompt, completion and cached tokens).
+
+        Accepts an OpenAI or Anthropic response (SDK object or dict) or a bare
+        usage mapping; returns the normalised figures, also logged.
+        """
+        self._check_open()
+        data = response
+        if hasattr(data, "model_dump"):
+            data = data.model_dump()
+        if not isinstance(data, Mapping):
+            raise InputError(f"cannot read usage from a {type(response).__name__}")
+        usage = data.get("usage", data)
+        if hasattr(usage, "model_dump"):
+            usage = usage.model_dump()
+        if not isinstance(usage, Mapping):
+            raise InputError("response has no usage mapping")
+        details = usage.get("prompt_tokens_details") or {}
+        prompt = usage.get("prompt_tokens")
+        cached = (details or {}).get("cached_tokens") if isinstance(details, Mapping) else None
+        if prompt is None and "input_tokens" in usage:  # Anthropic counts cache separately
+            cached = int(usage.get("cache_read_input_tokens") or 0)
+            prompt = int(usage.get("input_tokens") or 0) + cached + int(usage.get("cache_creation_input_tokens") or 0)
+        completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
+        figures = {
+            "prompt_tokens": int(prompt or 0),
+            "completion_tokens": int(completion or 0),
+            "cached_tokens": int(cached or 0),
+        }
+        self._usage.append(figures)
+        self.reports.append({"type": "usage", "session": self.session, "call": self._calls, **figures})
+        return figures
+
+    # -- pins, notes, handles -------------------------------------------------------------
+
+    def pin(self, text: str) -> None:
+        """Pin a goal into L1 (the task-state card) for every later prompt."""
+        self._check_open()
+        if not isinstance(text, str) or not text.strip():
+            raise InputError("pin text must be a non-empty string")
+        self.store.add_pin(self.session, text.strip())
+
+    def pins(self) -> list[str]:
+        return self.store.pins(self.session)
+
+    def note(self, text: str) -> int:
+        """Keep a short note in the task-state card; return how many notes the card shows."""
+        self._check_open()
+        if not isinstance(text, str) or not text.strip():
+            raise ToolError("note text must be a non-empty string")
+        self.store.add_note(self.session, text.strip()[: agent_tools.NOTE_MAX_CHARS], self.history.clock)
+        return min(len(self.store.notes(self.session)), self.options.max_notes)
+
+    def notes(self) -> list[str]:
+        return self.store.notes(self.session)
+
+    def _resolve(self, handle: str) -> int:
+        if not isinstance(handle, str) or not handle.startswith("pg:"):
+            raise HandleError(f"{handle!r} is not a pager handle (they look like pg:12-a1b2c3)")
+        pid = self.store.page_by_handle(self.session, handle)
+        if pid is None:
+            raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")
+        return pid
+
+    def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
+        """Return the original text behind ``handle`` (optionally lines start..end, 1-based)."""
+        self._check_open()
+        pid = self._resolve(handle)
+        session, msg = self.store.message(pid)
+        if session != self.session:  # pragma: no cover - _resolve filters by session
+            raise HandleError(f"handle {handle!r} belongs to another session")
+        for name, v in (("start_line", start_line), ("end_line", end_line)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ToolError(f"{name} must be a positive integer, got {v!r}")
+        if pid in self._demoted:
+            self._faults += 1
+        self._expanded += 1
+        return line_range(openai_chat.message_text(msg), start_line, end_line)
+
+    def search(self, query: str, k: int = 5, *, cross_session: bool = False) -> list[Any]:
+        """Search this session's history (or all shared pages); return index hits."""
+        self._check_open()
+        self._flush_index()
+        hits = self.index.search(query, session=self.session, k=k, cross_session=cross_session)
+        for hit in hits:
+            if hit.page_id in self._demoted:
+                self._faults += 1
+        return hits
+
+    # -- agent tools --------------------------------------------------------------------
+
+    def tools(self) -> list[dict[str, Any]]:
+        """Return the agent tools (OpenAI function-tool JSON) this session offers."""
+        return agent_tools.tool_specs(self.options)
+
+    def call_tool(self, tool_call: Any) -> dict[str, Any]:
+        """Execute one pager tool call; return the tool message answering it.
+
+        Bad arguments, unknown handles and the like come back as an error
+        result the model can read, never as an exception in the harness.
+        """
+        self._check_open()
+        return agent_tools.call(self, tool_call)
+
+    # -- introspection ------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Return session counters: pages, faults, recall hits and precision, handles."""
+        return {
+            "session": self.session,
+            "pages": len(self.history),
+            "calls": self._calls,
+            "faults": self._faults,
+            "recall_hits": self._recall_hits,
+            "recall_useful": self._recall_useful,
+            "recall_precision": (self._recall_useful / self._recall_hits) if self._recall_hits else None,
+            "handles_issued": len(self._handles),
+            "expanded": self._expanded,
+            "demoted": len(self._demoted),
+        }
+
+
+def _first_change(prev: Layout | None, new: Layout, pinned: int) -> int | None:
+    """Return the index of the first emitted message that differs from ``prev`` (None if none)."""
+    if prev is None:
+        return 0
+    if prev.branch != new.branch:
+        return 0
+    for i, (a, b) in enumerate(zip(prev.slots, new.slots)):
+        if a != b:
+            return i
+    if len(new.slots) < len(prev.slots):
+        return len(new.slots)
+    return None

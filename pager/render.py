@@ -1,0 +1,79 @@
+"""Text pager writes into prompts: stubs, the task-state card, recall blocks.
+
+Pure and deterministic: the same page always renders to the same bytes, so a
+re-emitted stub or block never breaks the prompt cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+__all__ = ["STUB_HEAD_CHARS", "card_text", "recall_block", "stub_text", "line_range"]
+
+STUB_HEAD_CHARS = 200
+
+
+def _head(text: str, limit: int) -> str:
+    head = text[:limit]
+    # cut at a line or word boundary when one is near, so the head reads cleanly
+    cut = max(head.rfind("\n"), head.rfind(" "))
+    if len(text) > limit and cut > limit * 0.6:
+        head = head[:cut]
+    return head.rstrip()
+
+
+def stub_text(
+    text: str, tokens: int, handle: str, *, path: str | None = None, head_chars: int = STUB_HEAD_CHARS
+) -> str:
+    """Return the stub that stands in for a tool output kept off-prompt."""
+    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    what = f"file {path}" if path else "tool output"
+    return (
+        f"[pager: {what} stored off-prompt as {handle} — {tokens} tokens, {lines} lines, "
+        f"{len(text)} chars; expand({handle!r}) or expand with start_line/end_line for a range]\n"
+        f"{_head(text, head_chars)}"
+        + ("\n…" if len(text) > head_chars else "")
+    )
+
+
+def card_text(pins: Sequence[str], notes: Sequence[str], extra: str = "") -> str:
+    """Return the task-state card (L1), or '' when there is nothing to pin."""
+    if not pins and not notes and not extra:
+        return ""
+    parts = ["[pager task-state card — pinned by the harness; kept in every prompt]"]
+    if pins:
+        parts.append("Pinned goals:")
+        parts.extend(f"- {p}" for p in pins)
+    if notes:
+        parts.append("Notes:")
+        parts.extend(f"- {n}" for n in notes)
+    if extra:
+        parts.append(extra)
+    return "\n".join(parts)
+
+
+def recall_block(pages: Sequence[Mapping[str, Any]]) -> str:
+    """Return the text of a block of recalled pages, each labelled with its source."""
+    out = [
+        "[pager: pages recalled from earlier in this session because the current work "
+        "refers to them; reference material, not a new request]"
+    ]
+    for p in pages:
+        attrs = [f'handle="{p["handle"]}"', f'step="{p["step"]}"', f'kind="{p["kind"]}"']
+        if p.get("path"):
+            attrs.append(f'path="{p["path"]}"')
+        body = p["text"]
+        if p.get("truncated"):
+            body += f"\n… (truncated; expand(\"{p['handle']}\") for the rest)"
+        out.append(f"<page {' '.join(attrs)}>\n{body}\n</page>")
+    return "\n".join(out)
+
+
+def line_range(text: str, start_line: int | None, end_line: int | None) -> str:
+    """Return lines ``start_line..end_line`` (1-based, inclusive) of ``text``."""
+    if start_line is None and end_line is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    start = max(1, start_line or 1)
+    end = min(len(lines), end_line or len(lines))
+    return "".join(lines[start - 1 : end])

@@ -1,0 +1,77 @@
+"""Per-call reports: what one ``assemble`` did, for logs, people and the benchmark."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+
+__all__ = ["Report", "ReportLog"]
+
+
+@attrs.frozen(slots=True)
+class Report:
+    """What one ``assemble`` emitted and why.
+
+    ``layers`` are token counts: ``l1`` (pinned rows and the card), ``l2``
+    (history shown in full), ``stubs`` (tool outputs shown as stubs), ``l3``
+    (recalled pages). ``changed_from`` is the index of the first emitted
+    message that differs from the previous call's prompt (None when the
+    prefix was kept: the prompt only grew at the tail).
+    """
+
+    session: str
+    call: int
+    step: int
+    messages_in: int
+    messages_out: int
+    tokens: int
+    budget: int
+    layers: dict[str, int]
+    pages_kept: int
+    pages_stubbed: int
+    pages_dropped: int
+    pages_recalled: int
+    handles_issued: int
+    new_pages: int
+    round: bool
+    reason: str
+    prefix_kept: bool
+    changed_from: int | None
+    faults: int
+    elapsed_ms: float
+    mode: str = "paging"
+    notices: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+class ReportLog:
+    """Append reports as JSON lines to ``reports.jsonl`` in the store folder."""
+
+    def __init__(self, folder: str | os.PathLike[str], enabled: bool = True) -> None:
+        self.path = Path(folder) / "reports.jsonl"
+        self.enabled = enabled
+
+    def append(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        # one write call per line: a crash leaves at most one torn last line,
+        # which readers skip
+        with open(self.path, "ab") as fh:
+            fh.write(orjson.dumps(record) + b"\n")
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_bytes().splitlines():
+            try:
+                out.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue
+        return out
