@@ -259,16 +259,25 @@ def test_blocked_tool_result_is_a_paired_openai_tool_message():
         blocked_tool_result({"function": {"name": "bash"}})
 
 
-def test_budget_module_is_pure():
+def test_budget_and_handoff_import_no_io_modules():
+    """budget and handoff pull in no sqlite3, tantivy, tiktoken or subprocess.
+
+    The package ``__init__`` imports the facade, so the check loads the two
+    modules under a bare package object, as their own imports see them.
+    """
     import subprocess
     import sys
+    from pathlib import Path
 
+    root = Path(__file__).resolve().parents[1]
     code = (
-        "import sys, pager.budget, pager.handoff;"
-        "bad = {'sqlite3', 'tantivy', 'tiktoken', 'subprocess'} & set(sys.modules);"
+        "import sys, types;"
+        f"pkg = types.ModuleType('pager'); pkg.__path__ = [{str(root / 'pager')!r}];"
+        "sys.modules['pager'] = pkg;"
+        "import pager.budget, pager.handoff;"
+        "bad = {'sqlite3', 'tantivy', 'tiktoken', 'subprocess', 'numpy'} & set(sys.modules);"
         "print(sorted(bad))"
     )
-    root = __import__("pathlib").Path(__file__).resolve().parents[1]
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
     )
