@@ -1,0 +1,46 @@
+"""The replay benchmark: recorded sessions replayed open-loop through prompt strategies.
+
+For each assistant message of a session, every strategy (full resend, the
+cheap baselines, pager) gets the history before it and builds a prompt; the
+benchmark measures tokens, cache-adjusted cost, growth, need coverage,
+invariants and latency (``docs/metrics.md``). ``pager bench`` is the command
+line; ``run`` is the library entry point.
+"""
+
+from __future__ import annotations
+
+from .cost import Pricing, pricing
+from .metrics import CallRecord, SessionMetrics, StrategySummary, check_invariants
+from .runner import BenchResult, run
+from .session import Session, discover, load_session, load_sessions
+from .strategies import (
+    ClearToolResults,
+    FullResend,
+    ObservationMasking,
+    PagerStrategy,
+    SlidingWindow,
+    Strategy,
+    baselines,
+)
+
+__all__ = [
+    "BenchResult",
+    "CallRecord",
+    "ClearToolResults",
+    "FullResend",
+    "ObservationMasking",
+    "PagerStrategy",
+    "Pricing",
+    "Session",
+    "SessionMetrics",
+    "SlidingWindow",
+    "Strategy",
+    "StrategySummary",
+    "baselines",
+    "check_invariants",
+    "discover",
+    "load_session",
+    "load_sessions",
+    "pricing",
+    "run",
+]

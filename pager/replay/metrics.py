@@ -1,0 +1,362 @@
+"""Benchmark metrics: invariant checks, per-call records, per-session and aggregate figures.
+
+Every figure is defined in ``docs/metrics.md``; this module is the reference
+implementation, and the tests hold it to hand-computed values. In short:
+
+- per call (``CallRecord``): prompt tokens, cached tokens, completion tokens,
+  needs / covered needs (all and long-range), invariant violations, latency;
+- per session and strategy (``summarize_session``): mean and max prompt,
+  prompt:completion ratio, cache-adjusted cost and its ratio to full resend,
+  mean prompt relative to full resend, growth, coverage, violations, latency;
+- per strategy over sessions (``aggregate``): cost and mean prompt relative
+  to full resend pooled (sum over sessions over full resend's sum), the
+  median over sessions of the prompt:completion ratio and of growth (and the
+  pooled ratio), coverage pooled over all needs, violations summed, latency
+  percentiles over all calls.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any, Iterable, Mapping, Sequence
+
+import attrs
+import numpy as np
+
+from ..tokens import content_text
+from .cost import Pricing
+from .facts import Facts, canonical
+
+__all__ = [
+    "CallRecord",
+    "SessionMetrics",
+    "StrategySummary",
+    "aggregate",
+    "check_invariants",
+    "growth",
+    "percentile",
+    "summarize_session",
+    "violation_kind",
+]
+
+SYSTEM_ROLES = ("system", "developer")
+
+
+@attrs.frozen(slots=True)
+class CallRecord:
+    """One strategy's prompt for one assistant message, measured.
+
+    ``index`` is the assistant message's position in the session's messages.
+    """
+
+    index: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    messages: int = 0
+    needs: int = 0
+    covered: int = 0
+    long_needs: int = 0
+    long_covered: int = 0
+    violations: tuple[str, ...] = ()
+    latency_ms: float = 0.0
+    layers: Mapping[str, int] | None = None
+
+
+def violation_kind(violation: str) -> str:
+    """Return the kind of a violation string (the part before the first colon)."""
+    return violation.split(":", 1)[0]
+
+
+def check_invariants(
+    prompt: Sequence[Mapping[str, Any]],
+    history: Sequence[Mapping[str, Any]],
+    *,
+    facts: Facts | None = None,
+    budget: int | None = None,
+    prompt_tokens: int | None = None,
+    pins_l1: bool = False,
+) -> list[str]:
+    """Return the invariant violations of one built prompt (empty when it is sound).
+
+    Checks, each reported as ``"kind: detail"``:
+
+    - ``unanswered``: an assistant tool call with no tool message answering
+      it before the next assistant message (or the end of the prompt);
+    - ``orphan``: a tool message answering no open call of the latest
+      assistant message;
+    - ``order``: messages byte-equal (canonical bytes) to history messages
+      must appear in history order; messages pager adds (stubs, recalls,
+      cards) are not history and are not checked;
+    - ``over_budget``: ``prompt_tokens > budget`` when a budget is given;
+    - ``l1``: with ``pins_l1``, each history system message and the first
+      user message must be in the prompt: a prompt message of the same role
+      whose text contains the original text (pager may add to them).
+    """
+    key = facts.key if facts is not None else canonical
+    out: list[str] = []
+
+    open_calls: list[str] = []
+    for i, m in enumerate(prompt):
+        role = m.get("role")
+        if role == "assistant":
+            for cid in open_calls:
+                out.append(f"unanswered: tool call {cid} before prompt[{i}]")
+            open_calls = [c.get("id") for c in m.get("tool_calls") or ()]
+        elif role == "tool":
+            cid = m.get("tool_call_id")
+            if cid in open_calls:
+                open_calls.remove(cid)
+            else:
+                out.append(f"orphan: tool result {cid} at prompt[{i}]")
+    for cid in open_calls:
+        out.append(f"unanswered: tool call {cid} at the end of the prompt")
+
+    positions: dict[bytes, list[int]] = {}
+    for j, h in enumerate(history):
+        positions.setdefault(key(h), []).append(j)
+    last = -1
+    for i, m in enumerate(prompt):
+        where = positions.get(key(m))
+        if not where:
+            continue
+        # greedy: the earliest copy after the last matched one keeps any valid order valid
+        nxt = next((j for j in where if j > last), None)
+        if nxt is None:
+            out.append(f"order: prompt[{i}] (history[{where[0]}]) is out of history order")
+        else:
+            last = nxt
+
+    if budget is not None and prompt_tokens is not None and prompt_tokens > budget:
+        out.append(f"over_budget: {prompt_tokens} tokens > budget {budget}")
+
+    if pins_l1:
+        out.extend(_l1_violations(prompt, history))
+    return out
+
+
+def _text(m: Mapping[str, Any]) -> str:
+    return content_text(m.get("content"))
+
+
+def _l1_violations(
+    prompt: Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    out = []
+    pinned = [(j, h) for j, h in enumerate(history) if h.get("role") in SYSTEM_ROLES]
+    first_user = next(((j, h) for j, h in enumerate(history) if h.get("role") == "user"), None)
+    if first_user is not None:
+        pinned.append(first_user)
+    for j, h in pinned:
+        want = _text(h)
+        role = h.get("role")
+        roles = SYSTEM_ROLES if role in SYSTEM_ROLES else (role,)
+        if not any(m.get("role") in roles and want in _text(m) for m in prompt):
+            what = "first user message" if role == "user" else "system message"
+            out.append(f"l1: {what} history[{j}] missing")
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Return the ``q``-th percentile (linear interpolation, numpy's default), or None if empty."""
+    if len(values) == 0:
+        return None
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def growth(prompts: Sequence[float]) -> float | None:
+    """Return mean prompt of the second half of the calls over the first half.
+
+    With n calls and h = n // 2, the first half is the first h calls and the
+    second half the other n - h (so the middle call of an odd n is in the
+    second). None when n < 2 or the first half's mean is 0.
+    """
+    h = len(prompts) // 2
+    if h == 0:
+        return None
+    first = sum(prompts[:h]) / h
+    second = sum(prompts[h:]) / (len(prompts) - h)
+    return second / first if first else None
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+@attrs.frozen(slots=True)
+class SessionMetrics:
+    """One strategy on one session: the figures of ``docs/metrics.md``."""
+
+    session: str
+    strategy: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    mean_prompt: float
+    max_prompt: int
+    ratio: float | None
+    cost: float
+    cost_vs_full: float | None
+    mean_vs_full: float | None
+    growth: float | None
+    needs: int
+    covered: int
+    long_needs: int
+    long_covered: int
+    violations: int
+    violation_kinds: Mapping[str, int]
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
+    error: str | None = None
+    full_cost: float | None = None
+    full_prompt_tokens: int | None = None
+
+    @property
+    def coverage(self) -> float | None:
+        """Return covered needs over needs, or None when there were none."""
+        return _ratio(self.covered, self.needs)
+
+    @property
+    def long_coverage(self) -> float | None:
+        """Return covered long-range needs over long-range needs, or None."""
+        return _ratio(self.long_covered, self.long_needs)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the figures as a JSON-able dict."""
+        d = attrs.asdict(self)
+        d["violation_kinds"] = dict(self.violation_kinds)
+        d["coverage"] = self.coverage
+        d["long_coverage"] = self.long_coverage
+        return d
+
+
+def summarize_session(
+    session: str,
+    strategy: str,
+    records: Sequence[CallRecord],
+    pricing: Pricing,
+    full: Sequence[CallRecord] | None = None,
+    error: str | None = None,
+) -> SessionMetrics:
+    """Return one strategy's figures on one session; ``full`` is full resend's records."""
+    prompts = [r.prompt_tokens for r in records]
+    n = len(records)
+    total = sum(prompts)
+    completion = sum(r.completion_tokens for r in records)
+    cost = sum(pricing.cost(r.prompt_tokens, r.cached_tokens) for r in records)
+    cost_vs_full = mean_vs_full = full_cost = full_prompt = None
+    if full is not None and n:
+        full_cost = sum(pricing.cost(r.prompt_tokens, r.cached_tokens) for r in full)
+        full_prompt = sum(r.prompt_tokens for r in full)
+        cost_vs_full = _ratio(cost, full_cost)
+        mean_vs_full = _ratio(total, full_prompt)
+    kinds = Counter(violation_kind(v) for r in records for v in r.violations)
+    lat = [r.latency_ms for r in records]
+    return SessionMetrics(
+        session=session,
+        strategy=strategy,
+        calls=n,
+        prompt_tokens=total,
+        completion_tokens=completion,
+        mean_prompt=total / n if n else 0.0,
+        max_prompt=max(prompts, default=0),
+        ratio=_ratio(total, completion),
+        cost=cost,
+        cost_vs_full=cost_vs_full,
+        mean_vs_full=mean_vs_full,
+        growth=growth(prompts),
+        needs=sum(r.needs for r in records),
+        covered=sum(r.covered for r in records),
+        long_needs=sum(r.long_needs for r in records),
+        long_covered=sum(r.long_covered for r in records),
+        violations=sum(kinds.values()),
+        violation_kinds=dict(kinds),
+        latency_p50_ms=percentile(lat, 50),
+        latency_p99_ms=percentile(lat, 99),
+        error=error,
+        full_cost=full_cost,
+        full_prompt_tokens=full_prompt,
+    )
+
+
+@attrs.frozen(slots=True)
+class StrategySummary:
+    """One strategy over all sessions included."""
+
+    strategy: str
+    sessions: int
+    calls: int
+    cost_vs_full: float | None
+    coverage: float | None
+    long_coverage: float | None
+    mean_prompt: float
+    mean_vs_full: float | None
+    max_prompt: int
+    median_ratio: float | None
+    pooled_ratio: float | None
+    growth: float | None
+    needs: int
+    long_needs: int
+    violations: int
+    violation_kinds: Mapping[str, int]
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
+    errors: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the figures as a JSON-able dict."""
+        d = attrs.asdict(self)
+        d["violation_kinds"] = dict(self.violation_kinds)
+        return d
+
+
+def _pooled(metrics: Sequence[SessionMetrics], num: str, den: str) -> float | None:
+    # sums over the sessions that have a full-resend figure, so the two sides match
+    pairs = [(getattr(m, num), getattr(m, den)) for m in metrics if getattr(m, den) is not None]
+    if not pairs:
+        return None
+    return _ratio(sum(a for a, _ in pairs), sum(b for _, b in pairs))
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def aggregate(
+    strategy: str, metrics: Sequence[SessionMetrics], latencies: Sequence[float]
+) -> StrategySummary:
+    """Return a strategy's figures over sessions (``metrics``) and all its calls' ``latencies``.
+
+    Sessions where the strategy failed (``error`` set) count in ``errors``
+    only.
+    """
+    ok = [m for m in metrics if m.error is None]
+    calls = sum(m.calls for m in ok)
+    needs = sum(m.needs for m in ok)
+    long_needs = sum(m.long_needs for m in ok)
+    kinds: Counter[str] = Counter()
+    for m in ok:
+        kinds.update(m.violation_kinds)
+    return StrategySummary(
+        strategy=strategy,
+        sessions=len(ok),
+        calls=calls,
+        cost_vs_full=_pooled(ok, "cost", "full_cost"),
+        coverage=_ratio(sum(m.covered for m in ok), needs),
+        long_coverage=_ratio(sum(m.long_covered for m in ok), long_needs),
+        mean_prompt=_ratio(sum(m.prompt_tokens for m in ok), calls) or 0.0,
+        mean_vs_full=_pooled(ok, "prompt_tokens", "full_prompt_tokens"),
+        max_prompt=max((m.max_prompt for m in ok), default=0),
+        median_ratio=_median(m.ratio for m in ok),
+        pooled_ratio=_ratio(sum(m.prompt_tokens for m in ok), sum(m.completion_tokens for m in ok)),
+        growth=_median(m.growth for m in ok),
+        needs=needs,
+        long_needs=long_needs,
+        violations=sum(kinds.values()),
+        violation_kinds=dict(kinds),
+        latency_p50_ms=percentile(latencies, 50),
+        latency_p99_ms=percentile(latencies, 99),
+        errors=len(metrics) - len(ok),
+    )

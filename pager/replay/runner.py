@@ -1,0 +1,385 @@
+"""Run strategies over sessions, open-loop, and collect the measurements.
+
+For every assistant message of a session (except one with no history before
+it), every strategy gets the history before that message and builds a
+prompt; the runner measures the prompt (tokens, cached prefix, needs covered,
+invariants) and times the build. Strategies never see each other's prompts,
+and the session's own later messages never depend on what a strategy built:
+that is what open-loop means.
+
+Needs are computed once per assistant message and shared by all strategies:
+the needs of message i are the need-shaped strings of its text (see
+``needs``) that occur in the terms of an earlier message; a need is
+long-range when its most recent earlier occurrence is ``long_gap`` (40) or
+more messages before message i.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Mapping, Sequence, TextIO
+
+import attrs
+import orjson
+
+from .cost import Pricing, cached_prefix_tokens
+from .facts import Facts
+from .metrics import (
+    CallRecord,
+    SessionMetrics,
+    StrategySummary,
+    aggregate,
+    check_invariants,
+    summarize_session,
+)
+from .needs import extract_needs, message_text
+from .session import Session
+from .strategies import describe
+
+__all__ = ["BenchResult", "Progress", "SessionRun", "run", "run_session"]
+
+LONG_GAP = 40
+
+
+class Progress:
+    """Draw a one-line progress bar on a terminal (silent when the stream is not one)."""
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        stream: TextIO | None = None,
+        enabled: bool | None = None,
+        width: int = 28,
+    ) -> None:
+        self.total = max(total, 1)
+        self.stream = stream if stream is not None else sys.stderr
+        if enabled is None:
+            enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.enabled = enabled
+        self.width = width
+        self.done = 0
+        self.label = ""
+        self._start = time.monotonic()
+        self._drawn = 0.0
+
+    def advance(self, n: int = 1, label: str | None = None) -> None:
+        """Count ``n`` more units done; redraw at most ten times a second."""
+        self.done += n
+        if label is not None:
+            self.label = label
+        now = time.monotonic()
+        if self.enabled and (now - self._drawn >= 0.1 or self.done >= self.total):
+            self._drawn = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        frac = min(self.done / self.total, 1.0)
+        filled = int(frac * self.width)
+        elapsed = now - self._start
+        eta = elapsed / frac - elapsed if frac > 0 else 0.0
+        label = self.label if len(self.label) <= 40 else self.label[:37] + "..."
+        line = (
+            f"\r[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} calls "
+            f"{_clock(elapsed)} eta {_clock(eta)}  {label}"
+        )
+        self.stream.write(line.ljust(110)[:110])
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the bar's line."""
+        if self.enabled:
+            self._draw(time.monotonic())
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 60:02d}:{s % 60:02d}"
+
+
+@attrs.frozen
+class SessionRun:
+    """Every strategy's call records on one session (and any strategy's error)."""
+
+    id: str
+    source: str
+    path: str
+    messages: int
+    assistant: int
+    records: Mapping[str, tuple[CallRecord, ...]]
+    errors: Mapping[str, str] = attrs.field(factory=dict)
+
+
+def _external(strategy: Any) -> bool:
+    # strategies not written here (pager) get copies and have their failures recorded
+    return bool(getattr(strategy, "copy_history", False))
+
+
+def run_session(
+    session: Session,
+    strategies: Sequence[Any],
+    *,
+    facts: Facts,
+    long_gap: int = LONG_GAP,
+    progress: Progress | None = None,
+    warn: Any = None,
+) -> SessionRun:
+    """Replay one session through every strategy; return the call records."""
+    msgs = session.messages
+    records: dict[str, list[CallRecord]] = {s.name: [] for s in strategies}
+    errors: dict[str, str] = {}
+    previous: dict[str, list[bytes] | None] = {s.name: None for s in strategies}
+    live = []
+    for s in strategies:
+        try:
+            s.reset(dict(session.header))
+            live.append(s)
+        except Exception as exc:
+            if not _external(s):
+                raise
+            errors[s.name] = _describe_error(exc)
+            if warn:
+                warn(f"{s.name} failed on {session.id} at reset: {errors[s.name]}")
+
+    last_seen: dict[str, int] = {}
+    try:
+        for i, msg in enumerate(msgs):
+            if msg.get("role") == "assistant" and i > 0:
+                history = list(msgs[:i])
+                needs = extract_needs(message_text(msg))
+                appeared = {n for n in needs if n in last_seen}
+                long = {n for n in appeared if i - last_seen[n] >= long_gap}
+                completion = facts.tokens(msg)
+                copy: list[dict[str, Any]] | None = None
+                for s in list(live):
+                    hist = history
+                    if _external(s):
+                        if copy is None:
+                            copy = orjson.loads(orjson.dumps(history))
+                        hist = copy
+                        copy = None  # each external strategy gets its own copy
+                    t0 = time.perf_counter()
+                    try:
+                        prompt = s.build(hist)
+                    except Exception as exc:
+                        if not _external(s):
+                            raise
+                        errors[s.name] = _describe_error(exc, at=i)
+                        live.remove(s)
+                        if warn:
+                            warn(f"{s.name} failed on {session.id}: {errors[s.name]}")
+                        continue
+                    elapsed_ms = (time.perf_counter() - t0) * 1000.0
+                    records[s.name].append(
+                        _measure(s, prompt, history, i, appeared, long, completion,
+                                 elapsed_ms, facts, previous)
+                    )
+                if progress is not None:
+                    progress.advance(1, session.id)
+            last_seen.update(dict.fromkeys(facts.terms(msg), i))
+    finally:
+        for s in strategies:
+            close = getattr(s, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception as exc:  # a failed cleanup must not hide the results
+                    if warn:
+                        warn(f"{s.name}: close failed on {session.id}: {exc}")
+    return SessionRun(
+        id=session.id,
+        source=session.source,
+        path=session.path,
+        messages=len(msgs),
+        assistant=session.n_assistant,
+        records={k: tuple(v) for k, v in records.items() if k not in errors},
+        errors=errors,
+    )
+
+
+def _describe_error(exc: BaseException, at: int | None = None) -> str:
+    where = f" (building for message {at})" if at is not None else ""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}{where}"
+
+
+def _measure(
+    strategy: Any,
+    prompt: list[dict[str, Any]],
+    history: list[dict[str, Any]],
+    index: int,
+    appeared: set[str],
+    long: set[str],
+    completion: int,
+    elapsed_ms: float,
+    facts: Facts,
+    previous: dict[str, list[bytes] | None],
+) -> CallRecord:
+    keys = facts.keys(prompt)
+    toks = [facts.tokens(m) for m in prompt]
+    total = sum(toks)
+    cached = cached_prefix_tokens(previous[strategy.name], keys, toks)
+    previous[strategy.name] = keys
+    missing = appeared
+    # newest first: the needs of the next message are mostly in the latest ones
+    for m in reversed(prompt):
+        if not missing:
+            break
+        missing = missing - facts.terms(m)  # iterates the small set, not the terms
+    violations = check_invariants(
+        prompt,
+        history,
+        facts=facts,
+        budget=getattr(strategy, "budget", None),
+        prompt_tokens=total,
+        pins_l1=bool(getattr(strategy, "pins_l1", False)),
+    )
+    layers_fn = getattr(strategy, "layers", None)
+    layers = layers_fn() if layers_fn is not None else None
+    return CallRecord(
+        index=index,
+        prompt_tokens=total,
+        cached_tokens=cached,
+        completion_tokens=completion,
+        messages=len(prompt),
+        needs=len(appeared),
+        covered=len(appeared) - len(missing),
+        long_needs=len(long),
+        long_covered=len(long - missing),
+        violations=tuple(violations),
+        latency_ms=elapsed_ms,
+        layers=layers,
+    )
+
+
+@attrs.frozen
+class BenchResult:
+    """Everything one benchmark run measured, ready for tables, JSON and HTML."""
+
+    strategies: tuple[str, ...]
+    settings: tuple[Mapping[str, Any], ...]
+    pricing: Pricing
+    runs: tuple[SessionRun, ...]
+    per_session: tuple[SessionMetrics, ...]
+    summary: tuple[StrategySummary, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+    long_gap: int = LONG_GAP
+    seconds: float = 0.0
+
+    def metrics_for(self, session: str) -> dict[str, SessionMetrics]:
+        """Return each strategy's figures on one session."""
+        return {m.strategy: m for m in self.per_session if m.session == session}
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-able dict: settings, summary, per-session figures and series."""
+        sessions = []
+        for r in self.runs:
+            series = {
+                name: {
+                    "index": [c.index for c in recs],
+                    "prompt_tokens": [c.prompt_tokens for c in recs],
+                    "cached_tokens": [c.cached_tokens for c in recs],
+                    "completion_tokens": [c.completion_tokens for c in recs],
+                    "latency_ms": [round(c.latency_ms, 3) for c in recs],
+                    "layers": [dict(c.layers) if c.layers else None for c in recs]
+                    if any(c.layers for c in recs)
+                    else None,
+                }
+                for name, recs in r.records.items()
+            }
+            sessions.append(
+                {
+                    "id": r.id,
+                    "source": r.source,
+                    "path": r.path,
+                    "messages": r.messages,
+                    "assistant": r.assistant,
+                    "errors": dict(r.errors),
+                    "metrics": {k: v.to_json() for k, v in self.metrics_for(r.id).items()},
+                    "series": series,
+                }
+            )
+        return {
+            "pricing": attrs.asdict(self.pricing),
+            "long_gap": self.long_gap,
+            "seconds": self.seconds,
+            "strategies": list(self.settings),
+            "summary": [s.to_json() for s in self.summary],
+            "sessions": sessions,
+            "skipped": [{"path": p, "reason": why} for p, why in self.skipped],
+        }
+
+
+def run(
+    sessions: Sequence[Session],
+    strategies: Sequence[Any],
+    *,
+    pricing: Pricing,
+    facts: Facts | None = None,
+    long_gap: int = LONG_GAP,
+    progress: bool | None = None,
+    stream: TextIO | None = None,
+    skipped: Sequence[tuple[str, str]] = (),
+    full_name: str | None = None,
+) -> BenchResult:
+    """Replay ``sessions`` through ``strategies``; return per-session and aggregate figures.
+
+    Ratios to full resend use the strategy named ``full_name`` (default: the
+    first ``FullResend`` among ``strategies``, else none). ``progress``:
+    draw a bar on ``stream`` (stderr), None = only on a terminal.
+    """
+    from .strategies import FullResend
+
+    facts = facts if facts is not None else Facts()
+    stream = stream if stream is not None else sys.stderr
+    if full_name is None:
+        full_name = next((s.name for s in strategies if isinstance(s, FullResend)), None)
+    names = tuple(s.name for s in strategies)
+    if len(set(names)) != len(names):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"strategy names must be unique, got {list(names)}")
+
+    def warn(text: str) -> None:
+        if bar.enabled:
+            stream.write("\n")
+        stream.write(f"pager bench: warning: {text}\n")
+
+    total = sum(max(0, s.n_assistant - (s.messages[0].get("role") == "assistant"))
+                for s in sessions if s.messages)
+    bar = Progress(total, stream=stream, enabled=progress)
+    t0 = time.monotonic()
+    runs = []
+    for s in sessions:
+        runs.append(run_session(s, strategies, facts=facts, long_gap=long_gap,
+                                progress=bar, warn=warn))
+        facts.forget_identities()
+    bar.close()
+    seconds = time.monotonic() - t0
+
+    per_session: list[SessionMetrics] = []
+    for r in runs:
+        full = r.records.get(full_name) if full_name else None
+        for name in names:
+            if name in r.errors:
+                per_session.append(summarize_session(r.id, name, (), pricing, None, r.errors[name]))
+            else:
+                per_session.append(summarize_session(r.id, name, r.records[name], pricing, full))
+    summary = []
+    for name in names:
+        lat = [c.latency_ms for r in runs for c in r.records.get(name, ())]
+        summary.append(aggregate(name, [m for m in per_session if m.strategy == name], lat))
+    return BenchResult(
+        strategies=names,
+        settings=tuple(describe(strategies)),
+        pricing=pricing,
+        runs=tuple(runs),
+        per_session=tuple(per_session),
+        summary=tuple(summary),
+        skipped=tuple(skipped),
+        long_gap=long_gap,
+        seconds=seconds,
+    )
