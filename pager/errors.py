@@ -12,7 +12,9 @@ caller would reach for, so ``except ValueError`` still works::
     │   └── SchemaError(StoreError)                the store was written by an incompatible version
     ├── RecallIndexError(PagerError, RuntimeError) the Tantivy index failed; rebuildable
     ├── HandleError(PagerError, KeyError)          an unknown handle, or one of another session
-    └── ToolError(PagerError, ValueError)          an agent tool was called with bad arguments
+    ├── ToolError(PagerError, ValueError)          an agent tool was called with bad arguments
+    └── StateFileError(PagerError, ValueError)     checkpoint files cannot be written as asked
+        └── InvariantRewriteError(StateFileError)  an export would rewrite the append-only invariants
 
 Third-party errors (sqlite3, tantivy, orjson) are translated at the module
 that talks to them; they never escape pager's public API untranslated.
@@ -25,10 +27,12 @@ __all__ = [
     "ConfigError",
     "HandleError",
     "InputError",
+    "InvariantRewriteError",
     "MessageError",
     "PagerError",
     "RecallIndexError",
     "SchemaError",
+    "StateFileError",
     "StoreError",
     "ToolError",
 ]
@@ -100,3 +104,11 @@ class HandleError(PagerError, KeyError):
 
 class ToolError(PagerError, ValueError):
     """An agent tool (recall, expand, note, new_context) got bad arguments."""
+
+
+class StateFileError(PagerError, ValueError):
+    """A checkpoint directory cannot be read or written as asked."""
+
+
+class InvariantRewriteError(StateFileError):
+    """An export would drop or alter an entry of the append-only invariants file."""

@@ -343,7 +343,8 @@ class Pager:
                     break
         if not query:
             return []
-        self._flush_index()
+        # no flush here: a tantivy commit costs ~100 ms, and pages not yet
+        # committed are the newest ones, which are in the prompt anyway
         exclude = set(shown)
         exclude.update(h.page[: h.pinned_count()])
         hits = self.index.search_terms(

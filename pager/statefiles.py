@@ -38,7 +38,7 @@ from typing import Callable, Literal, Sequence
 
 import attrs
 
-from .errors import PagerError
+
 
 __all__ = [
     "GOAL_FILE",
@@ -70,13 +70,7 @@ InvariantKind = Literal["decision", "rejected"]
 KINDS: tuple[str, ...] = ("decision", "rejected")
 
 
-# TODO(lead): move both into pager/errors.py's tree and re-export them here.
-class StateFileError(PagerError, ValueError):
-    """A state directory cannot be read or written as asked."""
-
-
-class InvariantRewriteError(StateFileError):
-    """An export would drop or alter an entry of the append-only invariants file."""
+from .errors import InvariantRewriteError, StateFileError  # noqa: E402  (re-exported)
 
 
 @attrs.frozen(slots=True)

@@ -97,6 +97,8 @@ class Store:
                         f"{self.path / DB_NAME} has schema version {row[0]}, this pager reads "
                         f"up to {SCHEMA_VERSION}; upgrade pager"
                     )
+        except StoreError:
+            raise
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
         except OSError as exc:
