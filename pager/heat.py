@@ -205,9 +205,9 @@ def rank_scores(scores: np.ndarray, page_id: np.ndarray) -> np.ndarray:
     Use this when you already hold the scores (to report them) and want the
     order ``HeatPolicy.rank`` would give without scoring twice.
     """
-    # lexsort sorts by the last key first. Negating sorts descending; both
-    # keys are negated in their own dtype, so no int64 -> float precision loss.
-    return np.lexsort((-np.asarray(page_id, dtype=np.int64), -np.asarray(scores, dtype=np.float64)))
+    # lexsort sorts by the last key first, ascending. ~id (= -id - 1) reverses
+    # the id order without overflowing at int64's minimum, as -id would.
+    return np.lexsort((~np.asarray(page_id, dtype=np.int64), -np.asarray(scores, dtype=np.float64)))
 
 
 class HeatPolicy:
