@@ -1,0 +1,187 @@
+"""Micro-benchmarks of the recall index: query latency at 10k / 100k pages, indexing rate.
+
+Run: ``python3 -m pytest bench/test_bench_recall.py --benchmark-only -q``.
+Page texts are synthetic but shaped like agent history: code, logs, shell
+output, paths, identifiers and prose, spread over 20 sessions.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Iterator
+
+import pytest
+
+from pager.index import IndexDoc, PageIndex
+
+SESSIONS = 20
+_WORDS = (
+    "the build failed because test fixture was missing so we rerun pytest with verbose output "
+    "and check the traceback then patch the handler update config retry request parse token "
+    "budget window page recall heat demote expand handle note goal task state next step"
+).split()
+_IDENTS = [
+    f"{a}_{b}"
+    for a in ("load", "save", "parse", "render", "fetch", "apply", "build", "check", "merge", "split")
+    for b in ("config", "page", "index", "token", "request", "session", "plan", "store", "cache", "heat")
+]
+_CLASSES = [
+    f"{a}{b}"
+    for a in ("Page", "Index", "Store", "Token", "Budget", "Plan", "Heat", "Handle")
+    for b in ("Error", "Manager", "Builder", "Reader", "Writer", "Policy", "Counter", "Record")
+]
+_DIRS = ["src", "pager", "tests", "lib", "app", "cmd", "internal", "docs"]
+_EXTS = ["py", "rs", "ts", "go", "md", "json", "toml"]
+
+
+def _path(r: random.Random) -> str:
+    parts = [r.choice(_DIRS) for _ in range(r.randint(1, 3))]
+    return "/".join(parts) + f"/{r.choice(_IDENTS)}.{r.choice(_EXTS)}"
+
+
+def _code(r: random.Random) -> str:
+    lines = []
+    for _ in range(r.randint(5, 30)):
+        fn, cls = r.choice(_IDENTS), r.choice(_CLASSES)
+        lines.append(
+            r.choice(
+                [
+                    f"def {fn}(self, {r.choice(_IDENTS)}: int) -> {cls}:",
+                    f"    raise {cls}(f'bad {{value!r}} at line {r.randint(1, 999)}')",
+                    f"    return {fn}({r.choice(_IDENTS)}, retries={r.randint(0, 9)})",
+                    f"from {r.choice(_DIRS)}.{r.choice(_IDENTS)} import {cls}",
+                    f"    # {' '.join(r.choices(_WORDS, k=8))}",
+                ]
+            )
+        )
+    return "\n".join(lines)
+
+
+def _log(r: random.Random) -> str:
+    lines = []
+    for _ in range(r.randint(5, 40)):
+        lines.append(
+            f"2024-05-{r.randint(1, 28):02d}T{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:00 "
+            f"{r.choice(['INFO', 'WARN', 'ERROR', 'DEBUG'])} {_path(r)}:{r.randint(1, 900)} "
+            f"{r.choice(_CLASSES)} {' '.join(r.choices(_WORDS, k=6))} id=0x{r.getrandbits(32):08x}"
+        )
+    return "\n".join(lines)
+
+
+def _prose(r: random.Random) -> str:
+    return " ".join(r.choices(_WORDS + _IDENTS[:20], k=r.randint(15, 80)))
+
+
+def make_docs(n: int, seed: int = 7) -> Iterator[IndexDoc]:
+    """Yield ``n`` synthetic pages, deterministic for a seed."""
+    r = random.Random(seed)
+    for pid in range(1, n + 1):
+        kind = r.choice(["tool", "tool", "file", "assistant", "user"])
+        path = _path(r) if kind == "file" else None
+        if kind == "file":
+            text = _code(r)
+        elif kind == "tool":
+            text = _log(r) if r.random() < 0.6 else _code(r)
+        else:
+            text = _prose(r)
+        yield IndexDoc(
+            page_id=pid,
+            session=f"s{pid % SESSIONS}",
+            step=pid // SESSIONS,
+            kind=kind,
+            text=text,
+            path=path,
+            handle=f"pg:{pid}",
+            labels=(f"goal:{pid % 7}",),
+        )
+
+
+def _queries(seed: int = 11) -> list[str]:
+    r = random.Random(seed)
+    out = []
+    for _ in range(200):
+        out.append(
+            f"{r.choice(_CLASSES)} in {_path(r)} {r.choice(_IDENTS)} "
+            f"{' '.join(r.choices(_WORDS, k=4))}"
+        )
+    return out
+
+
+def _build(tmp_path_factory: pytest.TempPathFactory, n: int) -> PageIndex:
+    ix = PageIndex(tmp_path_factory.mktemp(f"ix{n}"))
+    t0 = time.perf_counter()
+    ix.add(make_docs(n))
+    ix.commit(n)
+    print(f"\nbuilt {n} pages in {time.perf_counter() - t0:.1f}s")
+    return ix
+
+
+@pytest.fixture(scope="module")
+def index_10k(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageIndex]:
+    ix = _build(tmp_path_factory, 10_000)
+    yield ix
+    ix.close()
+
+
+@pytest.fixture(scope="module")
+def index_100k(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageIndex]:
+    ix = _build(tmp_path_factory, 100_000)
+    yield ix
+    ix.close()
+
+
+def _bench_query(benchmark, ix: PageIndex) -> None:  # type: ignore[no-untyped-def]
+    queries = _queries()
+    exclude = list(range(1, 400, 3))  # what the prompt already holds
+    state = {"i": 0}
+
+    def one() -> int:
+        state["i"] += 1
+        q = queries[state["i"] % len(queries)]
+        return len(ix.search(q, session="s3", k=5, exclude=exclude))
+
+    assert one() > 0
+    benchmark(one)
+
+
+def test_recall_query_10k(benchmark, index_10k: PageIndex) -> None:  # type: ignore[no-untyped-def]
+    _bench_query(benchmark, index_10k)
+
+
+def test_recall_query_100k(benchmark, index_100k: PageIndex) -> None:  # type: ignore[no-untyped-def]
+    _bench_query(benchmark, index_100k)
+
+
+def test_recall_query_100k_cross_session(benchmark, index_100k: PageIndex) -> None:  # type: ignore[no-untyped-def]
+    queries = _queries(5)
+    state = {"i": 0}
+
+    def one() -> int:
+        state["i"] += 1
+        return len(ix.search(queries[state["i"] % 200], session="s3", cross_session=True))
+
+    ix = index_100k
+    benchmark(one)
+
+
+def test_recall_terms_100k(benchmark, index_100k: PageIndex) -> None:  # type: ignore[no-untyped-def]
+    terms = ["PageError", "pager/index.py", "load_config", "traceback", "0x1234abcd"]
+    benchmark(lambda: index_100k.search_terms(terms, session="s3"))
+
+
+def test_indexing_throughput(benchmark, tmp_path_factory: pytest.TempPathFactory) -> None:  # type: ignore[no-untyped-def]
+    n = 5_000
+    docs = list(make_docs(n, seed=3))
+    rounds = {"i": 0}
+
+    def build() -> None:
+        rounds["i"] += 1
+        ix = PageIndex(tmp_path_factory.mktemp(f"tp{rounds['i']}"))
+        ix.add(docs)
+        ix.commit(n)
+        ix.close()
+
+    benchmark.pedantic(build, rounds=3, iterations=1)
+    benchmark.extra_info["pages_per_s"] = n / benchmark.stats.stats.median
+    print(f"\nindexing: {n / benchmark.stats.stats.median:,.0f} pages/s")
