@@ -40,7 +40,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Collection, Iterable
+from collections.abc import Collection, Iterable
 
 import attrs
 import tantivy
@@ -106,7 +106,7 @@ class Hit:
 
 
 def _clean(s: str) -> str:
-    """Return ``s`` encodable as UTF-8 (lone surrogates become U+FFFD-ish '?')."""
+    """Return ``s`` encodable as UTF-8 (lone surrogates become '?')."""
     if s.isascii():
         return s
     try:
@@ -290,6 +290,10 @@ class PageIndex:
         if d.handle:
             doc.add_text("handle", d.handle)
             keys.append(d.handle)
+        # JSON fields index a string that parses as an RFC 3339 date as a date,
+        # not text: a trailing space (text) or "=" prefix (keys) prevents that.
+        words = [x + " " if x[:1].isdigit() and len(x) < 64 else x for x in words]
+        keys = ["=" + x for x in keys]
         doc.add_json("text", {a: words for a in audiences})
         doc.add_json("key", {a: keys for a in audiences})
         if not text.isascii():
@@ -463,8 +467,8 @@ class PageIndex:
         kept = [w for w in words if w not in _STOPWORDS]
         words = (kept or words)[:MAX_QUERY_TERMS]
         grams = list(dict.fromkeys(grams))[:MAX_QUERY_TERMS]
-        keys = list(dict.fromkeys(c.strip(_CHUNK_STRIP).lower() for c in chunks[:MAX_KEY_CHUNKS]))
-        keys = [c for c in keys if c]
+        keys = [c.strip(_CHUNK_STRIP).lower() for c in chunks[:MAX_KEY_CHUNKS]]
+        keys = list(dict.fromkeys("=" + c for c in keys if c))
         if not words and not grams:
             return []
         home = _audience(_clean(session))

@@ -357,3 +357,13 @@ def test_property_queries_never_raise_or_leak(
                 assert cross and h.page_id % 3 == 2  # only B's shared pages
         scores = [(-h.score, -h.page_id) for h in hits]
         assert scores == sorted(scores)
+
+
+def test_date_like_text_stays_searchable() -> None:
+    # tantivy JSON fields would otherwise index an RFC 3339 string as a date
+    index = PageIndex()
+    index.add([doc(1, "2024-05-01T10:00:00Z", labels=("2024-05-01T10:00:00Z",)), doc(2, "12345")])
+    index.commit()
+    assert ids(index.search("2024", session="A")) == [1]
+    assert ids(index.search("2024-05-01T10:00:00Z", session="A")) == [1]
+    assert ids(index.search("12345", session="A")) == [2]
