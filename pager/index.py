@@ -54,6 +54,7 @@ SCOPES = ("session", "private", "shared")
 MAX_QUERY_TERMS = 64
 MAX_QUERY_CHARS = 4096
 MAX_KEY_CHUNKS = 16
+MAX_KEY_CHARS = 512  # paths, handles, labels: exact terms must stay under tantivy's term limit
 STORED_TEXT_CHARS = 16_384  # snippets come from the stored prefix; the whole text is indexed
 SNIPPET_CHARS = 200
 WRITER_HEAP = 64_000_000
@@ -143,7 +144,8 @@ def _build_schema() -> tantivy.Schema:
     sb.add_json_field("text", tokenizer_name="pg_text", index_option="freq")
     sb.add_json_field("cjk", tokenizer_name="whitespace", index_option="freq")
     sb.add_json_field("key", tokenizer_name="pg_key", index_option="basic")
-    sb.add_text_field("body", stored=True, tokenizer_name="raw", index_option="basic")
+    # Stored, not indexed: a text field would index the whole prefix as one raw term.
+    sb.add_bytes_field("body", stored=True)
     sb.add_text_field("path", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("handle", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("meta", tokenizer_name="raw", index_option="basic")
@@ -293,7 +295,7 @@ class PageIndex:
         # JSON fields index a string that parses as an RFC 3339 date as a date,
         # not text: a trailing space (text) or "=" prefix (keys) prevents that.
         words = [x + " " if x[:1].isdigit() and len(x) < 64 else x for x in words]
-        keys = ["=" + x for x in keys]
+        keys = ["=" + x[:MAX_KEY_CHARS] for x in keys]
         doc.add_json("text", {a: words for a in audiences})
         doc.add_json("key", {a: keys for a in audiences})
         if not text.isascii():
@@ -301,7 +303,7 @@ class PageIndex:
             if grams:
                 joined = " ".join(grams)
                 doc.add_json("cjk", {a: joined for a in audiences})
-        doc.add_text("body", text[:STORED_TEXT_CHARS])
+        doc.add_bytes("body", text[:STORED_TEXT_CHARS].encode())
         return doc
 
     def commit(self, upto_page_id: int | None = None) -> None:
@@ -468,7 +470,7 @@ class PageIndex:
         words = (kept or words)[:MAX_QUERY_TERMS]
         grams = list(dict.fromkeys(grams))[:MAX_QUERY_TERMS]
         keys = [c.strip(_CHUNK_STRIP).lower() for c in chunks[:MAX_KEY_CHUNKS]]
-        keys = list(dict.fromkeys("=" + c for c in keys if c))
+        keys = list(dict.fromkeys("=" + c[:MAX_KEY_CHARS] for c in keys if c))
         if not words and not grams:
             return []
         home = _audience(_clean(session))
@@ -526,9 +528,8 @@ class PageIndex:
             score=score,
             path=doc.get_first("path"),
             handle=doc.get_first("handle"),
-            snippet=_snippet(doc.get_first("body") or "", needles),
+            snippet=_snippet((doc.get_first("body") or b"").decode(), needles),
         )
-
 
 
 def _snippet(text: str, needles: list[str]) -> str:

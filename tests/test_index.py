@@ -367,3 +367,18 @@ def test_date_like_text_stays_searchable() -> None:
     assert ids(index.search("2024", session="A")) == [1]
     assert ids(index.search("2024-05-01T10:00:00Z", session="A")) == [1]
     assert ids(index.search("12345", session="A")) == [2]
+
+
+def test_oversized_fields_are_indexed() -> None:
+    index = PageIndex()
+    long_path = "d/" * 40_000 + "f.py"
+    index.add(
+        [
+            doc(1, "🎉" * 20_000 + " findme", path=long_path, labels=("l" * 100_000,)),
+            doc(2, "x" * 100_000 + " other"),
+        ]
+    )
+    index.commit()
+    assert ids(index.search("findme", session="A")) == [1]
+    assert ids(index.search(long_path, session="A")) == [1]
+    assert ids(index.search("other", session="A")) == [2]
