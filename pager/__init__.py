@@ -22,9 +22,27 @@ from .errors import (
     ToolError,
 )
 from .heat import HeatPolicy, PageTable, get_policy, register_policy
+from typing import TYPE_CHECKING
+
 from .options import Options
-from .pager import Pager, open, store_sessions
 from .report import Report
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .pager import Pager, open, store_sessions
+
+# The facade (and with it sqlite3 and tantivy) loads on first use, so that
+# importing the pure core (pager.plan, pager.heat, pager.pairing) stays free
+# of I/O modules.
+_LAZY = {"Pager", "open", "store_sessions"}
+
+
+def __getattr__(name: str):  # PEP 562
+    if name in _LAZY:
+        from . import pager as _facade
+
+        return getattr(_facade, name)
+    raise AttributeError(f"module 'pager' has no attribute {name!r}")
+
 
 __all__ = [
     "BudgetError",
