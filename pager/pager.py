@@ -179,6 +179,7 @@ class Pager:
     def reindex(self) -> int:
         """Rebuild the recall index from the store outright; return the pages indexed."""
         self._check_open()
+        self._flush_index()  # pending adds would otherwise outlive the clear
         self.index.clear()
         self._feed_index(self.index, 0)
         return len(self.index)
