@@ -31,7 +31,7 @@ from .store import PAGE_COLUMNS, Store
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, default_counter
 from . import tools as agent_tools
 
-__all__ = ["Pager", "open", "store_sessions"]
+__all__ = ["Pager", "feed_index", "index_doc", "open", "store_sessions"]
 
 _COL = {name: i for i, name in enumerate(PAGE_COLUMNS)}
 # Commit the recall index every this many new pages (and before any search
@@ -149,32 +149,7 @@ class Pager:
         return index
 
     def _feed_index(self, index: PageIndex, after: int) -> None:
-        batch: list[IndexDoc] = []
-        last = after
-        for row, msg in self.store.iter_pages(after):
-            batch.append(self._index_doc(row, msg))
-            last = row[_COL["id"]]
-            if len(batch) >= 1000:
-                index.add(batch)
-                batch = []
-        if batch:
-            index.add(batch)
-        index.commit(upto_page_id=last)
-
-    @staticmethod
-    def _index_doc(row: tuple, msg: Mapping[str, Any]) -> IndexDoc:
-        labels = tuple(orjson.loads(row[_COL["labels"]] or "[]"))
-        return IndexDoc(
-            page_id=row[_COL["id"]],
-            session=row[_COL["session"]],
-            step=row[_COL["step"]],
-            kind=row[_COL["kind"]],
-            text=openai_chat.message_text(msg),
-            labels=labels,
-            path=row[_COL["path"]],
-            handle=row[_COL["handle"]],
-            scope=row[_COL["scope"]] or "session",
-        )
+        feed_index(self.store, index, after)
 
     def reindex(self) -> int:
         """Rebuild the recall index from the store outright; return the pages indexed."""
@@ -630,6 +605,47 @@ class Pager:
             "expanded": self._expanded,
             "demoted": len(self._demoted),
         }
+
+
+def index_doc(row: tuple, msg: Mapping[str, Any]) -> IndexDoc:
+    """Return the index document for a stored page row and its message."""
+    labels = tuple(orjson.loads(row[_COL["labels"]] or "[]"))
+    return IndexDoc(
+        page_id=row[_COL["id"]],
+        session=row[_COL["session"]],
+        step=row[_COL["step"]],
+        kind=row[_COL["kind"]],
+        text=openai_chat.message_text(msg),
+        labels=labels,
+        path=row[_COL["path"]],
+        handle=row[_COL["handle"]],
+        scope=row[_COL["scope"]] or "session",
+    )
+
+
+def feed_index(store: Store, index: PageIndex, after: int = 0, progress: Any = None) -> int:
+    """Index every stored page with id > ``after`` and commit; return how many.
+
+    ``progress(done, total)`` is called after each batch when given.
+    """
+    total = store.count_pages()
+    batch: list[IndexDoc] = []
+    done = 0
+    last = after
+    for row, msg in store.iter_pages(after):
+        batch.append(index_doc(row, msg))
+        last = row[_COL["id"]]
+        if len(batch) >= 1000:
+            done += index.add(batch)
+            batch = []
+            if progress:
+                progress(done, total)
+    if batch:
+        done += index.add(batch)
+    index.commit(upto_page_id=last)
+    if progress:
+        progress(done, total)
+    return done
 
 
 def _first_change(prev: Layout | None, new: Layout, pinned: int) -> int | None:
