@@ -339,6 +339,11 @@ def _weight(_inst: Any, attr: attrs.Attribute, value: float) -> None:
         raise ConfigError(f"{attr.name} must be in [0, {_WEIGHT_MAX:g}], got {value!r}")
 
 
+def _fraction(_inst: Any, attr: attrs.Attribute, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{attr.name} must be in [0, 1], got {value!r}")
+
+
 def _half_life_field(default: float) -> Any:
     return attrs.field(default=default, converter=_to_float, validator=_half_life)
 
@@ -446,24 +451,35 @@ class FIFOPolicy(HeatPolicy):
 class ReferencePolicy(HeatPolicy):
     """Recency of last reference, plus evidence the page is still needed.
 
-    Heat (in bits) starts at minus the half-lives since the page was created
-    or last referred back to (tool and file outputs age twice as fast by
-    default), then adds ``ref_weight`` per doubling of references,
+    Heat (in bits) starts at minus the half-lives of the page's age, where a
+    reference renews ``ref_recency`` of the age (tool and file outputs age
+    twice as fast by default), then adds ``ref_weight`` per doubling of references,
     ``relevance_weight`` times the relevance to the pinned goals and active
     task, and subtracts ``stale_penalty`` for a superseded file read and
     ``size_penalty`` per doubling of size above ``SIZE_UNIT`` tokens.
     """
 
     name: ClassVar[str] = "reference"
-    half_life: float = _half_life_field(16.0)
+    # Defaults tuned on the development traces (docs/policies.md, "Tuning"):
+    # renewing the whole age on a reference (ref_recency=1) and heavy weights
+    # kept pages whose terms the recent turns already carried.
+    half_life: float = _half_life_field(12.0)
     tool_half_life: float | None = _tool_half_life_field()
-    ref_weight: float = _weight_field(1.0)
+    ref_weight: float = _weight_field(0.5)
     stale_penalty: float = _weight_field(4.0)
-    relevance_weight: float = _weight_field(3.0)
+    relevance_weight: float = _weight_field(1.0)
     size_penalty: float = _weight_field(0.5)
+    ref_recency: float = attrs.field(default=0.5, converter=_to_float, validator=_fraction)
 
     def score(self, table: PageTable, clock: int) -> np.ndarray:
-        heat = -_age(clock, table.last_ref) / _half_lives(table.kind, self.half_life, self.tool_half_life)
+        if self.ref_recency == 1.0:
+            since = table.last_ref
+        else:
+            # A reference renews this fraction of the page's age: 1 counts age
+            # from the last reference (LRU), 0 from creation (FIFO).
+            created = table.created.astype(np.float64)
+            since = created + self.ref_recency * (table.last_ref.astype(np.float64) - created)
+        heat = -_age(clock, since) / _half_lives(table.kind, self.half_life, self.tool_half_life)
         if self.ref_weight:
             heat += self.ref_weight * np.log2(1.0 + np.maximum(table.ref_count, 0).astype(np.float64))
         if self.relevance_weight:

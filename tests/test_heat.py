@@ -221,13 +221,14 @@ def test_reference_old_referenced_page_outranks_newer_unreferenced() -> None:
     table = PageTable.from_rows(
         [
             {"page_id": 1, "created": 0, "last_ref": 30, "ref_count": 1, "kind": "tool", "tokens": 800},
-            {"page_id": 2, "created": 20, "kind": "tool", "tokens": 800},
+            {"page_id": 2, "created": 10, "kind": "tool", "tokens": 800},
         ]
     )
-    assert ReferencePolicy().rank(table, 40).tolist() == [0, 1]
-    # Even when the reference is older than the newer page.
-    earlier = attrs.evolve(table, last_ref=np.array([15, 20]))
-    assert ReferencePolicy().rank(earlier, 40).tolist() == [0, 1]
+    # Referred back to at step 30: half its age is renewed, plus a bonus.
+    assert ReferencePolicy().rank(table, 32).tolist() == [0, 1]
+    assert ReferencePolicy(ref_recency=1.0).rank(table, 60).tolist() == [0, 1]
+    # Without the reference evidence, the newer page wins.
+    assert ReferencePolicy(ref_recency=0.0, ref_weight=0.0).rank(table, 32).tolist() == [1, 0]
 
 
 def test_reference_stale_colder_than_fresh_copy() -> None:
@@ -239,7 +240,8 @@ def test_reference_stale_colder_than_fresh_copy() -> None:
     )
     scores = ReferencePolicy().score(table, 40)
     assert scores[0] < scores[1]
-    assert scores[1] - scores[0] == pytest.approx(ReferencePolicy().stale_penalty)
+    fresh = ReferencePolicy().score(attrs.evolve(table, stale=np.array([False, False])), 40)
+    assert fresh[0] - scores[0] == pytest.approx(ReferencePolicy().stale_penalty)
 
 
 def test_reference_relevance_raises_a_page() -> None:
@@ -248,7 +250,7 @@ def test_reference_relevance_raises_a_page() -> None:
     scores = ReferencePolicy().score(table, 20)
     assert scores[1] - scores[0] == pytest.approx(ReferencePolicy().relevance_weight)
     # A relevant page beats a somewhat newer irrelevant one.
-    newer = PageTable.from_rows([{"created": 0, "relevance": 1.0}, {"created": 15, "relevance": 0.0}])
+    newer = PageTable.from_rows([{"created": 0, "relevance": 1.0}, {"created": 8, "relevance": 0.0}])
     assert ReferencePolicy().rank(newer, 30).tolist() == [0, 1]
 
 
@@ -309,6 +311,7 @@ def test_unknown_name_lists_valid_names() -> None:
         {"half_life": True},
         {"ref_weight": -1},
         {"stale_penalty": 1e9},
+        {"ref_recency": 1.5},
         {"nonsense": 1},
     ],
 )
@@ -335,6 +338,7 @@ def test_params_reproduce_policy() -> None:
         "stale_penalty",
         "relevance_weight",
         "size_penalty",
+        "ref_recency",
     }
 
 
@@ -569,6 +573,7 @@ def test_prop_monotone_evidence(table: PageTable, clock: int, row: int, data: st
     stale_penalty=st.floats(0, 1e6),
     relevance_weight=st.floats(0, 1e6),
     size_penalty=st.floats(0, 1e6),
+    ref_recency=st.floats(0, 1),
     table=tables(),
     clock=i64,
 )
@@ -578,6 +583,7 @@ def test_prop_any_valid_params_stay_finite(
     stale_penalty: float,
     relevance_weight: float,
     size_penalty: float,
+    ref_recency: float,
     table: PageTable,
     clock: int,
 ) -> None:
@@ -589,6 +595,7 @@ def test_prop_any_valid_params_stay_finite(
         stale_penalty=stale_penalty,
         relevance_weight=relevance_weight,
         size_penalty=size_penalty,
+        ref_recency=ref_recency,
     )
     assert np.isfinite(policy.score(table, clock)).all()
     assert np.isfinite(get_policy("decay", half_life=half_life).score(table, clock)).all()
