@@ -59,6 +59,12 @@ STORED_TEXT_CHARS = 16_384  # snippets come from the stored prefix; the whole te
 SNIPPET_CHARS = 200
 WRITER_HEAP = 64_000_000
 KEY_BOOST = 2.0
+# A word on more than PRUNE_SHARE of the pages an audience sees (and on more
+# than PRUNE_MIN_DF pages) is dropped from the query, keeping the PRUNE_KEEP
+# rarest if all are that common: its BM25 weight is small, its posting list long.
+PRUNE_SHARE = 0.2
+PRUNE_MIN_DF = 2000
+PRUNE_KEEP = 3
 _SHARED = "shared"  # audience key of shared pages; session keys start with "h"
 _META = "upto"
 _OVERFETCH = 8  # extra candidates so ties at the cut are broken by page_id, not doc order
@@ -295,7 +301,8 @@ class PageIndex:
         # JSON fields index a string that parses as an RFC 3339 date as a date,
         # not text: a trailing space (text) or "=" prefix (keys) prevents that.
         words = [x + " " if x[:1].isdigit() and len(x) < 64 else x for x in words]
-        keys = ["=" + x[:MAX_KEY_CHARS] for x in keys]
+        # The bare "=" counts the pages an audience sees (for query pruning).
+        keys = ["="] + ["=" + x[:MAX_KEY_CHARS] for x in keys]
         doc.add_json("text", {a: words for a in audiences})
         doc.add_json("key", {a: keys for a in audiences})
         if not text.isascii():
@@ -473,6 +480,23 @@ class PageIndex:
         keys = list(dict.fromkeys("=" + c[:MAX_KEY_CHARS] for c in keys if c))
         if not words and not grams:
             return []
+        try:
+            return self._query(words, grams, keys, session, k, exclude, kinds, cross_session, min_score)
+        except (ValueError, OSError, RuntimeError) as e:
+            raise RecallIndexError(f"recall query failed: {e}") from e
+
+    def _query(
+        self,
+        words: list[str],
+        grams: list[str],
+        keys: list[str],
+        session: str,
+        k: int,
+        exclude: Collection[int],
+        kinds: Collection[str] | None,
+        cross_session: bool,
+        min_score: float,
+    ) -> list[Hit]:
         home = _audience(_clean(session))
         paths = [f"{{}}.{home}"] + ([f"{{}}.{_SHARED}"] if cross_session else [])
 
@@ -480,6 +504,7 @@ class PageIndex:
             qs = [Query.term_query(_SCHEMA, p.format(field), value) for p in paths]
             return qs[0] if len(qs) == 1 else Query.disjunction_max_query(qs)
 
+        words = self._prune(words, paths)
         clauses = [(Occur.Should, term("text", w)) for w in words]
         clauses += [(Occur.Should, term("cjk", g)) for g in grams]
         clauses += [(Occur.Should, Query.boost_query(term("key", c), KEY_BOOST)) for c in keys]
@@ -491,32 +516,39 @@ class PageIndex:
             # Nested, so the kind filter intersects the matches instead of
             # turning every page of that kind into a zero-score candidate.
             clauses = [(Occur.Must, Query.boolean_query(clauses)), (Occur.Must, kq)]
-        if not cross_session:
+        s = self._searcher
+        if not cross_session and s.doc_freq("away", home):  # skipped when empty: keeps a pure OR
             clauses.append((Occur.MustNot, Query.term_query(_SCHEMA, "away", home)))
         # Excluded pages are filtered after the search: a must_not term set over
         # hundreds of ids cost more than the whole query; over-fetching by
         # len(exclude) still guarantees k survivors.
         excluded = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
+        found = s.search(Query.boolean_query(clauses), k + _OVERFETCH + len(excluded), count=False).hits
+        if not found:
+            return []
+        pids = s.fast_field_values("page_id", [a for _, a in found])
+        ranked = sorted(
+            (
+                (score, pid, addr)
+                for (score, addr), pid in zip(found, pids)
+                if pid not in excluded and score > 0.0 and score >= min_score
+            ),
+            key=lambda r: (-r[0], -r[1]),
+        )[:k]
+        needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
+        return [self._hit(s.doc(addr), pid, score, needles) for score, pid, addr in ranked]
+
+    def _prune(self, words: list[str], paths: list[str]) -> list[str]:
+        """Drop words so common in the audience's pages that they only cost time."""
         s = self._searcher
-        try:
-            found = s.search(
-                Query.boolean_query(clauses), k + _OVERFETCH + len(excluded), count=False
-            ).hits
-            if not found:
-                return []
-            pids = s.fast_field_values("page_id", [a for _, a in found])
-            ranked = sorted(
-                (
-                    (score, pid, addr)
-                    for (score, addr), pid in zip(found, pids)
-                    if pid not in excluded and score > 0.0 and score >= min_score
-                ),
-                key=lambda r: (-r[0], -r[1]),
-            )[:k]
-            needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
-            return [self._hit(s.doc(addr), pid, score, needles) for score, pid, addr in ranked]
-        except (ValueError, OSError, RuntimeError) as e:
-            raise RecallIndexError(f"recall query failed: {e}") from e
+        seen = sum(s.doc_freq(p.format("key"), "=") for p in paths)
+        if seen <= PRUNE_MIN_DF:
+            return words  # no word can be common enough to matter
+        fields = [p.format("text") for p in paths]
+        df = {w: sum(s.doc_freq(f, w) for f in fields) for w in words}
+        limit = max(seen * PRUNE_SHARE, PRUNE_MIN_DF)
+        kept = [w for w in words if df[w] <= limit]
+        return kept or sorted(words, key=df.__getitem__)[:PRUNE_KEEP]
 
     @staticmethod
     def _hit(doc: tantivy.Document, pid: int, score: float, needles: list[str]) -> Hit:

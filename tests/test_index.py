@@ -382,3 +382,21 @@ def test_oversized_fields_are_indexed() -> None:
     assert ids(index.search("findme", session="A")) == [1]
     assert ids(index.search(long_path, session="A")) == [1]
     assert ids(index.search("other", session="A")) == [2]
+
+
+def test_common_words_are_pruned_in_big_audiences(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pager.index as mod
+
+    monkeypatch.setattr(mod, "PRUNE_MIN_DF", 10)
+    index = PageIndex()
+    index.add([doc(i, f"common words everywhere item{i}") for i in range(1, 101)])
+    index.add([doc(101, "common rareword")])
+    index.add([doc(i, "common words", session="B") for i in range(201, 204)])
+    index.add([doc(204, "common rareword", session="B")])
+    index.commit()
+    # "common" is on every page: only the rare word decides, so one hit, not k.
+    assert ids(index.search("common rareword", session="A", k=5)) == [101]
+    # All words common: the rarest few are kept and pages still come back.
+    assert len(index.search("common words", session="A", k=5)) == 5
+    # Small audiences are never pruned.
+    assert ids(index.search("common rareword", session="B", k=5)) == [204, 203, 202, 201]
