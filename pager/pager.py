@@ -26,6 +26,9 @@ from .index import IndexDoc, PageIndex
 from .options import Options, load_config
 from .plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, plan
 from .render import card_text, line_range, recall_block, stub_text
+from .handoff import parse_handoff
+from .rollover import RolloverController, task_state as _task_state
+from .statefiles import TaskState
 from .report import Report, ReportLog
 from .store import PAGE_COLUMNS, Store
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, default_counter
@@ -112,6 +115,11 @@ class Pager:
         self.index = self._open_index()
         self.history = History(session, self.counter)
         self._load()
+        # rollover mode: the window controller stands in for the paging planner
+        self._rollover: RolloverController | None = (
+            RolloverController(self.options, self.counter, self.store, session)
+            if self.options.mode == "rollover" else None
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -262,12 +270,44 @@ class Pager:
             names = {(t.get("function") or {}).get("name") for t in tools if isinstance(t, Mapping)}
             tools.extend(t for t in self.tools() if t["function"]["name"] not in names)
             out["tools"] = tools
+        if self._rollover is not None:
+            return self._assemble_rollover(out, messages, tools, new_pages, t0)
         tools_tokens = self._count_tools(tools)
         result = self._schedule(messages, tools_tokens)
         out["messages"] = result["messages"]
         self._calls += 1
         elapsed = (time.perf_counter() - t0) * 1000.0
         report = self._make_report(result, len(messages), new_pages, elapsed, tools_tokens)
+        self.last_report = report
+        self.reports.append({"type": "assemble", **report.to_dict()})
+        return out
+
+    def _assemble_rollover(
+        self, out: dict[str, Any], messages: Sequence[Mapping[str, Any]], tools: list[Any],
+        new_pages: int, t0: float,
+    ) -> dict[str, Any]:
+        """Build a rollover-mode prompt (see pager/rollover.py) and report it like a paging one."""
+        assert self._rollover is not None
+        res = self._rollover.assemble(
+            self.history, messages, tools, self.store.pins(self.session), self.store.notes(self.session)
+        )
+        out["messages"] = res.messages
+        if res.tools is not None:  # the fallback step: only new_context stays callable
+            out["tools"] = res.tools
+        self._handles.update(res.handles)
+        self._demoted.update(res.demoted)
+        self._calls += 1
+        self.store.save_state(self.session, self._state(None))
+        report = Report(
+            session=self.session, call=self._calls, step=self.history.clock,
+            messages_in=len(messages), messages_out=len(res.messages), tokens=res.tokens,
+            budget=res.budget, layers=res.layers, pages_kept=res.pages_kept,
+            pages_stubbed=res.pages_stubbed, pages_dropped=res.pages_dropped, pages_recalled=0,
+            handles_issued=len(self._handles), new_pages=new_pages, round=res.round,
+            reason=res.reason, prefix_kept=res.changed_from is None, changed_from=res.changed_from,
+            faults=self._faults, elapsed_ms=round((time.perf_counter() - t0) * 1000.0, 3),
+            mode="rollover", notices=res.notices,
+        )
         self.last_report = report
         self.reports.append({"type": "assemble", **report.to_dict()})
         return out
@@ -587,7 +627,47 @@ class Pager:
         result the model can read, never as an exception in the harness.
         """
         self._check_open()
+        try:
+            blocked = self.intercept(tool_call)
+        except ToolError:
+            blocked = None  # no call id: agent_tools.call answers it with an error
+        if blocked is not None:
+            return blocked
         return agent_tools.call(self, tool_call)
+
+    def intercept(self, tool_call: Any) -> dict[str, Any] | None:
+        """Return the error result for a tool call the budget forbids now, else None.
+
+        Harnesses call it before running any of their own tools. In rollover
+        mode's fallback step only ``new_context`` may run: any other call gets
+        this result (answer the model with it) instead of running. Outside
+        that step, and in paging mode, it returns None. Raises ``ToolError``
+        for a call without an id.
+        """
+        self._check_open()
+        if self._rollover is None:
+            return None
+        if hasattr(tool_call, "model_dump"):
+            tool_call = tool_call.model_dump()
+        return self._rollover.intercept(tool_call)
+
+    def declare_rollover(self, args: Mapping[str, Any], cid: str) -> str:
+        """Record a ``new_context`` handoff as the pending switch; return the confirmation.
+
+        Phase one of two: the window switches at the next ``assemble`` at a
+        step boundary. Raises ``ToolError`` (an error result through
+        ``call_tool``) for a malformed handoff or a related file outside the
+        workspace.
+        """
+        self._check_open()
+        if self._rollover is None:
+            raise ToolError("new_context is only offered in rollover mode")
+        return self._rollover.declare(parse_handoff(args, self._rollover.workspace), cid)
+
+    def task_state(self) -> TaskState:
+        """Return the task-state card: goal, invariants, next step, notes (``pager state export``)."""
+        self._check_open()
+        return _task_state(self)
 
     # -- introspection ------------------------------------------------------------------
 

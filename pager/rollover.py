@@ -1,0 +1,699 @@
+"""Rollover mode: windows that grow verbatim, end with a handoff, and start again from L1.
+
+Theory of operation
+-------------------
+In rollover mode (``pager.open(..., mode="rollover")``) the facade calls
+``RolloverController.assemble`` instead of the paging planner. The caller
+still sends its whole history every call; the controller keeps a *window*
+over it::
+
+    L1 rows          system messages and the original first user message, verbatim
+    [card]           the pinned goals, rendered when the window started
+    [first message]  windows after the first: the handoff (or forced checkpoint)
+    window rows      history rows from the window's start, verbatim, except
+                     tool outputs over ``stub_threshold`` tokens, stubbed on arrival
+    notices          reminder / fallback / pin notices, each at the row it was
+                     injected before, its bytes stored and re-sent unchanged
+
+Within a window the prompt is append-only: rows, stubs and notices never
+change once emitted, so the provider's prompt cache holds. The only prefix
+break is a rollover (or the caller rewinding its own history).
+
+Every call the budget (``pager.budget.evaluate_budget``) decides, on the size
+of the prompt about to be sent (messages and tool schemas):
+
+- ``remind``: append the reminder at the tail, once per window;
+- ``fallback``: append the fallback notice once, and prune the tools to
+  ``new_context`` (added when the request lacks it) from then on; the
+  harness asks ``Pager.intercept`` before running any of its own tools and
+  gets an error result instead of running a pruned one;
+- ``rollover``: the model declared a handoff (``declare``), or the prompt
+  passed the hard limit, or the base limit after the fallback step.
+
+A rollover is two-phase. ``declare`` (the ``new_context`` tool) only records
+the intent (and an event in the store) and returns the confirmation; the
+switch happens in the next ``assemble``, and only at a step boundary: while
+the last assistant message has a tool call with no result yet (a parallel
+sibling still running), the switch waits. The new window starts after the
+last history row; its first message names the session and the handle of the
+assistant message that called ``new_context`` (``message_uuid``), so the
+model can ``expand`` it; the old window's pages stay in the store and the
+recall index. A forced rollover renders a checkpoint (objective, open items
+from the notes, notes, last human request) with no model call.
+
+A prompt is never emitted over the hard limit. If the prompt is over it
+while a tool call is still unanswered, the last assistant message and its
+results are carried into the new window whole (pairing is never cut). Only
+when L1 and the new window's first message alone do not fit is
+``BudgetError`` raised.
+
+The window state is saved in the store's settings table (key
+``rollover:<session>``) after every change, so a reopened session keeps its
+window, its claimed notices and a pending handoff.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import attrs
+import orjson
+
+from . import pairing
+from .budget import (
+    ROLLOVER_TOOL,
+    BudgetAction,
+    BudgetConfig,
+    BudgetState,
+    blocked_tool_result,
+    evaluate_budget,
+    fallback_text,
+    hard_limit,
+    is_allowed,
+    prune_tools,
+    reminder_text,
+    tool_name,
+)
+from .errors import BudgetError
+from .handoff import (
+    NEW_CONTEXT_TOOL,
+    Handoff,
+    RelatedFile,
+    Requirement,
+    confirmation_text,
+    forced_checkpoint,
+    open_items,
+    render_checkpoint,
+    render_new_window_message,
+)
+from .render import card_text, stub_text
+from .statefiles import Invariant, TaskState
+from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .history import History
+    from .options import Options
+    from .pager import Pager
+    from .store import Store
+
+__all__ = [
+    "Intent",
+    "Notice",
+    "RolloverController",
+    "RolloverResult",
+    "Window",
+    "parse_invariant",
+    "task_state",
+]
+
+SETTING_PREFIX = "rollover:"
+NOTICE_ROLE = "user"  # like the card and recall blocks: every provider accepts it mid-conversation
+# The objective and last human request of a forced checkpoint are capped so a
+# pasted log cannot make the first message alone overflow the window; the
+# full text stays one expand() away.
+CHECKPOINT_TEXT_CHARS = 4_000
+_STATE_VERSION = 1
+
+
+# --------------------------------------------------------------------------- values
+
+
+@attrs.frozen(slots=True)
+class Notice:
+    """A notice appended at the tail once, then re-sent byte-identical.
+
+    ``pos`` is the history row it is emitted before (the history length when
+    it was injected); ``kind`` is ``remind``, ``fallback`` or ``pin``.
+    """
+
+    pos: int
+    kind: str
+    text: str
+    tokens: int
+
+
+@attrs.frozen(slots=True)
+class Intent:
+    """A handoff the model declared; the switch happens at the next step boundary."""
+
+    arguments: Mapping[str, Any]  # Handoff.to_arguments(), already validated
+    call_id: str
+
+
+@attrs.frozen(slots=True)
+class Window:
+    """One context window: where it starts and what it has emitted that must not change.
+
+    ``start`` None means the first window, which starts right after L1.
+    ``anchor`` / ``tail`` are page ids of the row before ``start`` and of the
+    last row seen (page ids grow along a branch, so a caller that rewound its
+    history is detected by them). ``carried`` are system rows of earlier
+    windows, kept in L1.
+    """
+
+    generation: int = 0
+    start: int | None = None
+    anchor: int = 0
+    carried: tuple[int, ...] = ()
+    card: str | None = None
+    card_tokens: int = 0
+    first: str = ""
+    first_tokens: int = 0
+    pins_shown: int = 0
+    reminder_claimed: bool = False
+    fallback_claimed: bool = False
+    notices: tuple[Notice, ...] = ()
+    tail: int = 0
+    upto: int = 0
+    reason: str = ""
+    trigger: str = ""
+    synthetic_at: int | None = None  # emitted index of a synthetic result last call (it will change)
+
+
+@attrs.frozen(slots=True)
+class RolloverResult:
+    """What one rollover-mode ``assemble`` emits, and the figures for its report."""
+
+    messages: list[Mapping[str, Any]]
+    tools: list[Mapping[str, Any]] | None  # None: the request's tools, unchanged
+    tokens: int  # emitted messages and tools
+    budget: int  # the hard limit
+    layers: dict[str, int]
+    pages_kept: int
+    pages_stubbed: int
+    pages_dropped: int
+    round: bool  # a rollover happened in this call
+    reason: str
+    changed_from: int | None
+    notices: tuple[str, ...]
+    handles: tuple[str, ...]
+    demoted: tuple[int, ...]  # page ids that left the prompt in this call
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _handoff_from(arguments: Mapping[str, Any]) -> Handoff:
+    memo = arguments["handoff"]
+    return Handoff(
+        requirements=tuple(Requirement(r["text"], r["source"]) for r in memo["requirements"]),
+        inferences=tuple(memo["inferences"]),
+        conflicts=tuple(memo["conflicts"]),
+        next_steps=tuple(memo["next_steps"]),
+        related_files=tuple(
+            RelatedFile(f["path"], f["role"], f.get("note", "")) for f in arguments["related_files"]
+        ),
+    )
+
+
+def _open_calls(messages: Sequence[Mapping[str, Any]]) -> tuple[int | None, tuple[str, ...]]:
+    """Return (row of the last assistant message, its call ids still without a result)."""
+    for a in range(len(messages) - 1, -1, -1):
+        if messages[a].get("role") == "assistant":
+            ids = pairing.call_ids(messages[a])
+            answered = {str(m.get("tool_call_id")) for m in messages[a + 1 :] if m.get("role") == "tool"}
+            return a, tuple(c for c in ids if c not in answered)
+    return None, ()
+
+
+def _cap(text: str, handle: str) -> str:
+    if len(text) <= CHECKPOINT_TEXT_CHARS:
+        return text
+    return text[:CHECKPOINT_TEXT_CHARS] + f"\n… (cut; expand({handle!r}) for the whole message)"
+
+
+_INVARIANT_RE = re.compile(r"^\s*(decision|decided|rejected)\s*:\s*(.+)$", re.IGNORECASE | re.DOTALL)
+_REASON_RE = re.compile(r"\s+(?:because|reason:|--|—)\s+", re.IGNORECASE)
+
+
+def parse_invariant(note: str) -> Invariant | None:
+    """Return the invariant a note states, or None for an ordinary note.
+
+    Convention: ``decision: TEXT because REASON`` or ``rejected: TEXT because
+    REASON`` (``reason:``, ``--`` and an em dash separate the reason too).
+    """
+    m = _INVARIANT_RE.match(note)
+    if not m:
+        return None
+    kind = "rejected" if m.group(1).lower() == "rejected" else "decision"
+    body = m.group(2).strip()
+    parts = _REASON_RE.split(body, maxsplit=1)
+    text, reason = (parts[0], parts[1]) if len(parts) == 2 else (body, "(no reason recorded)")
+    return Invariant(text.strip(), reason.strip(), kind)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- controller
+
+
+class RolloverController:
+    """Keep one session's rollover window, decide the budget actions, persist the state.
+
+    The facade owns the history and the store; this class reads the history
+    mirror, writes its own state and events to the store, and never touches
+    the recall index.
+    """
+
+    def __init__(self, options: "Options", counter: TokenCounter, store: "Store", session: str) -> None:
+        self.options = options
+        self.counter = counter
+        self.store = store
+        self.session = session
+        # BudgetConfig validates the reserves against the window (ConfigError at open)
+        self.config = BudgetConfig(
+            context_window=options.context_window,
+            output_reserve=options.reserve,
+            fallback_reserve=options.fallback_reserve,
+            reminder_threshold=options.reminder_threshold,
+        )
+        self.workspace = Path(options.workspace) if options.workspace else None
+        self.window = Window()
+        self.pending: Intent | None = None
+        self.last_handoff: Mapping[str, Any] | None = None
+        self._tools_tokens: dict[bytes, int] = {}
+        self._load()
+
+    # -- persistence -----------------------------------------------------------------
+
+    def _key(self) -> str:
+        return SETTING_PREFIX + self.session
+
+    def _load(self) -> None:
+        raw = self.store.setting(self._key())
+        if not raw:
+            return
+        data = orjson.loads(raw)
+        w = dict(data["window"])
+        w["carried"] = tuple(w.get("carried", ()))
+        w["notices"] = tuple(Notice(**n) for n in w.get("notices", ()))
+        self.window = Window(**w)
+        p = data.get("pending")
+        self.pending = Intent(p["arguments"], p["call_id"]) if p else None
+        self.last_handoff = data.get("last_handoff")
+
+    def to_state(self) -> dict[str, Any]:
+        """Return the controller's state as JSON-able data (what ``save`` writes)."""
+        return {
+            "version": _STATE_VERSION,
+            "window": attrs.asdict(self.window, recurse=True),
+            "pending": attrs.asdict(self.pending) if self.pending else None,
+            "last_handoff": self.last_handoff,
+        }
+
+    def save(self) -> None:
+        """Write the state to the store (settings table, one row per session)."""
+        self.store.set_setting(self._key(), orjson.dumps(self.to_state()).decode())
+
+    # -- the tool side ------------------------------------------------------------------
+
+    def declare(self, handoff: Handoff, call_id: str) -> str:
+        """Record the model's handoff as the pending intent; return the tool result text.
+
+        Phase one of two: nothing in the window changes here. A second call
+        before the switch replaces the first (the latest handoff wins).
+        """
+        args = handoff.to_arguments()
+        self.pending = Intent(args, call_id)
+        self.store.add_event(self.session, "rollover_intent", {"call_id": call_id, **args})
+        self.save()
+        return confirmation_text(handoff, self.session)
+
+    @property
+    def fallback_active(self) -> bool:
+        """Whether the current window is in its fallback step (only ``new_context`` may run)."""
+        return self.window.fallback_claimed
+
+    def intercept(self, tool_call: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Return the error result for a call to a pruned tool during fallback, else None."""
+        if not self.fallback_active or is_allowed(tool_call, (ROLLOVER_TOOL,)):
+            return None
+        return blocked_tool_result(tool_call, (ROLLOVER_TOOL,))
+
+    def latest_handoff(self) -> Handoff | None:
+        """Return the pending handoff, else the one the current window started from."""
+        if self.pending is not None:
+            return _handoff_from(self.pending.arguments)
+        return _handoff_from(self.last_handoff) if self.last_handoff else None
+
+    # -- assemble -------------------------------------------------------------------------
+
+    def _count_tools(self, tools: Sequence[Any]) -> int:
+        if not tools:
+            return 0
+        raw = orjson.dumps(list(tools), option=orjson.OPT_SORT_KEYS)
+        n = self._tools_tokens.get(raw)
+        if n is None:
+            n = self.counter.count(raw.decode())
+            self._tools_tokens[raw] = n
+        return n
+
+    def _text_tokens(self, text: str) -> int:
+        return MESSAGE_OVERHEAD + self.counter.count(text)
+
+    def _stubbed(self, h: "History", r: int) -> bool:
+        return h.kind[r] in ("tool", "file") and h.tokens[r] > self.options.stub_threshold
+
+    def _start(self, h: "History") -> int:
+        return h.pinned_count() if self.window.start is None else self.window.start
+
+    def _sync(self, h: "History") -> int | None:
+        """Follow a caller that rewound its history; return the first changed row, or None."""
+        w = self.window
+        n = len(h)
+        if w.upto == 0 or (w.upto <= n and h.page[w.upto - 1] == w.tail):
+            return None
+        # page ids grow along a branch: rows with ids up to the last one seen are the shared prefix
+        common = bisect.bisect_right(h.page, w.tail)
+        start = w.start
+        anchor = w.anchor
+        carried = tuple(p for p in w.carried if p in h.row_of and h.row_of[p] < common)
+        if start is not None and start > common:
+            start = common
+            anchor = h.page[common - 1] if common else 0
+        self.window = attrs.evolve(
+            w, start=start, anchor=anchor, carried=carried,
+            notices=tuple(x for x in w.notices if x.pos <= common),
+            upto=min(w.upto, common), tail=h.page[common - 1] if common else 0,
+        )
+        return common
+
+    def _measure(self, h: "History", open_calls: int) -> tuple[dict[str, int], int, int]:
+        """Return the window's tokens per layer, rows kept verbatim and rows stubbed."""
+        w = self.window
+        n = len(h)
+        pinned = min(h.pinned_count(), n)
+        layers = {"l1": 0, "handoff": w.first_tokens, "l2": 0, "stubs": 0, "l3": 0, "notices": 0}
+        layers["l1"] = sum(h.tokens[:pinned]) + sum(h.tokens[h.row_of[p]] for p in w.carried)
+        layers["l1"] += w.card_tokens if w.card else 0
+        layers["notices"] = sum(x.tokens for x in w.notices)
+        kept, stubbed = pinned + len(w.carried), 0
+        for r in range(self._start(h), n):
+            if self._stubbed(h, r):
+                layers["stubs"] += h.stub_tokens[r]
+                stubbed += 1
+            else:
+                layers["l2"] += h.tokens[r]
+                kept += 1
+        if open_calls:  # pairing.normalize answers them with a synthetic result
+            layers["l2"] += open_calls * self._text_tokens(pairing.SYNTHETIC_RESULT)
+        return layers, kept, stubbed
+
+    def _emit(
+        self, h: "History", messages: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[Mapping[str, Any]], list[str], int | None]:
+        """Render the window; return (messages, handles shown, index of the first synthetic result)."""
+        w = self.window
+        n = len(h)
+        out: list[Mapping[str, Any]] = list(messages[: min(h.pinned_count(), n)])
+        out.extend(messages[h.row_of[p]] for p in w.carried)
+        if w.card:
+            out.append({"role": "user", "content": w.card})
+        if w.first:
+            out.append({"role": "user", "content": w.first})
+        by_pos: dict[int, list[Notice]] = {}
+        for x in w.notices:
+            by_pos.setdefault(x.pos, []).append(x)
+        handles: list[str] = []
+        for r in range(self._start(h), n + 1):
+            out.extend({"role": NOTICE_ROLE, "content": x.text} for x in by_pos.get(r, ()))
+            if r == n:
+                break
+            msg = messages[r]
+            if self._stubbed(h, r):
+                handles.append(h.handle[r])
+                body = content_text(msg.get("content"))
+                out.append({
+                    "role": "tool",
+                    "tool_call_id": msg["tool_call_id"],
+                    "content": stub_text(body, h.tokens[r], h.handle[r], path=h.path[r]),
+                })
+            else:
+                out.append(msg)
+        normalized = pairing.normalize(out)
+        ours = {id(m) for m in out}
+        synthetic = next((i for i, m in enumerate(normalized) if id(m) not in ours), None)
+        return normalized, handles, synthetic
+
+    def _objective(self, h: "History", messages: Sequence[Mapping[str, Any]], pins: Sequence[str]) -> str:
+        if pins:
+            return "\n".join(pins)
+        if h.first_user is None:
+            return ""
+        return _cap(content_text(messages[h.first_user].get("content")), h.handle[h.first_user])
+
+    def _last_human(self, h: "History", messages: Sequence[Mapping[str, Any]], end: int) -> str:
+        for r in range(end - 1, -1, -1):
+            if h.kind[r] == "user":
+                return _cap(content_text(messages[r].get("content")), h.handle[r])
+        return ""
+
+    def _roll(
+        self,
+        h: "History",
+        messages: Sequence[Mapping[str, Any]],
+        pins: Sequence[str],
+        notes: Sequence[str],
+        reason: str,
+        end: int,
+    ) -> tuple[int, ...]:
+        """Start a new window at row ``end``; return the page ids that left the prompt."""
+        old = self.window
+        old_start = self._start(h)
+        pinned = h.pinned_count()
+        keep_notes = list(notes[-self.options.max_notes :]) if self.options.max_notes else []
+        # a declared handoff beats a checkpoint even when the host forced the switch
+        intent = self.pending
+        if intent is not None:
+            row = h.call_rows.get(intent.call_id)
+            trigger = h.handle[row] if row is not None else intent.call_id
+            handoff = _handoff_from(intent.arguments)
+            first = render_new_window_message(self.session, trigger, handoff, keep_notes)
+            payload: dict[str, Any] = {"handoff": dict(intent.arguments)}
+            self.last_handoff = intent.arguments
+        else:
+            trigger = h.handle[end - 1] if end > 0 else ""
+            cp = forced_checkpoint(self._objective(h, messages, pins), keep_notes,
+                                   self._last_human(h, messages, end))
+            first = render_checkpoint(self.session, trigger, cp)
+            payload = {"checkpoint": attrs.asdict(cp)}
+            # a forced window has no handoff: the next step comes from the notes now
+            self.last_handoff = None
+        carried = tuple(
+            h.page[r] for r in range(pinned, end) if h.kind[r] == "system"
+        )
+        card = card_text(list(pins), [])
+        self.window = Window(
+            generation=old.generation + 1,
+            start=end,
+            anchor=h.page[end - 1] if end > 0 else 0,
+            carried=carried,
+            card=card,
+            card_tokens=self._text_tokens(card) if card else 0,
+            first=first,
+            first_tokens=self._text_tokens(first),
+            pins_shown=len(pins),
+            upto=old.upto,
+            tail=old.tail,
+            reason=reason,
+            trigger=trigger,
+        )
+        self.pending = None
+        self.store.add_event(
+            self.session,
+            "rollover",
+            {"generation": self.window.generation, "reason": reason, "trigger": trigger,
+             "start": end, **payload},
+        )
+        carried_set = set(carried)
+        return tuple(
+            h.page[r] for r in range(max(old_start, pinned), end) if h.page[r] not in carried_set
+        )
+
+    def _notice(self, kind: str, text: str, pos: int) -> None:
+        n = Notice(pos=pos, kind=kind, text=text, tokens=self._text_tokens(text))
+        self.window = attrs.evolve(self.window, notices=(*self.window.notices, n))
+
+    def assemble(
+        self,
+        h: "History",
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        pins: Sequence[str],
+        notes: Sequence[str],
+    ) -> RolloverResult:
+        """Build the prompt for the next model call from the caller's whole history.
+
+        ``h`` is the facade's history mirror, already holding ``messages``;
+        ``tools`` the request's tools as they would be sent. Raises
+        ``BudgetError`` when L1 and the first message of a new window alone
+        do not fit the hard limit.
+        """
+        forked = self._sync(h)
+        n = len(h)
+        hard = hard_limit(self.config)
+        if self.window.card is None:
+            # the first window's card is fixed when it opens, like every later one's
+            card = card_text(list(pins), [])
+            self.window = attrs.evolve(
+                self.window, card=card, card_tokens=self._text_tokens(card) if card else 0,
+                pins_shown=len(pins),
+            )
+        last_assistant, open_ids = _open_calls(messages)
+        boundary = not open_ids
+        tools_tokens = self._count_tools(tools)
+        changed: list[int] = []
+        if forked is not None:
+            changed.append(0)  # conservative: a rewind is rare and re-bills anyway
+        if self.window.synthetic_at is not None:
+            changed.append(self.window.synthetic_at)
+        labels: list[str] = []
+        demoted: tuple[int, ...] = ()
+        reason = ""
+
+        def size() -> int:
+            layers, _, _ = self._measure(h, len(open_ids))
+            return sum(layers.values()) + tools_tokens
+
+        def roll(why: str, end: int) -> None:
+            nonlocal demoted, reason
+            old = self.window
+            demoted += self._roll(h, messages, pins, notes, why, end)
+            # L1 rows and the carried system rows stay; the first difference is after them
+            changed.append(min(h.pinned_count(), n) + len(old.carried))
+            reason = f"rollover: {why}"
+            labels.append(f"rollover:{why}")
+            if size() > hard:
+                raise BudgetError(size() - tools_tokens, hard - tools_tokens,
+                                  "L1 and the new window's first message do not fit")
+
+        total = size()
+        action = evaluate_budget(self.config, BudgetState(
+            current_tokens=total,
+            explicit_rollover_declared=self.pending is not None and boundary,
+            reminder_claimed=self.window.reminder_claimed,
+            fallback_claimed=self.window.fallback_claimed,
+        ))
+        if action.type == "rollover":
+            if boundary:
+                roll(action.reason or "hard-limit", n)
+            elif total > hard:
+                # over the limit while a call is still running: carry its unit whole
+                if last_assistant is None or last_assistant <= self._start(h):
+                    raise BudgetError(total - tools_tokens, hard - tools_tokens,
+                                      "the unit with the unanswered tool call alone does not fit")
+                roll(action.reason or "hard-limit", last_assistant)
+            # else: not at a step boundary yet; the switch waits for the next call
+            if reason:
+                # the new window gets its own decision, never a second rollover
+                action = evaluate_budget(self.config, BudgetState(size()))
+        if boundary and action.type in ("remind", "fallback"):
+            now = BudgetState(size())
+            if action.type == "remind":
+                self._notice("remind", reminder_text(self.config, now), n)
+                self.window = attrs.evolve(self.window, reminder_claimed=True)
+            else:
+                self._notice("fallback", fallback_text(self.config, now), n)
+                self.window = attrs.evolve(self.window, fallback_claimed=True)
+            labels.append(action.type)
+            reason = reason or action.type
+        if boundary and len(pins) > self.window.pins_shown:
+            # a pin added mid-window is shown once at the tail; the card is fixed until the next window
+            added = "\n".join(f"- {p}" for p in pins[self.window.pins_shown :])
+            self._notice("pin", f"[pager] Pinned goal(s) added by the harness:\n{added}", n)
+            self.window = attrs.evolve(self.window, pins_shown=len(pins))
+            labels.append("pin")
+        out_tools: list[Mapping[str, Any]] | None = None
+        if self.window.fallback_claimed:
+            # the fallback step: only new_context stays callable (added when the request lacks it)
+            out_tools = prune_tools(tools) or [NEW_CONTEXT_TOOL]
+        tools_sent = tools_tokens if out_tools is None else self._count_tools(out_tools)
+        if size() - tools_tokens + tools_sent > hard:
+            if reason.startswith("rollover") or not boundary:
+                raise BudgetError(size() - tools_tokens, hard - tools_sent,
+                                  "L1, the first message and the budget notice do not fit")
+            # a notice tipped the prompt over the limit: roll over instead
+            roll("hard-limit", n)
+            out_tools, tools_sent = None, tools_tokens
+        layers, kept, stubbed = self._measure(h, len(open_ids))
+        msgs, handles, synthetic = self._emit(h, messages)
+        self.window = attrs.evolve(self.window, upto=n, tail=h.page[n - 1] if n else 0,
+                                   synthetic_at=synthetic)
+        self.save()
+        layers["tools"] = tools_sent
+        return RolloverResult(
+            messages=msgs,
+            tools=out_tools,
+            tokens=sum(layers.values()),
+            budget=hard,
+            layers=layers,
+            pages_kept=kept,
+            pages_stubbed=stubbed,
+            pages_dropped=n - kept - stubbed,
+            round=reason.startswith("rollover"),
+            reason=reason,
+            changed_from=min(changed) if changed else None,
+            notices=tuple(labels),
+            handles=tuple(handles),
+            demoted=demoted,
+        )
+
+
+# --------------------------------------------------------------------------- task state
+
+
+def task_state(p: "Pager") -> TaskState:
+    """Return the session's task-state card (``Pager.task_state``).
+
+    ``goal``: the pinned goals, else the original first user message.
+    ``invariants``: pins and notes written as ``decision: ... because ...`` /
+    ``rejected: ... because ...``, oldest first (pins and notes interleaved by
+    creation time, so a later export only appends). ``next``: the first next
+    step of the latest handoff (pending or committed, else the newest one in
+    the store's events), else the first open item of the notes. ``notes``: the
+    other notes, the newest ``max_notes``.
+    """
+    store, session = p.store, p.session
+    pins = store.pins(session)
+    h = p.history
+    goal = "\n".join(pins)
+    if not goal and h.first_user is not None:
+        _, msg = store.message(h.page[h.first_user])
+        goal = content_text(msg.get("content"))
+    # pins and notes by creation time: the invariants file is append-only
+    rows = store._db.execute(  # noqa: SLF001 - the store has no timeline query yet
+        "SELECT created, 0, id, text FROM pins WHERE session=? "
+        "UNION ALL SELECT created, 1, id, text FROM notes WHERE session=? ORDER BY 1, 2, 3",
+        (session, session),
+    ).fetchall()
+    invariants: list[Invariant] = []
+    plain: list[str] = []
+    for _created, is_note, _id, text in rows:
+        if not is_note:
+            invariants.append(Invariant(text, "pinned by the harness"))
+            continue
+        inv = parse_invariant(text)
+        if inv is not None:
+            invariants.append(inv)
+        else:
+            plain.append(text)
+    handoff: Handoff | None = None
+    ctl = getattr(p, "_rollover", None)
+    if ctl is not None:
+        handoff = ctl.latest_handoff()
+    if handoff is None:
+        for kind, payload, _ in reversed(store.events(session)):
+            if kind == "rollover_intent" and payload:
+                handoff = _handoff_from(payload)
+                break
+            if kind == "rollover" and payload and "checkpoint" in payload:
+                break  # a forced window after the last handoff: the handoff is stale
+    nxt = ""
+    if handoff is not None and handoff.next_steps:
+        nxt = handoff.next_steps[0]
+    else:
+        items = open_items(plain)
+        nxt = items[0] if items else ""
+    keep = plain[-p.options.max_notes :] if p.options.max_notes else []
+    return TaskState(goal=goal.strip(), invariants=tuple(invariants), next=nxt, notes=tuple(keep))
