@@ -354,6 +354,16 @@ class PageIndex:
         except (ValueError, OSError, RuntimeError) as e:
             raise RecallIndexError(f"cannot reload the recall index: {e}") from e
 
+    @property
+    def pending(self) -> int:
+        """Return how many pages were added since the last commit.
+
+        A commit on disk costs tens of milliseconds (fsync), so callers
+        should commit per batch (or before a search that needs new pages),
+        not per page.
+        """
+        return len(self._pending)
+
     def indexed_upto(self) -> int:
         """Return the highest store page id committed to the index (0 if none)."""
         return self._upto

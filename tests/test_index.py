@@ -400,3 +400,11 @@ def test_common_words_are_pruned_in_big_audiences(monkeypatch: pytest.MonkeyPatc
     assert len(index.search("common words", session="A", k=5)) == 5
     # Small audiences are never pruned.
     assert ids(index.search("common rareword", session="B", k=5)) == [204, 203, 202, 201]
+
+
+def test_pending_counts_uncommitted() -> None:
+    index = PageIndex()
+    index.add([doc(1, "a"), doc(2, "b"), doc(1, "a again")])
+    assert index.pending == 2
+    index.commit()
+    assert index.pending == 0
