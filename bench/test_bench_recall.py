@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import attrs
 import pytest
@@ -28,7 +28,7 @@ _COMMON = (
 ).split()
 _WORDS = _COMMON + _VOCAB
 _WORD_WEIGHTS = list(itertools.accumulate(1.0 / (i + 1) for i in range(len(_WORDS))))
-_VERBS = "load save parse render fetch apply build check merge split read write sync emit scan".split()
+_VERBS = "load save parse render fetch apply build check merge split read write sync emit".split()
 _NOUNS = _VOCAB[::7][:120] + "config page index token request session plan store cache heat".split()
 _IDENTS = [f"{v}_{n}" for v in _VERBS for n in _NOUNS]
 _CLASSES = [f"{n.title()}{s}" for n in _NOUNS for s in ("Error", "Manager", "Builder", "Reader")]
@@ -141,7 +141,7 @@ def index_100k(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageIndex]:
     ix.close()
 
 
-def _bench_query(benchmark, ix: PageIndex, session: str, **kw: object) -> None:  # type: ignore[no-untyped-def]
+def _bench_query(benchmark: Any, ix: PageIndex, session: str, **kw: Any) -> None:
     queries = _queries()
     exclude = set(range(1, 400, 3))  # what the prompt already holds
     state = {"i": 0}
@@ -149,34 +149,34 @@ def _bench_query(benchmark, ix: PageIndex, session: str, **kw: object) -> None: 
     def one() -> int:
         state["i"] += 1
         q = queries[state["i"] % len(queries)]
-        return len(ix.search(q, session=session, k=5, exclude=exclude, **kw))  # type: ignore[arg-type]
+        return len(ix.search(q, session=session, k=5, exclude=exclude, **kw))
 
     assert sum(one() for _ in range(20)) > 0
     benchmark(one)
 
 
-def test_recall_query_10k_main(benchmark, index_10k: PageIndex) -> None:  # type: ignore[no-untyped-def]
+def test_recall_query_10k_main(benchmark: Any, index_10k: PageIndex) -> None:
     _bench_query(benchmark, index_10k, "main")  # 5k pages in the session
 
 
-def test_recall_query_100k_main(benchmark, index_100k: PageIndex) -> None:  # type: ignore[no-untyped-def]
+def test_recall_query_100k_main(benchmark: Any, index_100k: PageIndex) -> None:
     _bench_query(benchmark, index_100k, "main")  # 50k pages in the session
 
 
-def test_recall_query_100k_small_session(benchmark, index_100k: PageIndex) -> None:  # type: ignore[no-untyped-def]
+def test_recall_query_100k_small_session(benchmark: Any, index_100k: PageIndex) -> None:
     _bench_query(benchmark, index_100k, "s3")  # 1k pages in the session
 
 
-def test_recall_query_100k_cross_session(benchmark, index_100k: PageIndex) -> None:  # type: ignore[no-untyped-def]
+def test_recall_query_100k_cross_session(benchmark: Any, index_100k: PageIndex) -> None:
     _bench_query(benchmark, index_100k, "s3", cross_session=True)  # + 10k shared pages
 
 
-def test_recall_terms_100k_main(benchmark, index_100k: PageIndex) -> None:  # type: ignore[no-untyped-def]
+def test_recall_terms_100k_main(benchmark: Any, index_100k: PageIndex) -> None:
     terms = ["ReadingError", "pager/index.py", "load_config", "traceback", "0x1234abcd"]
     benchmark(lambda: index_100k.search_terms(terms, session="main"))
 
 
-def test_indexing_throughput(benchmark, tmp_path_factory: pytest.TempPathFactory) -> None:  # type: ignore[no-untyped-def]
+def test_indexing_throughput(benchmark: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     n = 5_000
     docs = list(make_docs(n, seed=3))
     rounds = {"i": 0}
@@ -194,7 +194,7 @@ def test_indexing_throughput(benchmark, tmp_path_factory: pytest.TempPathFactory
     print(f"\nindexing: {rate:,.0f} pages/s")
 
 
-def test_incremental_commit(benchmark, tmp_path_factory: pytest.TempPathFactory) -> None:  # type: ignore[no-untyped-def]
+def test_incremental_commit(benchmark: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Add one turn's pages (5) and commit, on a 10k-page on-disk index."""
     ix = PageIndex(tmp_path_factory.mktemp("inc"))
     ix.add(make_docs(10_000))

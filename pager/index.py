@@ -135,7 +135,7 @@ def _bigrams(text: str) -> list[str]:
 
 
 def _audience(name: str) -> str:
-    """Return the JSON key for a session or owner: hashed, so dots or odd bytes cannot break paths."""
+    """Return the JSON key for a session or owner, hashed so dots cannot break the path."""
     return "h" + hashlib.blake2b(name.encode("utf-8", "replace"), digest_size=8).hexdigest()
 
 
@@ -491,7 +491,9 @@ class PageIndex:
         if not words and not grams:
             return []
         try:
-            return self._query(words, grams, keys, session, k, exclude, kinds, cross_session, min_score)
+            return self._query(
+                words, grams, keys, session, k, exclude, kinds, cross_session, min_score
+            )
         except (ValueError, OSError, RuntimeError) as e:
             raise RecallIndexError(f"recall query failed: {e}") from e
 
@@ -533,7 +535,8 @@ class PageIndex:
         # hundreds of ids cost more than the whole query; over-fetching by
         # len(exclude) still guarantees k survivors.
         excluded = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
-        found = s.search(Query.boolean_query(clauses), k + _OVERFETCH + len(excluded), count=False).hits
+        limit = k + _OVERFETCH + len(excluded)
+        found = s.search(Query.boolean_query(clauses), limit, count=False).hits
         if not found:
             return []
         pids = s.fast_field_values("page_id", [a for _, a in found])
