@@ -65,7 +65,6 @@ import orjson
 from . import pairing
 from .budget import (
     ROLLOVER_TOOL,
-    BudgetAction,
     BudgetConfig,
     BudgetState,
     blocked_tool_result,
@@ -75,7 +74,6 @@ from .budget import (
     is_allowed,
     prune_tools,
     reminder_text,
-    tool_name,
 )
 from .errors import BudgetError
 from .handoff import (
