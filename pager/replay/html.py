@@ -235,7 +235,7 @@ def _fmt(v: float | None, spec: str) -> str:
 
 def _summary_table(summary: Sequence[StrategySummary]) -> str:
     head = ("strategy", "cost / full", "coverage", "long-range coverage", "mean prompt / full",
-            "mean prompt", "max prompt", "median prompt:completion", "growth", "violations",
+            "mean prompt", "max prompt", "median prompt / completion", "growth", "violations",
             "latency p50 ms", "latency p99 ms")
     rows = []
     for s in summary:
