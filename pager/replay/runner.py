@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence, TextIO
 import attrs
 import orjson
 
+from ..errors import ConfigError
 from .cost import Pricing, cached_prefix_tokens
 from .facts import Facts
 from .metrics import (
@@ -35,7 +36,7 @@ from .metrics import (
 )
 from .needs import extract_needs, message_text
 from .session import Session
-from .strategies import describe
+from .strategies import FullResend, describe
 
 __all__ = ["BenchResult", "Progress", "SessionRun", "run", "run_session"]
 
@@ -331,16 +332,12 @@ def run(
     first ``FullResend`` among ``strategies``, else none). ``progress``:
     draw a bar on ``stream`` (stderr), None = only on a terminal.
     """
-    from .strategies import FullResend
-
     facts = facts if facts is not None else Facts()
     stream = stream if stream is not None else sys.stderr
     if full_name is None:
         full_name = next((s.name for s in strategies if isinstance(s, FullResend)), None)
     names = tuple(s.name for s in strategies)
     if len(set(names)) != len(names):
-        from ..errors import ConfigError
-
         raise ConfigError(f"strategy names must be unique, got {list(names)}")
 
     def warn(text: str) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "SlidingWindow",
     "Strategy",
     "baselines",
+    "describe",
     "pager_available",
 ]
 
