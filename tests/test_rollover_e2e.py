@@ -16,7 +16,7 @@ import pytest
 
 import pager
 from pager import pairing
-from pager.cli import main as _cli_main
+from pager.cli import main as cli_main
 from pager.replay.metrics import check_invariants
 from pager.replay.strategies import PagerStrategy
 from pager.tokens import HeuristicCounter, message_tokens
@@ -77,23 +77,6 @@ def hand_off(p: pager.Pager, history: list[dict[str, Any]], cid: str, next_steps
 
 def tool_names(request: dict[str, Any]) -> list[str]:
     return [t["function"]["name"] for t in request.get("tools") or ()]
-
-
-def cli_main(argv: list[str]) -> int:
-    """Run ``pager.cli.main``; while a sibling subcommand module is still missing, run ``state`` alone."""
-    try:
-        return _cli_main(argv)
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("pager.cli.") or exc.name == "pager.cli.state":
-            raise
-    import argparse
-
-    from pager.cli import state
-
-    parser = argparse.ArgumentParser(prog="pager")
-    state.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
 
 
 # --------------------------------------------------------------------------- two-phase
