@@ -91,6 +91,24 @@ class Pager:
         self.path = Path(path)
         self.session = session
         self.store = Store(self.path)
+        self.index: PageIndex | None = None
+        try:
+            self._setup(session, context_window, config, counter, options)
+        except BaseException:
+            # a bad option or a broken index must not leave the store open
+            if self.index is not None:
+                self.index.close()
+            self.store.close()
+            raise
+
+    def _setup(
+        self,
+        session: str,
+        context_window: int | None,
+        config: str | os.PathLike[str] | Mapping[str, Any] | None,
+        counter: TokenCounter | None,
+        options: dict[str, Any],
+    ) -> None:
         saved = self.store.setting(f"options:{session}")
         base = orjson.loads(saved) if saved and config is None and not options else {}
         base.update(load_config(config))
@@ -405,6 +423,7 @@ class Pager:
             stub_threshold=o.stub_threshold,
             recall_pages=o.recall_pages,
             recall_tokens=o.recall_tokens,
+            old_share=o.old_share,
         )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],

@@ -56,6 +56,8 @@ class Layout:
     upto: int  # number of history rows the layout has considered
     branch: int = 0
     card: str = ""  # the card text as emitted; a change forces a round
+    stable: int = 0  # slots[:stable] are L1 and the old generation, kept by minor rounds
+    stable_row: int = 0  # history rows before this are covered by the old generation
 
     def to_state(self) -> dict:
         return {
@@ -63,6 +65,8 @@ class Layout:
             "upto": self.upto,
             "branch": self.branch,
             "card": self.card,
+            "stable": self.stable,
+            "stable_row": self.stable_row,
         }
 
     @classmethod
@@ -73,7 +77,10 @@ class Layout:
             Slot(kind=k, page=int(p), pages=tuple(int(x) for x in ps), tokens=int(t))
             for k, p, ps, t in data["slots"]
         )
-        return cls(slots=slots, upto=int(data["upto"]), branch=int(data.get("branch", 0)), card=data.get("card", ""))
+        return cls(
+            slots=slots, upto=int(data["upto"]), branch=int(data.get("branch", 0)), card=data.get("card", ""),
+            stable=int(data.get("stable", 0)), stable_row=int(data.get("stable_row", 0)),
+        )
 
 
 @attrs.frozen(slots=True)
@@ -88,6 +95,7 @@ class PlanConfig:
     inline_max: int = 0  # a new tool output above this is stubbed on arrival (0: budget // 4)
     recall_pages: int = 5
     recall_tokens: int = 2000
+    old_share: float = 0.6  # the old generation may hold this share of the low watermark
 
 
 @attrs.frozen(slots=True)
@@ -140,13 +148,21 @@ def _l1_slots(inp: PlanInput) -> tuple[list[Slot], int]:
     return slots, tokens
 
 
-def _rebuild(inp: PlanInput, cfg: PlanConfig, target: int) -> tuple[list[Slot], int]:
-    l1, l1_tokens = _l1_slots(inp)
+def _rebuild(
+    inp: PlanInput, cfg: PlanConfig, target: int, keep: tuple[list[Slot], int] | None = None, start_row: int = 0
+) -> tuple[list[Slot], int, int]:
+    """Rebuild the layout from ``start_row`` on, after the slots in ``keep`` (default: L1).
+
+    Returns ``(slots, tokens, first_young)``: ``first_young`` is the index of
+    the first slot of the recent tail, where the next minor round may start.
+    """
+    l1, l1_tokens = keep if keep is not None else _l1_slots(inp)
     if l1_tokens > cfg.budget:
         raise BudgetError(l1_tokens, cfg.budget)
     rows = np.flatnonzero(~inp.pinned)
+    rows = rows[rows >= start_row]
     if rows.size == 0:
-        return l1, l1_tokens
+        return list(l1), l1_tokens, len(l1)
     units = inp.unit[rows]
     uniq, first = np.unique(units, return_index=True)
     order = np.argsort(first, kind="stable")
@@ -194,16 +210,53 @@ def _rebuild(inp: PlanInput, cfg: PlanConfig, target: int) -> tuple[list[Slot], 
                 left -= int(stub_cost[k])
     slots = list(l1)
     total = l1_tokens
+    first_young = -1
+    tail_from = uniq.size - n_recent
     for r in rows:
         k = unit_pos[int(inp.unit[r])]
         m = mode[k]
         if m == 0:
             continue
+        if k >= tail_from and first_young < 0:
+            first_young = len(slots)
         page = int(inp.page[r])
         stubbed = inp.tool[r] and (m == 3 or (m == 1 and big[r]))
         slots.append(Slot(STUB if stubbed else FULL, page))
         total += int(inp.stub_tokens[r] if stubbed else inp.tokens[r])
-    return slots, total
+    return slots, total, (first_young if first_young >= 0 else len(slots))
+
+
+def _round(
+    inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int, int], reason: str
+) -> tuple[list[Slot], int, int, int]:
+    """Run a demotion round; return ``(slots, tokens, stable, stable_row)``.
+
+    A *minor* round keeps L1 and the old generation (``prev.slots[:stable]``)
+    byte for byte and rebuilds only the young rows after them, so the cache
+    keeps everything up to the first young slot. A *major* round rebuilds
+    everything after L1; it runs when the old generation has outgrown its
+    share (``cfg.old_share`` of the low watermark), or the layout cannot be
+    kept (first call, divergence, card change).
+    """
+    l1_slots, l1_tokens = _l1_slots(inp)
+    if prev is not None and reason in ("high watermark", "over budget") and prev.stable >= len(l1_slots):
+        old = list(prev.slots[: prev.stable])
+        old_tokens = sum(_slot_tokens(s, idx, inp) for s in old)
+        old_limit = l1_tokens + int((cfg.low - l1_tokens) * cfg.old_share)
+        if old[: len(l1_slots)] == l1_slots and old_tokens <= old_limit:
+            slots, total, young = _rebuild(inp, cfg, cfg.low, (old, old_tokens), prev.stable_row)
+            if total <= cfg.budget:
+                return slots, total, young, _row_of_slot(slots, young, idx, inp)
+    slots, total, young = _rebuild(inp, cfg, cfg.low)
+    return slots, total, young, _row_of_slot(slots, young, idx, inp)
+
+
+def _row_of_slot(slots: list[Slot], k: int, idx: dict[int, int], inp: PlanInput) -> int:
+    """Return the history row where the young generation starts (slot ``k``)."""
+    for s in slots[k:]:
+        if s.kind in (FULL, STUB):
+            return idx[s.page]
+    return len(inp)
 
 
 def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
@@ -239,8 +292,9 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
         elif total > cfg.high:
             reason, slots = "high watermark", None
     did_round = slots is None
+    stable, stable_row = (prev.stable, prev.stable_row) if prev is not None else (0, 0)
     if slots is None:
-        slots, total = _rebuild(inp, cfg, cfg.low)
+        slots, total, stable, stable_row = _round(inp, cfg, prev, idx, reason)
     recalled: tuple[int, ...] = ()
     if inp.recall and cfg.recall_pages > 0:
         shown = {s.page for s in slots if s.kind == FULL}
@@ -260,5 +314,7 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
             recalled = tuple(picked)
             slots.append(Slot(RECALL, pages=recalled, tokens=spent + RECALL_OVERHEAD))
             total += spent + RECALL_OVERHEAD
-    layout = Layout(slots=tuple(slots), upto=n, branch=inp.branch, card=inp.card)
+    layout = Layout(
+        slots=tuple(slots), upto=n, branch=inp.branch, card=inp.card, stable=stable, stable_row=stable_row
+    )
     return Plan(layout=layout, tokens=total, round=did_round, reason=reason, recalled=recalled)

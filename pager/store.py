@@ -245,7 +245,8 @@ class Store:
         ``fork`` is ``(parent_branch, fork_seq)`` when the history diverged: a new
         branch is created sharing the parent's first ``fork_seq`` pages.
         ``stats`` are ``(page_id, last_ref, ref_count, stale)`` updates for
-        existing pages. ``state`` is the session's scheduling state (orjson).
+        existing pages. ``state`` is the session's scheduling state (orjson);
+        None leaves the saved state untouched.
         """
         ids: list[int] = []
         with self.transaction() as db:
@@ -283,10 +284,8 @@ class Store:
                     "UPDATE pages SET last_ref=?, ref_count=?, stale=? WHERE id=?",
                     [(lr, rc, st, pid) for pid, lr, rc, st in stats],
                 )
-            db.execute(
-                "UPDATE sessions SET state=? WHERE name=?",
-                (orjson.dumps(state) if state is not None else None, session),
-            )
+            if state is not None:  # None: leave the saved scheduling state as it is
+                db.execute("UPDATE sessions SET state=? WHERE name=?", (orjson.dumps(state), session))
         return branch, ids
 
     def save_state(self, session: str, state: Any) -> None:
@@ -303,6 +302,7 @@ class Store:
             )
 
     def notes(self, session: str) -> list[str]:
+        """Return the session's notes, oldest first."""
         return [r[0] for r in self._db.execute("SELECT text FROM notes WHERE session=? ORDER BY id", (session,))]
 
     def add_pin(self, session: str, text: str) -> None:
@@ -310,6 +310,7 @@ class Store:
             db.execute("INSERT INTO pins (session, text, created) VALUES (?, ?, ?)", (session, text, time.time()))
 
     def pins(self, session: str) -> list[str]:
+        """Return the session's pinned goals, oldest first."""
         return [r[0] for r in self._db.execute("SELECT text FROM pins WHERE session=? ORDER BY id", (session,))]
 
     def add_event(self, session: str, kind: str, payload: Any) -> None:
