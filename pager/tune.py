@@ -342,10 +342,17 @@ def choose(points: Sequence[Point], target: float, objective: str = "coverage") 
     front = [p for p in points if p.frontier]
     if not front:
         return None
-    good = [p for p in front if p.score(objective) >= target]  # type: ignore[operator]
+
+    def cov(p: Point) -> float:
+        return p.score(objective) or 0.0  # frontier points are measured: never None here
+
+    def cost(p: Point) -> float:
+        return p.cost_vs_full or 0.0
+
+    good = [p for p in front if cov(p) >= target]
     if good:
-        return min(good, key=lambda p: (p.cost_vs_full, -p.score(objective)))  # type: ignore[operator]
-    return max(front, key=lambda p: (p.score(objective), -p.cost_vs_full))  # type: ignore[operator]
+        return min(good, key=lambda p: (cost(p), -cov(p)))
+    return max(front, key=lambda p: (cov(p), -cost(p)))
 
 
 def by_cost(points: Iterable[Point]) -> list[Point]:

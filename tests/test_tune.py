@@ -1,4 +1,4 @@
-"""``pager tune``: grid parsing and expansion, the Pareto frontier, the choice, the CLI end to end."""
+"""``pager tune``: grids, the Pareto frontier, the choice, the command line end to end."""
 
 from __future__ import annotations
 
@@ -251,8 +251,8 @@ def test_cli_two_point_grid_writes_a_config_pager_accepts(sessions, tmp_path):
 
 
 def test_cli_dry_run_lists_the_default_grid(capsys):
-    assert build_parser().parse_args(["tune", "--dry-run"]).func(
-        build_parser().parse_args(["tune", "--dry-run"])) == 0
+    args = build_parser().parse_args(["tune", "--dry-run"])
+    assert args.func(args) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "p01  defaults" and len(out) == len(tune.DEFAULT_POINTS)
 
