@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
@@ -187,6 +188,7 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
         print("pager tune: nothing to replay", file=err)
         return None
 
+    t0 = time.monotonic()
     points = tune.run_points(sessions, cands, pricing=price, batch=args.batch,
                              progress=args.progress, stream=err, long_gap=args.long_gap)
     points = tune.pareto(points, args.objective)
@@ -195,7 +197,8 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
     calls = sum(max(0, s.n_assistant - (s.messages[0].get("role") == "assistant"))
                 for s in sessions if s.messages)
     print(f"{len(sessions)} sessions, {calls} calls, pricing {price.name} "
-          f"(read {price.read:g}x, write {price.write:g}x); * = on the Pareto frontier", file=out)
+          f"(read {price.read:g}x, write {price.write:g}x), {len(points)} configurations in "
+          f"{time.monotonic() - t0:.0f} s; * = on the Pareto frontier", file=out)
     print(points_table(points), file=out)
     print(file=out)
     print(frontier_text(points, chosen, args.objective), file=out)
