@@ -25,7 +25,7 @@ from .history import History, hash_messages
 from .index import IndexDoc, PageIndex
 from .options import Options, load_config
 from .plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, plan
-from .render import card_text, line_range, recall_block, stub_text
+from .render import card_text, excerpt_span, line_range, recall_block, stub_text
 from .handoff import parse_handoff
 from .rollover import RolloverController, task_state as _task_state
 from .statefiles import TaskState
@@ -358,17 +358,21 @@ class Pager:
                 break
         return frozenset(focus)
 
-    def _recall_candidates(self, shown: set[int]) -> list[tuple[int, int]]:
-        """Return ``(page id, rendered tokens)`` of pages the current work refers to."""
+    def _recall_candidates(self, shown: set[int]) -> tuple[list[tuple[int, int]], dict[int, tuple[int, int]]]:
+        """Return recall candidates ``(page id, rendered tokens)`` and the lines to show of each.
+
+        The query is what the agent is about to work on: the terms of the
+        latest assistant message and of any user message after it. Each
+        candidate is cut to an excerpt around its first lines that match the
+        query, so a recall costs a few hundred tokens, not a whole page.
+        """
         o = self.options
         if not o.recall_pages:
-            return []
+            return [], {}
         h = self.history
         n = len(h)
         if n == 0:
-            return []
-        # the query: what the agent and user said most recently (the latest
-        # assistant message and any user message after it)
+            return [], {}
         query: set[str] = set()
         for i in range(n - 1, -1, -1):
             if h.role[i] in ("assistant", "user"):
@@ -376,7 +380,7 @@ class Pager:
                 if h.role[i] == "assistant":
                     break
         if not query:
-            return []
+            return [], {}
         # no flush here: a tantivy commit costs ~100 ms, and pages not yet
         # committed are the newest ones, which are in the prompt anyway
         exclude = set(shown)
@@ -385,14 +389,24 @@ class Pager:
             sorted(query), session=self.session, k=o.recall_pages * 3, exclude=exclude,
             min_score=o.recall_min_score,
         )
-        out = []
+        out: list[tuple[int, int]] = []
+        spans: dict[int, tuple[int, int]] = {}
+        needles = [t.lower() for t in query if len(t) >= 4]
         for hit in hits:
             r = h.row_of.get(hit.page_id)
-            if r is None or h.stale[r] or h.kind[r] in ("system",):
+            if r is None or h.stale[r] or h.kind[r] == "system":
                 continue
-            cost = min(h.tokens[r], o.recall_page_tokens) + 16
-            out.append((hit.page_id, cost))
-        return out
+            text = self._page_text(hit.page_id)
+            span = excerpt_span(text, needles, o.recall_page_tokens * 4)
+            if span is None:
+                continue
+            excerpt = line_range(text, *span)
+            spans[hit.page_id] = span
+            out.append((hit.page_id, MESSAGE_OVERHEAD + 24 + self.counter.count(excerpt)))
+        return out, spans
+
+    def _page_text(self, page_id: int) -> str:
+        return openai_chat.message_text(self.store.message(page_id)[1])
 
     def _schedule(self, messages: Sequence[Mapping[str, Any]], tools_tokens: int) -> dict[str, Any]:
         o = self.options
@@ -414,7 +428,7 @@ class Pager:
         budget = o.budget - tools_tokens
         l1 = int(cols["tokens"][pinned].sum()) + card_tokens
         shown_prev = {s.page for s in (self._layout.slots if self._layout else ()) if s.kind == FULL}
-        recall = self._recall_candidates(shown_prev)
+        recall, spans = self._recall_candidates(shown_prev)
         cfg = PlanConfig(
             budget=budget,
             high=min(budget, l1 + o.high_watermark),
@@ -428,7 +442,7 @@ class Pager:
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
             pinned=pinned, tool=cols["tool"], heat=heat, card_tokens=card_tokens, card=card,
-            recall=recall, branch=h.branch,
+            recall=recall, recall_spans=spans, branch=h.branch,
         )
         prev = self._layout
         result = plan(inp, cfg, prev)
@@ -477,23 +491,24 @@ class Pager:
             elif slot.kind == CARD:
                 out.append({"role": "user", "content": layout.card})
             elif slot.kind == RECALL:
-                out.append({"role": "user", "content": self._recall_text(slot.pages, messages)})
+                out.append({"role": "user", "content": self._recall_text(slot, messages)})
         return pairing.normalize(out)
 
-    def _recall_text(self, pages: Sequence[int], messages: Sequence[Mapping[str, Any]]) -> str:
+    def _recall_text(self, slot: Any, messages: Sequence[Mapping[str, Any]]) -> str:
         h = self.history
         items = []
-        cap_chars = self.options.recall_page_tokens * 4
-        for pid in pages:
+        spans = slot.spans or ((0, 0),) * len(slot.pages)
+        for pid, (start, end) in zip(slot.pages, spans):
             r = h.row_of.get(pid)
             if r is None:
                 continue
             text = openai_chat.message_text(messages[r])
-            truncated = len(text) > cap_chars
+            excerpt = line_range(text, start, end) if start else text
             items.append(
                 {
                     "handle": h.handle[r], "step": h.step[r], "kind": h.kind[r], "path": h.path[r],
-                    "text": text[:cap_chars], "truncated": truncated,
+                    "lines": (start, end) if start else None, "text": excerpt.rstrip("\n"),
+                    "truncated": len(excerpt) < len(text),
                 }
             )
             self._handles.add(h.handle[r])

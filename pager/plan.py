@@ -25,7 +25,7 @@ not fit are dropped whole (pairing rule 1), to be recalled if needed again.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -46,6 +46,7 @@ class Slot:
     page: int = 0
     pages: tuple[int, ...] = ()
     tokens: int = 0  # recall blocks: their rendered size, fixed when they are placed
+    spans: tuple[tuple[int, int], ...] = ()  # recall blocks: the line range shown of each page
 
 
 @attrs.frozen(slots=True)
@@ -61,7 +62,7 @@ class Layout:
 
     def to_state(self) -> dict:
         return {
-            "slots": [[s.kind, s.page, list(s.pages), s.tokens] for s in self.slots],
+            "slots": [[s.kind, s.page, list(s.pages), s.tokens, [list(x) for x in s.spans]] for s in self.slots],
             "upto": self.upto,
             "branch": self.branch,
             "card": self.card,
@@ -74,8 +75,11 @@ class Layout:
         if not data:
             return None
         slots = tuple(
-            Slot(kind=k, page=int(p), pages=tuple(int(x) for x in ps), tokens=int(t))
-            for k, p, ps, t in data["slots"]
+            Slot(
+                kind=row[0], page=int(row[1]), pages=tuple(int(x) for x in row[2]), tokens=int(row[3]),
+                spans=tuple((int(a), int(b)) for a, b in (row[4] if len(row) > 4 else ())),
+            )
+            for row in data["slots"]
         )
         return cls(
             slots=slots, upto=int(data["upto"]), branch=int(data.get("branch", 0)), card=data.get("card", ""),
@@ -112,6 +116,7 @@ class PlanInput:
     card_tokens: int = 0
     card: str = ""
     recall: Sequence[tuple[int, int]] = ()  # (page id, rendered tokens), best first
+    recall_spans: Mapping[int, tuple[int, int]] = attrs.field(factory=dict)  # page -> lines shown
     branch: int = 0
 
     def __len__(self) -> int:
@@ -312,7 +317,8 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
             spent += int(cost)
         if picked:
             recalled = tuple(picked)
-            slots.append(Slot(RECALL, pages=recalled, tokens=spent + RECALL_OVERHEAD))
+            spans = tuple(inp.recall_spans.get(p, (0, 0)) for p in recalled)
+            slots.append(Slot(RECALL, pages=recalled, tokens=spent + RECALL_OVERHEAD, spans=spans))
             total += spent + RECALL_OVERHEAD
     layout = Layout(
         slots=tuple(slots), upto=n, branch=inp.branch, card=inp.card, stable=stable, stable_row=stable_row

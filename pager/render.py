@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-__all__ = ["STUB_HEAD_CHARS", "card_text", "recall_block", "stub_text", "line_range"]
+__all__ = ["STUB_HEAD_CHARS", "card_text", "excerpt_span", "line_range", "recall_block", "stub_text"]
 
 STUB_HEAD_CHARS = 200
 
@@ -62,9 +62,11 @@ def recall_block(pages: Sequence[Mapping[str, Any]]) -> str:
         attrs = [f'handle="{p["handle"]}"', f'step="{p["step"]}"', f'kind="{p["kind"]}"']
         if p.get("path"):
             attrs.append(f'path="{p["path"]}"')
+        if p.get("lines"):
+            attrs.append(f'lines="{p["lines"][0]}-{p["lines"][1]}"')
         body = p["text"]
         if p.get("truncated"):
-            body += f"\n… (truncated; expand(\"{p['handle']}\") for the rest)"
+            body += f"\n… (excerpt; expand(\"{p['handle']}\") for the whole page)"
         out.append(f"<page {' '.join(attrs)}>\n{body}\n</page>")
     return "\n".join(out)
 
@@ -77,3 +79,32 @@ def line_range(text: str, start_line: int | None, end_line: int | None) -> str:
     start = max(1, start_line or 1)
     end = min(len(lines), end_line or len(lines))
     return "".join(lines[start - 1 : end])
+
+
+def excerpt_span(text: str, needles: Sequence[str], max_chars: int, context: int = 2) -> tuple[int, int] | None:
+    """Return the 1-based line range to show of ``text`` for a recall, or None if nothing matches.
+
+    Starts ``context`` lines above the first line that contains a needle
+    (case-insensitive) and runs on until ``max_chars``. A short page is shown whole.
+    """
+    lines = text.splitlines()
+    if not lines:
+        return None
+    if len(text) <= max_chars:
+        return (1, len(lines))
+    first = None
+    for i, line in enumerate(lines):
+        low = line.lower()
+        if any(n in low for n in needles):
+            first = i
+            break
+    if first is None:
+        return None
+    start = max(0, first - context)
+    size = 0
+    end = start
+    while end < len(lines) and size + len(lines[end]) + 1 <= max_chars:
+        size += len(lines[end]) + 1
+        end += 1
+    end = max(end, start + 1)
+    return (start + 1, end)
