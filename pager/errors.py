@@ -69,12 +69,12 @@ class BudgetError(PagerError, ValueError):
     the two figures compared.
     """
 
-    def __init__(self, l1_tokens: int, budget: int, detail: str = "") -> None:
+    def __init__(self, l1_tokens: int, budget: int, detail: str = "", *, what: str = "the pinned layer (L1)") -> None:
         self.l1_tokens = l1_tokens
         self.budget = budget
         self.over_by = l1_tokens - budget
         msg = (
-            f"the pinned layer needs {l1_tokens} tokens but the budget is {budget} "
+            f"{what} needs {l1_tokens} tokens but the budget is {budget} "
             f"(over by {self.over_by}); raise context_window, lower output_reserve, "
             "or pin less"
         )

@@ -24,8 +24,8 @@ from .heat import PageTable, get_policy
 from .history import History, hash_messages
 from .index import IndexDoc, PageIndex
 from .options import Options, load_config
-from .plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, plan
-from .render import card_text, excerpt_span, line_range, recall_block, stub_text
+from .plan import CARD, FULL, RECALL, SKEL, STUB, Layout, PlanConfig, PlanInput, plan
+from .render import card_text, excerpt_span, line_range, recall_block, skeleton_message, stub_text
 from .handoff import parse_handoff
 from .rollover import RolloverController, task_state as _task_state
 from .statefiles import TaskState
@@ -112,9 +112,16 @@ class Pager:
         saved = self.store.setting(f"options:{session}")
         base = orjson.loads(saved) if saved and config is None and not options else {}
         base.update(load_config(config))
+        policy = options.get("policy")
+        if policy is not None and not isinstance(policy, str):
+            # a policy class or instance: schedule with it, persist its registry name and params
+            instance = get_policy(policy)
+            options["policy"] = instance.name
+            options["policy_params"] = {**instance.params(), **dict(options.get("policy_params") or {})}
         self.options = Options.build(base, context_window=context_window, **options)
-        self.store.set_setting(f"options:{session}", orjson.dumps(self.options.to_dict()).decode())
+        # validate the policy before persisting: a bad option must not poison later reopens
         self.policy = get_policy(self.options.policy, **dict(self.options.policy_params))
+        self.store.set_setting(f"options:{session}", orjson.dumps(self.options.to_dict()).decode())
         self.counter = counter or default_counter()
         self.reports = ReportLog(self.path, enabled=self.options.log_reports)
         self.last_report: Report | None = None
@@ -153,6 +160,8 @@ class Pager:
             return
         self._closed = True
         try:
+            # counters changed by expand/search since the last assemble
+            self.store.save_state(self.session, self._state(self._layout))
             self._flush_index()
         finally:
             self.index.close()
@@ -291,9 +300,9 @@ class Pager:
         if self._rollover is not None:
             return self._assemble_rollover(out, messages, tools, new_pages, t0)
         tools_tokens = self._count_tools(tools)
+        self._calls += 1
         result = self._schedule(messages, tools_tokens)
         out["messages"] = result["messages"]
-        self._calls += 1
         elapsed = (time.perf_counter() - t0) * 1000.0
         report = self._make_report(result, len(messages), new_pages, elapsed, tools_tokens)
         self.last_report = report
@@ -438,9 +447,11 @@ class Pager:
             recall_pages=o.recall_pages,
             recall_tokens=o.recall_tokens,
             old_share=o.old_share,
+            skeleton_share=o.skeleton_share,
         )
         inp = PlanInput(
-            page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
+            page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"],
+            skel_tokens=cols["skel_tokens"], unit=cols["unit"],
             pinned=pinned, tool=cols["tool"], heat=heat, card_tokens=card_tokens, card=card,
             recall=recall, recall_spans=spans, branch=h.branch,
         )
@@ -452,6 +463,8 @@ class Pager:
         if result.round and prev is not None:
             before = {s.page for s in prev.slots if s.kind == FULL}
             self._demoted |= before - shown_now
+            # rounds are rare; commit now so what was just demoted is recallable
+            self._flush_index()
         for pid in result.recalled:
             if pid in self._demoted:
                 self._faults += 1
@@ -488,6 +501,10 @@ class Pager:
                         "content": stub_text(body, h.tokens[r], h.handle[r], path=h.path[r]),
                     }
                 )
+            elif slot.kind == SKEL:
+                r = h.row_of[slot.page]
+                self._handles.add(h.handle[r])
+                out.append(skeleton_message(messages[r], h.handle[r]))
             elif slot.kind == CARD:
                 out.append({"role": "user", "content": layout.card})
             elif slot.kind == RECALL:
@@ -529,6 +546,9 @@ class Pager:
                 kept += 1
             elif slot.kind == STUB:
                 layers["stubs"] += h.stub_tokens[h.row_of[slot.page]]
+                stubbed += 1
+            elif slot.kind == SKEL:
+                layers["stubs"] += h.skel_tokens[h.row_of[slot.page]]
                 stubbed += 1
             elif slot.kind == RECALL:
                 layers["l3"] += slot.tokens
@@ -608,7 +628,7 @@ class Pager:
         """Keep a short note in the task-state card; return how many notes the card shows."""
         self._check_open()
         if not isinstance(text, str) or not text.strip():
-            raise ToolError("note text must be a non-empty string")
+            raise InputError("note text must be a non-empty string")
         self.store.add_note(self.session, text.strip()[: agent_tools.NOTE_MAX_CHARS], self.history.clock)
         return min(len(self.store.notes(self.session)), self.options.max_notes)
 

@@ -108,3 +108,75 @@ def excerpt_span(text: str, needles: Sequence[str], max_chars: int, context: int
         end += 1
     end = max(end, start + 1)
     return (start + 1, end)
+
+
+SKELETON_TEXT_CHARS = 160
+SKELETON_ARG_CHARS = 120
+
+
+def _cut(text: str, limit: int, handle: str) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit].rstrip() + f"…[{handle}]"
+
+
+def _cut_args(arguments: str, handle: str) -> str:
+    """Return tool-call arguments with every long string value cut, still valid JSON."""
+    import orjson
+
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return orjson.dumps(_cut(arguments, SKELETON_ARG_CHARS, handle)).decode()
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return _cut(v, SKELETON_ARG_CHARS, handle)
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        return v
+
+    return orjson.dumps(walk(value)).decode()
+
+
+def skeleton_message(message: Mapping[str, Any], handle: str) -> dict[str, Any]:
+    """Return the compact form of a turn page: text and call arguments cut, calls kept.
+
+    The agent's own actions (which file, which command, which identifier)
+    survive at a fraction of the size; the full message stays behind
+    ``handle``. Tool messages become a one-line pointer to their output.
+    """
+    role = message.get("role")
+    if role == "tool":
+        return {
+            "role": "tool",
+            "tool_call_id": message["tool_call_id"],
+            "content": f"[pager: output stored off-prompt as {handle}; expand({handle!r}) to read it]",
+        }
+    if role != "assistant":
+        return dict(message)
+    content = message.get("content")
+    out: dict[str, Any] = {"role": "assistant"}
+    if isinstance(content, str):
+        out["content"] = _cut(content, SKELETON_TEXT_CHARS, handle)
+    elif content is None:
+        out["content"] = None
+    else:
+        from .tokens import content_text
+
+        out["content"] = _cut(content_text(content), SKELETON_TEXT_CHARS, handle)
+    calls = message.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [
+            {
+                **{k: v for k, v in call.items() if k != "function"},
+                "function": {
+                    **call["function"],
+                    "arguments": _cut_args(str(call["function"].get("arguments", "")), handle),
+                },
+            }
+            for call in calls
+        ]
+    return out

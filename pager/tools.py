@@ -80,7 +80,7 @@ NOTE_TOOL = {
         "name": "note",
         "description": (
             "Keep a short note (a decision, a rejected approach and why, the next step) in the task-state "
-            "card that stays in every prompt. Older notes beyond the card's limit stay searchable."
+            "card that stays in every prompt. The card shows the most recent notes; older ones stay in the store."
         ),
         "parameters": {
             "type": "object",

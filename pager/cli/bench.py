@@ -129,6 +129,9 @@ def load_variants(path: str) -> list[dict[str, Any]]:
         if not isinstance(item, dict):
             raise ConfigError(f"{path}: variant {i} must be a JSON object")
         item = dict(item)
+        if isinstance(item.get("options"), dict):
+            # a `pager tune --write` file: the options sit beside its figures
+            item = {**item["options"], **({"name": item["name"]} if "name" in item else {})}
         item.setdefault("name", f"pager:{Path(path).stem}" + (f"-{i + 1}" if len(items) > 1 else ""))
         out.append(item)
     return out

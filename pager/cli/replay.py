@@ -82,7 +82,11 @@ def run(args: argparse.Namespace) -> int:
           f"write {price.write:g}x); costs in base-price tokens")
     print(table(head, rows))
     s = {x.strategy: x for x in result.summary}
-    print(f"\nall sessions: pager cost {s['pager'].cost_vs_full:.2f} of full resend, "
-          f"mean prompt {s['pager'].mean_vs_full:.2f} of full, violations {s['pager'].violations}")
+    pg = s["pager"]
+    if pg.cost_vs_full is None:
+        print("\nall sessions: pager failed on every session (see the warnings above)")
+        return 1
+    print(f"\nall sessions: pager cost {pg.cost_vs_full:.2f} of full resend, "
+          f"mean prompt {pg.mean_vs_full:.2f} of full, violations {pg.violations}")
     failed = [r for r in rows if str(r[3]).startswith("failed")]
     return 1 if failed or s["pager"].violations else 0
