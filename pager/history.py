@@ -52,6 +52,21 @@ def content_hash_bytes(raw: bytes) -> str:
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
+def _page_terms(text: str, path: str | None, limit: int) -> frozenset[str]:
+    """Return a page's referable terms; a file page also answers to its path and file name.
+
+    A file read's content rarely names its own path (the call that read it
+    does), yet "edit src/x.py" refers to that content more than to anything.
+    """
+    terms = terms_mod.extract_terms(text, limit=limit)
+    if path:
+        extra = {path, path.rsplit("/", 1)[-1]}
+        if path.startswith("./"):
+            extra.add(path[2:])
+        terms = terms | frozenset(extra)
+    return terms
+
+
 class History:
     """Columns of the head branch, one row per history message."""
 
@@ -183,7 +198,7 @@ class History:
                     "handle": handle,
                     "raw": raws[seq] if raws[seq] is not None else orjson.dumps(msg),
                     "text": text,
-                    "terms": terms_mod.extract_terms(text, limit=extract_limit),
+                    "terms": _page_terms(text, cls.path, extract_limit),
                 }
             )
             if cls.kind == "assistant":
@@ -262,7 +277,7 @@ class History:
             self.stale.append(bool(row[col["stale"]]))
             self.last_ref.append(row[col["last_ref"]])
             self.ref_count.append(row[col["ref_count"]])
-            self.terms.append(terms_mod.extract_terms(message_text(msg), limit=extract_limit))
+            self.terms.append(_page_terms(message_text(msg), row[col["path"]], extract_limit))
             for call in msg.get("tool_calls") or ():
                 fn = call.get("function") or {}
                 self.calls[call["id"]] = (str(fn.get("name", "")), str(fn.get("arguments", "")))

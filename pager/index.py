@@ -403,6 +403,16 @@ class PageIndex:
                 w.wait_merging_threads()
             except (ValueError, OSError, RuntimeError) as e:
                 raise RecallIndexError(f"cannot close the recall index: {e}") from e
+            finally:
+                del w
+        # drop the searcher and index too: tantivy's reader keeps a thread that
+        # may touch the directory until the objects are freed, which races with
+        # a caller removing the folder right after close()
+        self._searcher = None  # type: ignore[assignment]
+        self._index = None  # type: ignore[assignment]
+        import gc
+
+        gc.collect()
 
     def __enter__(self) -> PageIndex:
         return self

@@ -401,9 +401,15 @@ class Pager:
         out: list[tuple[int, int]] = []
         spans: dict[int, tuple[int, int]] = {}
         needles = [t.lower() for t in query if len(t) >= 4]
+        # BM25 finds pages about the same words; a recall also needs the
+        # reference evidence that decides heat (paths, handles, error names
+        # count double), or it is noise that costs tokens on every call
+        strength = h.term_index.references(query) if o.recall_min_strength else {}
         for hit in hits:
             r = h.row_of.get(hit.page_id)
             if r is None or h.stale[r] or h.kind[r] == "system":
+                continue
+            if o.recall_min_strength and strength.get(hit.page_id, 0) < o.recall_min_strength:
                 continue
             text = self._page_text(hit.page_id)
             span = excerpt_span(text, needles, o.recall_page_tokens * 4)

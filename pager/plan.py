@@ -99,7 +99,7 @@ class PlanConfig:
     inline_max: int = 0  # a new tool output above this is stubbed on arrival (0: budget // 4)
     recall_pages: int = 5
     recall_tokens: int = 2000
-    old_share: float = 0.6  # the old generation may hold this share of the low watermark
+    old_share: float = 0.9  # the old generation may hold this share of the low watermark
     skeleton_share: float = 0.0  # share of a round's room kept for skeletons of colder units
 
 

@@ -121,13 +121,22 @@ def _parse_call(tool_call: Any) -> tuple[str, str, Mapping[str, Any]]:
     return cid, name, args
 
 
+def _call_id(tool_call: Any) -> str:
+    # read first, so even a call with broken arguments gets an answer it can pair with
+    if hasattr(tool_call, "id"):
+        return str(getattr(tool_call, "id") or "")
+    if isinstance(tool_call, Mapping):
+        return str(tool_call.get("id") or "")
+    return ""
+
+
 def _result(cid: str, text: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": cid, "content": text}
 
 
 def call(pager: "Pager", tool_call: Any) -> dict[str, Any]:
     """Execute one pager tool call and return the tool message answering it."""
-    cid = ""
+    cid = _call_id(tool_call)
     try:
         cid, name, args = _parse_call(tool_call)
         if name == "recall":
