@@ -28,11 +28,13 @@ __all__ = ["History", "hash_messages"]
 REFERRING_ROLES = ("assistant", "user")
 
 
-def hash_messages(messages: Sequence[Mapping[str, Any]], known: Sequence[str] = ()) -> tuple[list[str], list[bytes | None]]:
-    """Return each message's content hash and (for every message) its orjson bytes.
+def hash_messages(
+    messages: Sequence[Mapping[str, Any]], offset: int = 0
+) -> tuple[list[str], list[bytes | None]]:
+    """Return each message's content hash and its orjson bytes.
 
     A lone surrogate makes orjson refuse a message; that is reported as a
-    ``MessageError`` naming it.
+    ``MessageError`` naming it (``offset`` is added to the index).
     """
     hashes: list[str] = []
     raws: list[bytes | None] = []
@@ -40,7 +42,7 @@ def hash_messages(messages: Sequence[Mapping[str, Any]], known: Sequence[str] = 
         try:
             raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError as exc:
-            raise MessageError(i, f"cannot be encoded ({exc}); lone surrogates are not valid text") from exc
+            raise MessageError(i + offset, f"cannot be encoded ({exc}); lone surrogates are not valid text") from exc
         hashes.append(content_hash_bytes(raw))
         raws.append(raw)
     return hashes, raws
@@ -90,6 +92,7 @@ class History:
         self.ref_count: list[int] = []
         self.terms: list[frozenset[str]] = []
         self.call_rows: dict[str, int] = {}  # call id -> row of the assistant message
+        self.answers: list[str | None] = []  # tool rows: the call id they answer
         self.calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, arguments)
         self.path_rows: dict[str, int] = {}  # path -> row of its newest read
         self.first_user: int | None = None
@@ -101,8 +104,10 @@ class History:
 
     @property
     def clock(self) -> int:
-        """The logical clock: assistant messages so far."""
-        return sum(1 for k in self.kind if k == "assistant")
+        """The logical clock: assistant messages so far (O(1): the last row's step)."""
+        if not self.step:
+            return 0
+        return self.step[-1] + (1 if self.kind[-1] == "assistant" else 0)
 
     def pinned_count(self) -> int:
         """Rows up to and including the first user message are L1."""
@@ -125,7 +130,7 @@ class History:
         # rebuilding derived maps is simpler and safer than undoing them
         saved = {name: getattr(self, name)[:n] for name in (
             "page", "hash", "kind", "role", "tokens", "stub_tokens", "skel_tokens", "unit", "step", "path", "handle",
-            "stale", "last_ref", "ref_count", "terms")}
+            "stale", "last_ref", "ref_count", "terms", "answers")}
         calls = self.calls
         self.__init__(self.session, self.counter, self.term_index.max_df)  # type: ignore[misc]
         for name, value in saved.items():
@@ -225,6 +230,7 @@ class History:
             self.last_ref.append(rec["step"])
             self.ref_count.append(0)
             self.terms.append(rec["terms"])
+            self.answers.append(rec["call_id"])
             if rec["kind"] == "assistant":
                 for cid in rec["call_ids"]:
                     self.call_rows[cid] = row
@@ -283,6 +289,7 @@ class History:
                 self.calls[call["id"]] = (str(fn.get("name", "")), str(fn.get("arguments", "")))
                 self.call_rows[call["id"]] = r
             cid = row[col["call_id"]]
+            self.answers.append(cid)
             if kind in ("tool", "file") and cid in self.call_rows:
                 self.unit.append(self.unit[self.call_rows[cid]])
             else:
@@ -292,6 +299,18 @@ class History:
             if kind == "file" and row[col["path"]]:
                 self.path_rows[row[col["path"]]] = r
             self.term_index.add_page(pid, self.terms[-1])
+
+    def open_calls_at(self, k: int) -> set[str]:
+        """Return the call ids still unanswered just before row ``k`` (validation state)."""
+        answered: set[str] = set()
+        r = k - 1
+        while r >= 0 and self.kind[r] in ("tool", "file"):
+            if self.answers[r]:
+                answered.add(self.answers[r])
+            r -= 1
+        if r < 0 or self.kind[r] != "assistant":
+            return set()
+        return {cid for cid, row in self.call_rows.items() if row == r} - answered
 
     def columns(self) -> dict[str, np.ndarray]:
         """Return the numpy columns the planner and the heat policy read."""

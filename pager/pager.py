@@ -139,6 +139,7 @@ class Pager:
         self._closed = False
         self.index = self._open_index()
         self.history = History(session, self.counter)
+        self._ident: list[tuple[Any, Any, Any]] = []  # (message, content, tool_calls) per recorded row
         self._load()
         # rollover mode: the window controller stands in for the paging planner
         self._rollover: RolloverController | None = (
@@ -221,10 +222,35 @@ class Pager:
 
     # -- recording ----------------------------------------------------------------------
 
-    def _record(self, messages: Sequence[Mapping[str, Any]]) -> int:
+    def _same_prefix(self, messages: Sequence[Any]) -> int:
+        """Return how many leading messages are the same objects as recorded rows.
+
+        Harnesses append to one list of dicts, so on each call all but the new
+        messages are the very objects seen before. Identity of the message and
+        of its ``content`` and ``tool_calls`` stands in for re-hashing them
+        (strings are immutable; an edit replaces one of these objects). A
+        message mutated deep inside in place (a tool call's arguments edited
+        in the same dict) is not detected: replace the message to edit it.
+        """
+        ident = self._ident
+        lim = min(len(ident), len(self.history.hash), len(messages))
+        k = 0
+        while k < lim:
+            m = messages[k]
+            e = ident[k]
+            if e[0] is not m or not isinstance(m, Mapping):
+                break
+            if e[1] is not m.get("content") or e[2] is not m.get("tool_calls"):
+                break
+            k += 1
+        return k
+
+    def _record(self, messages: Sequence[Mapping[str, Any]], known: int = 0) -> int:
         """Record what is new in ``messages``; return how many pages were added."""
-        hashes, raws = hash_messages(messages)
         h = self.history
+        new_hashes, raws = hash_messages(messages[known:], offset=known)
+        hashes = h.hash[:known] + new_hashes
+        raws = [None] * known + raws
         common = 0
         limit = min(len(h.hash), len(hashes))
         while common < limit and h.hash[common] == hashes[common]:
@@ -234,6 +260,8 @@ class Pager:
             # the caller's history diverged from the recorded one: a new branch
             fork = (h.branch, common)
             h.truncate(common)
+        del self._ident[common:]
+        self._ident.extend((m, m.get("content"), m.get("tool_calls")) for m in messages[len(self._ident):])
         if common == len(hashes) and fork is None:
             return 0
         classified = openai_chat.classify(messages, common, h.calls)
@@ -288,8 +316,18 @@ class Pager:
         if "messages" not in request:
             raise InputError("request has no 'messages'")
         messages = request["messages"]
-        openai_chat.validate(messages, check_encoding=False)
-        new_pages = self._record(messages)
+        if not isinstance(messages, (list, tuple)):
+            raise InputError(f"request['messages'] must be a list, got {type(messages).__name__}")
+        # messages the caller passed last time, as the very same objects, were
+        # validated and hashed then: start after them (see _same_prefix)
+        known = self._same_prefix(messages)
+        h = self.history
+        openai_chat.validate(
+            messages, check_encoding=False, start=known,
+            open_calls=h.open_calls_at(known) if known else None,
+            known_calls=h.call_rows if known else None,
+        )
+        new_pages = self._record(messages, known)
         expose = self.options.expose_tools if expose_tools is None else expose_tools
         out = dict(request)
         tools = list(request.get("tools") or ())

@@ -70,16 +70,16 @@ PARAM_PREFIX = "policy_params."
 # off on its own and a run on a dozen sessions stays at a few minutes.
 DEFAULT_POINTS: tuple[Mapping[str, Any], ...] = (
     {},
-    {"high_watermark": 16_000},
-    {"high_watermark": 32_000},
+    {"high_watermark": 20_000},
+    {"high_watermark": 48_000},
     {"low_watermark": 4_000},
     {"low_watermark": 12_000},
     {"recent_units": 2},
     {"recent_units": 5},
     {"stub_threshold": 1_000},
     {"stub_threshold": 4_000},
-    {"recall_pages": 3, "recall_tokens": 1_000},
-    {"recall_pages": 8, "recall_tokens": 4_000},
+    {"recall_pages": 0},
+    {"recall_pages": 5, "recall_tokens": 1_500},
     {"policy_params.half_life": 24},
 )
 

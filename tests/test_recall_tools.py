@@ -35,6 +35,7 @@ def open_small(tmp_path, **kw):
     kw.setdefault("high_watermark", 3_000)
     kw.setdefault("low_watermark", 1_500)
     kw.setdefault("recall_pages", 2)
+    kw.setdefault("recall_min_strength", 4)
     return pager.open(tmp_path / "ctx", session="s", context_window=200_000, **kw)
 
 
@@ -52,6 +53,13 @@ def test_assemble_recalls_a_demoted_page_the_work_refers_to(tmp_path):
         assert pairing.check(out) == []
         validate(out)
         assert p.stats()["faults"] >= 1  # it had been demoted and was needed again
+
+
+def test_recall_needs_reference_strength(tmp_path):
+    history = _history()
+    with open_small(tmp_path, recall_min_strength=100) as p:
+        out = p.assemble({"messages": history})["messages"]
+        assert not any("recalled from earlier" in str(m.get("content")) for m in out)
 
 
 def test_recall_can_be_switched_off(tmp_path):

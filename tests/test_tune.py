@@ -267,9 +267,9 @@ def test_cli_notes_skipped_and_sampled(sessions):
 
 def test_cli_grid_file_and_errors(tmp_path):
     g = tmp_path / "g.json"
-    g.write_text('{"recall_pages": [2, 4]}')
+    g.write_text('{"recall_pages": [3, 4]}')
     _, out, _ = run_cli(["--dry-run", "--grid-file", str(g), "--grid", "recent_units=2"])
-    assert out.splitlines()[1:] == ["p02  recent_units=2 recall_pages=2",
+    assert out.splitlines()[1:] == ["p02  recent_units=2 recall_pages=3",
                                     "p03  recent_units=2 recall_pages=4"]
     for argv in (["--grid", "bogus=1"], ["--target-coverage", "2"], ["--max-points", "0"]):
         with pytest.raises(ConfigError):

@@ -56,19 +56,32 @@ def _validate_content(i: int, role: str, content: Any, has_calls: bool) -> None:
     )
 
 
-def validate(messages: Any, *, check_encoding: bool = True) -> None:
+def validate(
+    messages: Any,
+    *,
+    check_encoding: bool = True,
+    start: int = 0,
+    open_calls: set[str] | None = None,
+    known_calls: Mapping[str, int] | None = None,
+) -> None:
     """Check that ``messages`` is a valid chat history; raise ``MessageError`` at the first fault.
 
     Checks: each message is an object with a known role; content has the right
     type; tool calls are well formed with unique ids; every tool message
     answers an earlier call that is still open; no lone surrogates (skipped
     with ``check_encoding=False`` by callers that encode every message anyway).
+
+    ``start`` skips messages already validated; ``open_calls`` is then the
+    state at ``start`` and ``known_calls`` maps call ids seen before to the
+    position of the message that made them (for the duplicate-id check).
     """
     if not isinstance(messages, (list, tuple)):
         raise InputError(f"request['messages'] must be a list, got {type(messages).__name__}")
-    open_calls: set[str] = set()
+    open_calls = set(open_calls or ())
     seen_calls: set[str] = set()
-    for i, msg in enumerate(messages):
+    known = known_calls or {}
+    for i in range(start, len(messages)):
+        msg = messages[i]
         if not isinstance(msg, Mapping):
             raise MessageError(i, f"must be an object, got {type(msg).__name__}")
         role = msg.get("role")
@@ -88,7 +101,7 @@ def validate(messages: Any, *, check_encoding: bool = True) -> None:
                 cid = call.get("id")
                 if not isinstance(cid, str) or not cid:
                     raise MessageError(i, f"tool_calls[{j}] has no id")
-                if cid in seen_calls:
+                if cid in seen_calls or known.get(cid, i) < start:
                     raise MessageError(i, f"tool_calls[{j}] reuses call id {cid!r}")
                 args = call["function"].get("arguments", "")
                 if not isinstance(args, str):
