@@ -46,14 +46,15 @@ class Options:
     output_reserve: int | None = None
     policy: str = "reference"
     policy_params: Mapping[str, Any] = attrs.field(factory=dict)
-    high_watermark: int = attrs.field(default=32_000, validator=_positive)
+    high_watermark: int = attrs.field(default=40_000, validator=_positive)
     low_watermark: int = attrs.field(default=8_000, validator=_positive)
     recent_units: int = attrs.field(default=3, validator=_non_negative)
     old_share: float = attrs.field(default=0.9, validator=_non_negative)
     skeleton_share: float = attrs.field(default=0.0, validator=_non_negative)
     stub_threshold: int = attrs.field(default=2_000, validator=_non_negative)
-    recall_pages: int = attrs.field(default=2, validator=_non_negative)
-    recall_tokens: int = attrs.field(default=600, validator=_non_negative)
+    inline_max: int = attrs.field(default=2_000, validator=_non_negative)
+    recall_pages: int = attrs.field(default=1, validator=_non_negative)
+    recall_tokens: int = attrs.field(default=300, validator=_non_negative)
     recall_page_tokens: int = attrs.field(default=300, validator=_positive)
     recall_min_score: float = attrs.field(default=0.0, validator=_non_negative)
     recall_min_strength: int = attrs.field(default=8, validator=_non_negative)

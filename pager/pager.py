@@ -488,6 +488,7 @@ class Pager:
             low=min(budget, l1 + o.low_watermark),
             recent_units=o.recent_units,
             stub_threshold=o.stub_threshold,
+            inline_max=o.inline_max,
             recall_pages=o.recall_pages,
             recall_tokens=o.recall_tokens,
             old_share=o.old_share,

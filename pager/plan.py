@@ -96,7 +96,7 @@ class PlanConfig:
     low: int  # a round rebuilds down to this
     recent_units: int = 3  # most recent units always verbatim after a round
     stub_threshold: int = 2000  # older tool outputs above this are stubbed
-    inline_max: int = 0  # a new tool output above this is stubbed on arrival (0: budget // 4)
+    inline_max: int = 0  # outputs above this are full only in the newest step (0: budget // 4)
     recall_pages: int = 5
     recall_tokens: int = 2000
     old_share: float = 0.9  # the old generation may hold this share of the low watermark
@@ -176,8 +176,14 @@ def _rebuild(
     uniq, first = np.unique(units, return_index=True)
     order = np.argsort(first, kind="stable")
     uniq = uniq[order]
-    # per-unit cost in full, with big outputs stubbed, and fully stubbed
+    # per-unit cost in full, with big outputs stubbed, and fully stubbed; an
+    # output over inline_max is a stub even in the recent tail (as on arrival)
     big = inp.tool & (inp.tokens > cfg.stub_threshold)
+    hard_max = cfg.budget // 4
+    huge = inp.tool & (inp.tokens > min(cfg.inline_max or hard_max, hard_max))
+    if inp.unit.size:
+        # the newest step's outputs are shown in full unless they could not fit at all
+        huge &= (inp.unit != inp.unit[-1]) | (inp.tokens > hard_max)
     full_cost = np.zeros(uniq.size, dtype=np.int64)
     kept_cost = np.zeros(uniq.size, dtype=np.int64)
     stub_cost = np.zeros(uniq.size, dtype=np.int64)
@@ -185,7 +191,7 @@ def _rebuild(
     heat = np.full(uniq.size, -np.inf)
     unit_pos = {int(u): k for k, u in enumerate(uniq)}
     upos = np.fromiter((unit_pos[int(u)] for u in units), dtype=np.int64, count=units.size)
-    np.add.at(full_cost, upos, inp.tokens[rows])
+    np.add.at(full_cost, upos, np.where(huge[rows], inp.stub_tokens[rows], inp.tokens[rows]))
     np.add.at(kept_cost, upos, np.where(big[rows], inp.stub_tokens[rows], inp.tokens[rows]))
     np.add.at(stub_cost, upos, np.where(inp.tool[rows], inp.stub_tokens[rows], inp.tokens[rows]))
     np.add.at(skel_cost, upos, inp.skel_tokens[rows])
@@ -247,10 +253,14 @@ def _rebuild(
             slots.append(Slot(SKEL, page))
             total += int(inp.skel_tokens[r])
             continue
-        stubbed = inp.tool[r] and (m == 3 or (m == 1 and big[r]))
+        stubbed = inp.tool[r] and (m == 3 or (m == 1 and big[r]) or huge[r])
         slots.append(Slot(STUB if stubbed else FULL, page))
         total += int(inp.stub_tokens[r] if stubbed else inp.tokens[r])
     return slots, total, (first_young if first_young >= 0 else len(slots))
+
+
+def _is_big(inp: PlanInput, r: int, limit: int) -> bool:
+    return bool(inp.tool[r]) and int(inp.tokens[r]) > limit
 
 
 def _round(
@@ -294,8 +304,10 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     Then adds one block of recall candidates at the tail if it fits.
     """
     n = len(inp)
-    idx = {int(p): i for i, p in enumerate(inp.page)}
-    inline_max = cfg.inline_max or cfg.budget // 4
+    idx = dict(zip(inp.page.tolist(), range(n)))
+    hard_max = cfg.budget // 4
+    inline_max = min(cfg.inline_max or hard_max, hard_max)
+    newest = int(inp.unit[n - 1]) if n else -1
     reason = ""
     slots: list[Slot] | None = None
     total = 0
@@ -309,9 +321,16 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
         reason = "history diverged"
     else:
         slots = list(prev.slots)
-        rows = range(prev.upto, n)
-        for r in rows:
-            stubbed = bool(inp.tool[r]) and int(inp.tokens[r]) > inline_max
+        # A big output is shown in full only while it belongs to the newest
+        # step: the model reads it once, then it becomes a stub. It sits at the
+        # tail of the previous prompt, so stubbing it re-bills almost nothing.
+        for j in range(len(slots) - 1, prev.stable - 1, -1):
+            sl = slots[j]
+            if sl.kind == FULL and _is_big(inp, idx[sl.page], inline_max) and int(inp.unit[idx[sl.page]]) != newest:
+                slots[j] = Slot(STUB, sl.page)
+        for r in range(prev.upto, n):
+            big = _is_big(inp, r, inline_max)
+            stubbed = big and (int(inp.unit[r]) != newest or int(inp.tokens[r]) > hard_max)
             slots.append(Slot(STUB if stubbed else FULL, int(inp.page[r])))
         total = sum(_slot_tokens(s, idx, inp) for s in slots)
         if total > cfg.budget:

@@ -277,3 +277,20 @@ def test_store_records_schema_version(tmp_path):
     store.close()
     with pytest.raises(pager.SchemaError):
         Store(tmp_path / "ctx")
+
+
+def test_big_output_is_full_only_in_the_newest_step(tmp_path):
+    text = big_text(900)  # over inline_max (2,000 tokens)
+    history = [system("s"), user("task"), assistant(None, call("a", "bash", command="pytest")), tool("a", text)]
+    with open_pager(tmp_path) as p:
+        first = p.assemble({"messages": history})["messages"]
+        assert first[-1]["content"] == text  # the model reads what it asked for
+        history += [assistant("next", call("b", "bash", command="ls")), tool("b", "ok")]
+        second = p.assemble({"messages": history})["messages"]
+        assert second[3]["tool_call_id"] == "a" and second[3]["content"].startswith("[pager: tool output stored")
+        assert second[:3] == first[:3]
+        assert p.last_report.changed_from == 3  # only the old tail changed: cheap for the cache
+    with open_pager(tmp_path / "other", inline_max=0) as p:
+        p.assemble({"messages": history})
+        out = p.assemble({"messages": history})["messages"]
+        assert out[3]["content"] == text  # inline_max=0: kept until a round
