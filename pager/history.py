@@ -18,7 +18,7 @@ import orjson
 from . import terms as terms_mod
 from .errors import MessageError
 from .formats.openai_chat import Classified, message_text
-from .pages import KIND_CODE, content_hash, handle_for
+from .pages import KIND_CODE, handle_for
 from .render import skeleton_message, stub_text
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
 

@@ -16,7 +16,7 @@ import orjson
 
 from .errors import ConfigError
 
-__all__ = ["Options", "load_config"]
+__all__ = ["Options", "load_config", "read_json_file"]
 
 MODES = ("paging", "rollover")
 
@@ -114,6 +114,16 @@ class Options:
             raise ConfigError(str(exc)) from exc
 
 
+def read_json_file(path: str | os.PathLike[str]) -> Any:
+    """Return the JSON value in ``path``; a missing, unreadable or malformed file is a ``ConfigError``."""
+    try:
+        return orjson.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not JSON: {exc}") from exc
+
+
 def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | None) -> dict[str, Any]:
     """Return option values from a JSON file (path) or a mapping."""
     if config is None:
@@ -121,12 +131,7 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | None) -> di
     if isinstance(config, Mapping):
         return dict(config)
     path = Path(config)
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file {path} does not exist") from exc
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid JSON: {exc}") from exc
+    data = read_json_file(path)
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a JSON object")
     # `pager tune --write` nests the options under "options" beside its figures

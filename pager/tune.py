@@ -39,7 +39,7 @@ import orjson
 
 from .errors import ConfigError, PagerError
 from .heat import get_policy
-from .options import Options, load_config
+from .options import Options, load_config, read_json_file
 
 __all__ = [
     "DEFAULT_POINTS",
@@ -136,12 +136,7 @@ def parse_grid_spec(spec: str) -> tuple[str, list[Any]]:
 
 def load_grid_file(path: str | Path) -> dict[str, list[Any]]:
     """Read a grid from a JSON file holding ``{key: [values]}`` (a bare value is one value)."""
-    try:
-        data = orjson.loads(Path(path).read_bytes())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not JSON: {exc}") from exc
+    data = read_json_file(path)
     if not isinstance(data, dict) or not data:
         raise ConfigError(f"{path}: a grid file holds a non-empty JSON object of key: [values]")
     grid: dict[str, list[Any]] = {}

@@ -14,7 +14,7 @@ from pager.replay.metrics import (
     summarize_session,
 )
 
-from _replay_helpers import TINY, call
+from _replay_helpers import call
 
 A = {"role": "assistant", "content": None, "tool_calls": [call("c1", "x"), call("c2", "y")]}
 R1 = {"role": "tool", "tool_call_id": "c1", "content": "r1"}

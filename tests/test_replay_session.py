@@ -47,7 +47,7 @@ def test_empty_file_is_not_a_session():
         (b'{"role": "user", "content": "x", "tool_calls": []}', "only assistant"),
         (b'{"role": "assistant", "content": null, "tool_calls": [{"id": "a"}]}', "function"),
         (b'{"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", '
-         b'"arguments": {}}}]}', "arguments must be a string"),
+         b'"arguments": {}}}]}', "arguments must be a JSON string"),
         (b"[1]", "must be an object"),
         (b"{oops", "invalid JSON"),
     ],

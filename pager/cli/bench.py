@@ -15,6 +15,7 @@ from typing import Any, Sequence, TextIO
 import orjson
 
 from ..errors import ConfigError
+from ..options import read_json_file
 from ..replay.cost import PRICING, pricing
 from ..replay.facts import Facts
 from ..replay.metrics import SessionMetrics, StrategySummary
@@ -117,12 +118,7 @@ def parse_variant(spec: str) -> dict[str, Any]:
 
 def load_variants(path: str) -> list[dict[str, Any]]:
     """Read pager variants from a JSON file (an object or a list of objects)."""
-    try:
-        data = orjson.loads(Path(path).read_bytes())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not JSON: {exc}") from exc
+    data = read_json_file(path)
     items = data if isinstance(data, list) else [data]
     out = []
     for i, item in enumerate(items):

@@ -17,7 +17,7 @@ from ..errors import InputError, MessageError
 from ..tokens import content_text
 from .fileread import file_read_path
 
-__all__ = ["Classified", "classify", "message_text", "validate"]
+__all__ = ["Classified", "check_message", "classify", "message_text", "validate"]
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 PART_TYPES = {"text", "image_url", "input_audio", "file", "refusal"}
@@ -56,6 +56,40 @@ def _validate_content(i: int, role: str, content: Any, has_calls: bool) -> None:
     )
 
 
+def check_message(i: int, msg: Any) -> None:
+    """Check one message's shape (role, content type, tool calls); raise ``MessageError``.
+
+    The history-level rules (results answer open calls, ids unique) are
+    ``validate``'s; this is what any reader of chat messages needs.
+    """
+    if not isinstance(msg, Mapping):
+        raise MessageError(i, f"must be an object, got {type(msg).__name__}")
+    role = msg.get("role")
+    if role is None:
+        raise MessageError(i, "missing 'role'")
+    if role not in ROLES:
+        raise MessageError(i, f"unknown role {role!r} (expected one of {sorted(ROLES)})")
+    calls = msg.get("tool_calls")
+    if calls is not None:
+        if role != "assistant":
+            raise MessageError(i, f"only assistant messages make tool calls, not {role}")
+        if not isinstance(calls, list):
+            raise MessageError(i, "tool_calls must be a list")
+        for j, call in enumerate(calls):
+            if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+                raise MessageError(i, f"tool_calls[{j}] must have a 'function' object")
+            cid = call.get("id")
+            if not isinstance(cid, str) or not cid:
+                raise MessageError(i, f"tool_calls[{j}] has no id")
+            if not isinstance(call["function"].get("arguments", ""), str):
+                raise MessageError(i, f"tool_calls[{j}].function.arguments must be a JSON string")
+    _validate_content(i, role, msg.get("content"), bool(calls))
+    if role == "tool":
+        cid = msg.get("tool_call_id")
+        if not isinstance(cid, str) or not cid:
+            raise MessageError(i, "tool message has no tool_call_id")
+
+
 def validate(
     messages: Any,
     *,
@@ -66,10 +100,10 @@ def validate(
 ) -> None:
     """Check that ``messages`` is a valid chat history; raise ``MessageError`` at the first fault.
 
-    Checks: each message is an object with a known role; content has the right
-    type; tool calls are well formed with unique ids; every tool message
-    answers an earlier call that is still open; no lone surrogates (skipped
-    with ``check_encoding=False`` by callers that encode every message anyway).
+    Checks: each message is well formed (``check_message``); tool call ids are
+    unique; every tool message answers an earlier call that is still open; no
+    lone surrogates (skipped with ``check_encoding=False`` by callers that
+    encode every message anyway).
 
     ``start`` skips messages already validated; ``open_calls`` is then the
     state at ``start`` and ``known_calls`` maps call ids seen before to the
@@ -82,42 +116,22 @@ def validate(
     known = known_calls or {}
     for i in range(start, len(messages)):
         msg = messages[i]
-        if not isinstance(msg, Mapping):
-            raise MessageError(i, f"must be an object, got {type(msg).__name__}")
-        role = msg.get("role")
-        if role is None:
-            raise MessageError(i, "missing 'role'")
-        if role not in ROLES:
-            raise MessageError(i, f"unknown role {role!r} (expected one of {sorted(ROLES)})")
-        calls = msg.get("tool_calls")
-        if calls is not None and role != "assistant":
-            raise MessageError(i, f"only assistant messages make tool calls, not {role}")
-        if calls is not None:
-            if not isinstance(calls, list):
-                raise MessageError(i, "tool_calls must be a list")
-            for j, call in enumerate(calls):
-                if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
-                    raise MessageError(i, f"tool_calls[{j}] must have a 'function' object")
-                cid = call.get("id")
-                if not isinstance(cid, str) or not cid:
-                    raise MessageError(i, f"tool_calls[{j}] has no id")
-                if cid in seen_calls or known.get(cid, i) < start:
-                    raise MessageError(i, f"tool_calls[{j}] reuses call id {cid!r}")
-                args = call["function"].get("arguments", "")
-                if not isinstance(args, str):
-                    raise MessageError(i, f"tool_calls[{j}].function.arguments must be a JSON string")
-                seen_calls.add(cid)
-        _validate_content(i, role, msg.get("content"), bool(calls))
+        check_message(i, msg)
+        role = msg["role"]
+        calls = msg.get("tool_calls") or ()
+        for j, call in enumerate(calls):
+            cid = call["id"]
+            if cid in seen_calls or known.get(cid, i) < start:
+                raise MessageError(i, f"tool_calls[{j}] reuses call id {cid!r}")
+            seen_calls.add(cid)
         if role == "tool":
-            cid = msg.get("tool_call_id")
-            if not isinstance(cid, str) or not cid:
-                raise MessageError(i, "tool message has no tool_call_id")
+            cid = msg["tool_call_id"]
             if cid not in open_calls:
                 raise MessageError(i, f"tool message answers no open call (tool_call_id {cid!r})")
             open_calls.discard(cid)
         elif role == "assistant":
             # calls left open by an earlier turn get a synthetic result on output
-            open_calls = {c["id"] for c in calls or ()}
+            open_calls = {c["id"] for c in calls}
         if check_encoding and _has_lone_surrogate(msg):
             raise MessageError(i, "contains a lone surrogate (text is not valid UTF-8)")
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import attrs
 import orjson
 
+from ..formats.openai_chat import check_message
 from ..errors import InputError, MessageError
 
 __all__ = [
@@ -31,7 +32,6 @@ __all__ = [
     "parse_session",
 ]
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 SKIP_DIRS = frozenset({"raw", ".git", "__pycache__", "node_modules"})
 
 
@@ -56,34 +56,10 @@ class Session:
 
 
 def _check_message(i: int, msg: Any) -> None:
+    # the same shape rules assemble() applies; a session file holds plain dicts
     if not isinstance(msg, dict):
         raise MessageError(i, f"must be an object, got {type(msg).__name__}")
-    role = msg.get("role")
-    if role not in ROLES:
-        raise MessageError(i, f"unknown role {role!r} (expected one of {sorted(ROLES)})")
-    content = msg.get("content")
-    if content is not None and not isinstance(content, (str, list)):
-        raise MessageError(
-            i, f"content must be a string, a list of parts or null, got {type(content).__name__}"
-        )
-    if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
-        raise MessageError(i, "every content part must be an object")
-    calls = msg.get("tool_calls")
-    if calls is not None:
-        if role != "assistant":
-            raise MessageError(i, f"only assistant messages make tool calls, not {role}")
-        if not isinstance(calls, list):
-            raise MessageError(i, "tool_calls must be a list")
-        for j, call in enumerate(calls):
-            if not isinstance(call, dict) or not isinstance(call.get("id"), str):
-                raise MessageError(i, f"tool_calls[{j}] needs a string 'id'")
-            fn = call.get("function")
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                raise MessageError(i, f"tool_calls[{j}] needs a 'function' with a string 'name'")
-            if not isinstance(fn.get("arguments", ""), str):
-                raise MessageError(i, f"tool_calls[{j}].function.arguments must be a string")
-    if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
-        raise MessageError(i, "tool message needs a string 'tool_call_id'")
+    check_message(i, msg)
 
 
 def parse_session(lines: Iterable[bytes | str], *, name: str = "<session>") -> Session:
