@@ -35,6 +35,38 @@ __all__ = ["default_paths", "register", "run_bench"]
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
+def add_paths(p: argparse.ArgumentParser) -> None:
+    """Add the session PATH arguments shared by the replaying commands."""
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="session files or directories (searched for *.jsonl, raw/ skipped); "
+                   "default: ../shared/traces if present, else the bundled synthetic sessions")
+
+
+def add_session_options(p: argparse.ArgumentParser) -> None:
+    """Add the session filter and pricing options shared by bench and tune."""
+    p.add_argument("--min-assistant", type=int, default=10, metavar="N",
+                   help="skip sessions with fewer assistant messages (default 10)")
+    p.add_argument("--pricing", choices=sorted(PRICING), default="anthropic",
+                   help="cache pricing model (default anthropic: read 0.1x, write 1.25x)")
+    p.add_argument("--cache-discount", type=float, default=None, metavar="F",
+                   help="openai pricing: discount on cached tokens, 0..1 (default 0.5)")
+
+
+def add_long_gap(p: argparse.ArgumentParser) -> None:
+    """Add ``--long-gap`` (what makes a need long-range)."""
+    p.add_argument("--long-gap", type=int, default=LONG_GAP, metavar="N",
+                   help=f"messages back that make a need long-range (default {LONG_GAP})")
+
+
+def add_progress(p: argparse.ArgumentParser) -> None:
+    """Add ``--progress`` / ``--no-progress``."""
+    prog = p.add_mutually_exclusive_group()
+    prog.add_argument("--progress", dest="progress", action="store_true", default=None,
+                      help="always draw the progress bar")
+    prog.add_argument("--no-progress", dest="progress", action="store_false",
+                      help="never draw the progress bar")
+
+
 def register(subparsers: Any) -> None:
     """Add the ``bench`` subcommand."""
     p = subparsers.add_parser(
@@ -46,18 +78,11 @@ def register(subparsers: Any) -> None:
             "self-contained HTML report on request."
         ),
     )
-    p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="session files or directories (searched for *.jsonl, raw/ skipped); "
-                   "default: ../shared/traces if present, else the bundled synthetic sessions")
+    add_paths(p)
     p.add_argument("--json", metavar="FILE", help="write every figure and series as JSON")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     p.add_argument("--per-session", action="store_true", help="also print a table per session")
-    p.add_argument("--min-assistant", type=int, default=10, metavar="N",
-                   help="skip sessions with fewer assistant messages (default 10)")
-    p.add_argument("--pricing", choices=sorted(PRICING), default="anthropic",
-                   help="cache pricing model (default anthropic: read 0.1x, write 1.25x)")
-    p.add_argument("--cache-discount", type=float, default=None, metavar="F",
-                   help="openai pricing: discount on cached tokens, 0..1 (default 0.5)")
+    add_session_options(p)
     p.add_argument("--window", type=int, default=32_000, metavar="TOKENS",
                    help="sliding window budget (default 32000)")
     p.add_argument("--mask-keep", type=int, default=10, metavar="M",
@@ -75,13 +100,8 @@ def register(subparsers: Any) -> None:
                    help="a pager variant with these options (values parsed as JSON when "
                    "they are; 'name=' names it); repeatable")
     p.add_argument("--no-pager", action="store_true", help="leave out pager with its defaults")
-    p.add_argument("--long-gap", type=int, default=LONG_GAP, metavar="N",
-                   help=f"messages back that make a need long-range (default {LONG_GAP})")
-    prog = p.add_mutually_exclusive_group()
-    prog.add_argument("--progress", dest="progress", action="store_true", default=None,
-                      help="always draw the progress bar")
-    prog.add_argument("--no-progress", dest="progress", action="store_false",
-                      help="never draw the progress bar")
+    add_long_gap(p)
+    add_progress(p)
     p.set_defaults(func=main)
 
 

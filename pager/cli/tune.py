@@ -21,11 +21,10 @@ import orjson
 
 from .. import tune
 from ..errors import ConfigError
-from ..replay.cost import PRICING, pricing
-from ..replay.runner import LONG_GAP
+from ..replay.cost import pricing
 from ..replay.session import load_sessions
 from ..replay.strategies import pager_available
-from .bench import default_paths, table
+from .bench import add_long_gap, add_paths, add_progress, add_session_options, default_paths, table
 
 __all__ = ["register", "run_tune"]
 
@@ -41,9 +40,7 @@ def register(subparsers: Any) -> None:
             "a small built-in grid around the defaults (one knob moved at a time)."
         ),
     )
-    p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="session files or directories (searched for *.jsonl, raw/ skipped); "
-                   "default: ../shared/traces if present, else the bundled synthetic sessions")
+    add_paths(p)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="values to try for one option (an Options name or policy_params.NAME); "
                    "repeatable, the grid is the product")
@@ -57,12 +54,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of that sample (default 0)")
     p.add_argument("--batch", type=int, default=6, metavar="N",
                    help="configurations replayed per pass over the sessions (default 6)")
-    p.add_argument("--min-assistant", type=int, default=10, metavar="N",
-                   help="skip sessions with fewer assistant messages (default 10)")
-    p.add_argument("--pricing", choices=sorted(PRICING), default="anthropic",
-                   help="cache pricing model (default anthropic: read 0.1x, write 1.25x)")
-    p.add_argument("--cache-discount", type=float, default=None, metavar="F",
-                   help="openai pricing: discount on cached tokens, 0..1 (default 0.5)")
+    add_session_options(p)
     p.add_argument("--context-window", type=int, default=None, metavar="TOKENS",
                    help="context_window of every point (default: the base's, 200000)")
     p.add_argument("--objective", choices=tune.OBJECTIVES, default="coverage",
@@ -72,15 +64,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--write", metavar="FILE.json",
                    help="write the chosen configuration as a pager config file")
     p.add_argument("--json", metavar="FILE", help="write every point as JSON")
-    p.add_argument("--long-gap", type=int, default=LONG_GAP, metavar="N",
-                   help=f"messages back that make a need long-range (default {LONG_GAP})")
+    add_long_gap(p)
     p.add_argument("--dry-run", action="store_true",
                    help="list the configurations that would be replayed, and stop")
-    prog = p.add_mutually_exclusive_group()
-    prog.add_argument("--progress", dest="progress", action="store_true", default=None,
-                      help="always draw the progress bar")
-    prog.add_argument("--no-progress", dest="progress", action="store_false",
-                      help="never draw the progress bar")
+    add_progress(p)
     p.set_defaults(func=main)
 
 
