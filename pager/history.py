@@ -93,6 +93,7 @@ class History:
         self.terms: list[frozenset[str]] = []
         self.call_rows: dict[str, int] = {}  # call id -> row of the assistant message
         self.answers: list[str | None] = []  # tool rows: the call id they answer
+        self.labels: list[tuple[str, ...]] = []
         self.calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, arguments)
         self.path_rows: dict[str, int] = {}  # path -> row of its newest read
         self.first_user: int | None = None
@@ -108,6 +109,15 @@ class History:
         if not self.step:
             return 0
         return self.step[-1] + (1 if self.kind[-1] == "assistant" else 0)
+
+    @property
+    def task(self) -> int:
+        """The active task: the position of the latest user message (a task label's number)."""
+        for lab in reversed(self.labels):
+            for x in lab:
+                if x.startswith("task:"):
+                    return int(x[5:])
+        return 0
 
     def pinned_count(self) -> int:
         """Rows up to and including the first user message are L1."""
@@ -130,7 +140,7 @@ class History:
         # rebuilding derived maps is simpler and safer than undoing them
         saved = {name: getattr(self, name)[:n] for name in (
             "page", "hash", "kind", "role", "tokens", "stub_tokens", "skel_tokens", "unit", "step", "path", "handle",
-            "stale", "last_ref", "ref_count", "terms", "answers")}
+            "stale", "last_ref", "ref_count", "terms", "answers", "labels")}
         calls = self.calls
         self.__init__(self.session, self.counter, self.term_index.max_df)  # type: ignore[misc]
         for name, value in saved.items():
@@ -168,6 +178,7 @@ class History:
         """Return page records for ``messages[start:]`` (not yet stored)."""
         records = []
         step = self.clock
+        task = self.task
         for offset, cls in enumerate(classified):
             seq = start + offset
             msg = messages[seq]
@@ -206,6 +217,9 @@ class History:
                     "terms": _page_terms(text, cls.path, extract_limit),
                 }
             )
+            if cls.kind == "user":
+                task = seq
+            records[-1]["labels"] = (f"task:{task}",)
             if cls.kind == "assistant":
                 step += 1
         return records
@@ -231,6 +245,7 @@ class History:
             self.ref_count.append(0)
             self.terms.append(rec["terms"])
             self.answers.append(rec["call_id"])
+            self.labels.append(tuple(rec.get("labels") or ()))
             if rec["kind"] == "assistant":
                 for cid in rec["call_ids"]:
                     self.call_rows[cid] = row
@@ -290,6 +305,7 @@ class History:
                 self.call_rows[call["id"]] = r
             cid = row[col["call_id"]]
             self.answers.append(cid)
+            self.labels.append(tuple(orjson.loads(row[col["labels"]] or "[]")))
             if kind in ("tool", "file") and cid in self.call_rows:
                 self.unit.append(self.unit[self.call_rows[cid]])
             else:

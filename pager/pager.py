@@ -289,7 +289,7 @@ class Pager:
         docs = [
             IndexDoc(
                 page_id=pid, session=self.session, step=rec["step"], kind=rec["kind"], text=rec["text"],
-                path=rec["path"], handle=rec["handle"],
+                path=rec["path"], handle=rec["handle"], labels=rec["labels"],
             )
             for rec, pid in zip(records, ids)
         ]
@@ -618,6 +618,8 @@ class Pager:
             prefix_kept=result["changed_from"] is None,
             changed_from=result["changed_from"],
             faults=self._faults,
+            recall_hits=self._recall_hits,
+            recall_precision=(round(self._recall_useful / self._recall_hits, 4) if self._recall_hits else None),
             elapsed_ms=round(elapsed, 3),
             mode=self.options.mode,
         )

@@ -20,7 +20,10 @@ class Report:
     (history shown in full), ``stubs`` (tool outputs shown as stubs), ``l3``
     (recalled pages). ``changed_from`` is the index of the first emitted
     message that differs from the previous call's prompt (None when the
-    prefix was kept: the prompt only grew at the tail).
+    prefix was kept: the prompt only grew at the tail). ``faults`` (demoted
+    pages needed again), ``recall_hits`` (pages recalled so far) and
+    ``recall_precision`` (the share of them the next message referred to)
+    count over the session.
     """
 
     session: str
@@ -43,6 +46,8 @@ class Report:
     changed_from: int | None
     faults: int
     elapsed_ms: float
+    recall_hits: int = 0
+    recall_precision: float | None = None
     mode: str = "paging"
     notices: tuple[str, ...] = ()
 

@@ -294,3 +294,16 @@ def test_big_output_is_full_only_in_the_newest_step(tmp_path):
         p.assemble({"messages": history})
         out = p.assemble({"messages": history})["messages"]
         assert out[3]["content"] == text  # inline_max=0: kept until a round
+
+
+def test_pages_carry_task_labels_that_follow_user_turns(tmp_path):
+    history = coding_session(2) + [user("now a second task: update README.md")]
+    history += [assistant(None, call("z", "bash", command="cat README.md")), tool("z", "readme")]
+    with open_pager(tmp_path) as p:
+        p.assemble({"messages": history})
+        labels = p.history.labels
+        assert labels[2] == ("task:1",)
+        assert labels[6] == ("task:6",) and labels[-1] == ("task:6",)
+        assert p.history.task == 6
+        stored = {r[0]: r[1] for r in p.store._db.execute("SELECT seq, labels FROM pages")}
+        assert stored[7] == '["task:6"]'
