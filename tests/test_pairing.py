@@ -41,4 +41,5 @@ def test_file_read_recognition():
     assert file_read_path("bash", '{"command": "sed -i s/a/b/ x.py"}') is None
     assert file_read_path("str_replace_editor", '{"command": "create", "path": "x"}') is None
     assert file_read_path("bash", '{"command": "cat a b"}') is None
+    assert file_read_path("bash", '{"command": "cat src/*.py"}') is None
     assert file_read_path("bash", "not json at all") is None

@@ -25,13 +25,16 @@ def register(sub: Any) -> None:
 
 
 def _summary(store: Any, session: str, report: dict[str, Any] | None) -> dict[str, Any]:
+    from ..store import PAGE_COLUMNS
+
+    c = {name: i for i, name in enumerate(PAGE_COLUMNS)}
     branch = store.ensure_session(session)
     ids = store.branch_page_ids(branch)
     rows = store.load_pages(ids)
-    kinds = Counter(r[3] for r in rows)
-    tokens = Counter()
+    kinds = Counter(r[c["kind"]] for r in rows)
+    tokens: Counter[str] = Counter()
     for r in rows:
-        tokens[r[3]] += r[7]
+        tokens[r[c["kind"]]] += r[c["tokens"]]
     state = store.load_state(session) or {}
     layout = (state.get("layout") or {}).get("slots") or []
     shown = Counter(s[0] for s in layout)
@@ -42,14 +45,15 @@ def _summary(store: Any, session: str, report: dict[str, Any] | None) -> dict[st
         "pages_by_kind": dict(kinds),
         "tokens_by_kind": dict(tokens),
         "history_tokens": sum(tokens.values()),
-        "stale_file_pages": sum(1 for r in rows if r[14]),
+        "stale_file_pages": sum(1 for r in rows if r[c["stale"]]),
         "pins": store.pins(session),
         "notes": store.notes(session),
         "last_layout": dict(shown),
         "last_report": report,
         "rows": [
-            {"seq": r[5], "kind": r[3], "tokens": r[7], "handle": r[19], "path": r[13],
-             "stale": bool(r[14]), "refs": r[17]}
+            {"seq": r[c["seq"]], "kind": r[c["kind"]], "tokens": r[c["tokens"]], "handle": r[c["handle"]],
+             "path": r[c["path"]], "stale": bool(r[c["stale"]]), "refs": r[c["ref_count"]],
+             "labels": orjson.loads(r[c["labels"]] or "[]")}
             for r in rows
         ],
     }
@@ -99,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
                   f"recalled {rep['pages_recalled']}; prefix {'kept' if rep['prefix_kept'] else 'rewritten'}; "
                   f"faults {rep['faults']}")
         if args.pages:
-            print(f"  {'seq':>5} {'kind':<9} {'tokens':>7} {'refs':>4}  handle / path")
+            print(f"  {'seq':>5} {'kind':<9} {'tokens':>7} {'refs':>4}  {'labels':<8} handle / path")
             for r in s["rows"]:
                 flag = " (stale)" if r["stale"] else ""
-                print(f"  {r['seq']:>5} {r['kind']:<9} {r['tokens']:>7} {r['refs']:>4}  {r['handle']}"
-                      f"{'  ' + r['path'] if r['path'] else ''}{flag}")
+                print(f"  {r['seq']:>5} {r['kind']:<9} {r['tokens']:>7} {r['refs']:>4}  "
+                      f"{','.join(r['labels']):<8} {r['handle']}{'  ' + r['path'] if r['path'] else ''}{flag}")
     return 0

@@ -69,8 +69,8 @@ def _command_path(command: str) -> str | None:
         operands = operands[1:]  # the script
     if words[0] == "open":
         operands = operands[:1]  # swe-agent's "open path [line]"
-    if len(operands) != 1:
-        return None
+    if len(operands) != 1 or any(ch in operands[0] for ch in "*?["):
+        return None  # several files (or a glob) are not one file page
     return operands[0]
 
 
