@@ -238,7 +238,7 @@ class Pager:
         while k < lim:
             m = messages[k]
             e = ident[k]
-            if e[0] is not m or not isinstance(m, Mapping):
+            if e[0] is not m:  # the same object was a validated mapping when recorded
                 break
             if e[1] is not m.get("content") or e[2] is not m.get("tool_calls"):
                 break
