@@ -505,9 +505,12 @@ class Pager:
         layout = result.layout
         # what the round demoted, and faults: demoted pages brought back
         shown_now = {s.page for s in layout.slots if s.kind == FULL}
-        if result.round and prev is not None:
+        if prev is not None:
+            # a page shown in full last time and not now was demoted (by a
+            # round, or a big output stubbed at the tail)
             before = {s.page for s in prev.slots if s.kind == FULL}
             self._demoted |= before - shown_now
+        if result.round:
             # rounds are rare; commit now so what was just demoted is recallable
             self._flush_index()
         for pid in result.recalled:
