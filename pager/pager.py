@@ -23,20 +23,22 @@ from .formats import openai_chat
 from .heat import PageTable, get_policy
 from .history import History, hash_messages
 from .index import IndexDoc, PageIndex
+from .indexing import feed_index
 from .options import Options, load_config
-from .plan import CARD, FULL, RECALL, SKEL, STUB, Layout, PlanConfig, PlanInput, plan
-from .render import card_text, excerpt_span, line_range, recall_block, skeleton_message, stub_text
 from .handoff import parse_handoff
+from .plan import CARD, FULL, RECALL, SKEL, STUB, Layout, PlanConfig, PlanInput, plan
+from .recall import recall_candidates
+from .render import card_text, line_range, recall_block, skeleton_message, stub_text
+from .report import Report, ReportLog
 from .rollover import RolloverController, task_state as _task_state
 from .statefiles import TaskState
-from .report import Report, ReportLog
-from .store import PAGE_COLUMNS, Store
+from .store import Store
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, default_counter
+from .usage import parse_usage
 from . import tools as agent_tools
 
-__all__ = ["Pager", "feed_index", "index_doc", "open", "store_sessions"]
+__all__ = ["Pager", "open", "store_sessions"]
 
-_COL = {name: i for i, name in enumerate(PAGE_COLUMNS)}
 # Commit the recall index every this many new pages (and before any search
 # that could need them); the store is the source of truth, so a crash only
 # means the index catches up on the next open.
@@ -406,57 +408,14 @@ class Pager:
         return frozenset(focus)
 
     def _recall_candidates(self, shown: set[int]) -> tuple[list[tuple[int, int]], dict[int, tuple[int, int]]]:
-        """Return recall candidates ``(page id, rendered tokens)`` and the lines to show of each.
-
-        The query is what the agent is about to work on: the terms of the
-        latest assistant message and of any user message after it. Each
-        candidate is cut to an excerpt around its first lines that match the
-        query, so a recall costs a few hundred tokens, not a whole page.
-        """
-        o = self.options
-        if not o.recall_pages:
+        """Return recall candidates ``(page id, rendered tokens)`` and the lines to show of each."""
+        if not self.options.recall_pages or not len(self.history):
             return [], {}
-        h = self.history
-        n = len(h)
-        if n == 0:
-            return [], {}
-        query: set[str] = set()
-        for i in range(n - 1, -1, -1):
-            if h.role[i] in ("assistant", "user"):
-                query |= h.terms[i]
-                if h.role[i] == "assistant":
-                    break
-        if not query:
-            return [], {}
-        # no flush here: a tantivy commit costs ~100 ms, and pages not yet
+        # no index flush here: a tantivy commit costs ~100 ms, and pages not yet
         # committed are the newest ones, which are in the prompt anyway
-        exclude = set(shown)
-        exclude.update(h.page[: h.pinned_count()])
-        hits = self.index.search_terms(
-            sorted(query), session=self.session, k=o.recall_pages * 3, exclude=exclude,
-            min_score=o.recall_min_score,
+        return recall_candidates(
+            self.history, self.index, self.options, self.session, shown, self._page_text, self.counter
         )
-        out: list[tuple[int, int]] = []
-        spans: dict[int, tuple[int, int]] = {}
-        needles = [t.lower() for t in query if len(t) >= 4]
-        # BM25 finds pages about the same words; a recall also needs the
-        # reference evidence that decides heat (paths, handles, error names
-        # count double), or it is noise that costs tokens on every call
-        strength = h.term_index.references(query) if o.recall_min_strength else {}
-        for hit in hits:
-            r = h.row_of.get(hit.page_id)
-            if r is None or h.stale[r] or h.kind[r] == "system":
-                continue
-            if o.recall_min_strength and strength.get(hit.page_id, 0) < o.recall_min_strength:
-                continue
-            text = self._page_text(hit.page_id)
-            span = excerpt_span(text, needles, o.recall_page_tokens * 4)
-            if span is None:
-                continue
-            excerpt = line_range(text, *span)
-            spans[hit.page_id] = span
-            out.append((hit.page_id, MESSAGE_OVERHEAD + 24 + self.counter.count(excerpt)))
-        return out, spans
 
     def _page_text(self, page_id: int) -> str:
         return openai_chat.message_text(self.store.message(page_id)[1])
@@ -636,28 +595,7 @@ class Pager:
         usage mapping; returns the normalised figures, also logged.
         """
         self._check_open()
-        data = response
-        if hasattr(data, "model_dump"):
-            data = data.model_dump()
-        if not isinstance(data, Mapping):
-            raise InputError(f"cannot read usage from a {type(response).__name__}")
-        usage = data.get("usage", data)
-        if hasattr(usage, "model_dump"):
-            usage = usage.model_dump()
-        if not isinstance(usage, Mapping):
-            raise InputError("response has no usage mapping")
-        details = usage.get("prompt_tokens_details") or {}
-        prompt = usage.get("prompt_tokens")
-        cached = (details or {}).get("cached_tokens") if isinstance(details, Mapping) else None
-        if prompt is None and "input_tokens" in usage:  # Anthropic counts cache separately
-            cached = int(usage.get("cache_read_input_tokens") or 0)
-            prompt = int(usage.get("input_tokens") or 0) + cached + int(usage.get("cache_creation_input_tokens") or 0)
-        completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
-        figures = {
-            "prompt_tokens": int(prompt or 0),
-            "completion_tokens": int(completion or 0),
-            "cached_tokens": int(cached or 0),
-        }
+        figures = parse_usage(response)
         self._usage.append(figures)
         self.reports.append({"type": "usage", "session": self.session, "call": self._calls, **figures})
         return figures
@@ -789,47 +727,6 @@ class Pager:
             "expanded": self._expanded,
             "demoted": len(self._demoted),
         }
-
-
-def index_doc(row: tuple, msg: Mapping[str, Any]) -> IndexDoc:
-    """Return the index document for a stored page row and its message."""
-    labels = tuple(orjson.loads(row[_COL["labels"]] or "[]"))
-    return IndexDoc(
-        page_id=row[_COL["id"]],
-        session=row[_COL["session"]],
-        step=row[_COL["step"]],
-        kind=row[_COL["kind"]],
-        text=openai_chat.message_text(msg),
-        labels=labels,
-        path=row[_COL["path"]],
-        handle=row[_COL["handle"]],
-        scope=row[_COL["scope"]] or "session",
-    )
-
-
-def feed_index(store: Store, index: PageIndex, after: int = 0, progress: Any = None) -> int:
-    """Index every stored page with id > ``after`` and commit; return how many.
-
-    ``progress(done, total)`` is called after each batch when given.
-    """
-    total = store.count_pages()
-    batch: list[IndexDoc] = []
-    done = 0
-    last = after
-    for row, msg in store.iter_pages(after):
-        batch.append(index_doc(row, msg))
-        last = row[_COL["id"]]
-        if len(batch) >= 1000:
-            done += index.add(batch)
-            batch = []
-            if progress:
-                progress(done, total)
-    if batch:
-        done += index.add(batch)
-    index.commit(upto_page_id=last)
-    if progress:
-        progress(done, total)
-    return done
 
 
 def _first_change(prev: Layout | None, new: Layout, pinned: int) -> int | None:

@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..index import PageIndex
-    from ..pager import feed_index
+    from ..indexing import feed_index
     from ..store import DB_NAME, Store
 
     folder = Path(args.store)
