@@ -12,12 +12,18 @@ Cache awareness is the planner's main rule. Providers bill a cached prompt
 prefix at a fraction of the price and re-bill everything after the first
 changed byte, so between *demotion rounds* the layout is append-only: new
 history messages, and recalled blocks, are added at the tail and nothing
-earlier changes. A round runs only when the layout would pass the high
+earlier changes, with one exception that costs almost nothing: a big tool
+output (over ``inline_max``) is shown in full only while it belongs to the
+newest step, and becomes its stub on the next call, while it still sits at
+the tail of the previous prompt. A round runs only when the layout would pass the high
 watermark (or the budget); it rebuilds the layout down to the low watermark
 in one go, so the prefix is rewritten rarely and in one batch, never a little
 on every call.
 
-A round keeps: L1 (pinned rows and the card), the most recent units verbatim,
+A *minor* round keeps L1 and the old generation (what earlier rounds kept)
+byte for byte and re-plans only the young rows after it; a *major* round
+re-plans everything after L1. A round keeps: L1 (pinned rows and the card),
+the most recent units verbatim,
 then older units hottest first while they fit under the low watermark; older
 tool outputs larger than the stub threshold are kept as stubs; units that do
 not fit are dropped whole (pairing rule 1), to be recalled if needed again.
