@@ -136,7 +136,7 @@ class Pager:
         self._demoted: set[int] = set()
         self._recalled_pending: set[int] = set()
         self._tools_tokens: dict[bytes, int] = {}
-        self._prev_messages_out = 0
+        self._prev_out: list[Mapping[str, Any]] | None = None  # the last prompt's messages
         self._usage: list[dict[str, Any]] = []
         self._closed = False
         self.index = self._open_index()
@@ -478,7 +478,12 @@ class Pager:
             self._recall_hits += 1
             self._recalled_pending.add(pid)
         rendered = self._render(layout, messages)
-        changed_from = _first_change(prev, layout, h.pinned_count())
+        changed_from = (
+            _first_diff(self._prev_out, rendered)
+            if self._prev_out is not None
+            else _first_change(prev, layout, h.pinned_count())
+        )
+        self._prev_out = rendered
         self._layout = layout
         self.store.save_state(self.session, self._state(layout))
         return {
@@ -729,8 +734,16 @@ class Pager:
         }
 
 
+def _first_diff(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> int | None:
+    """Return the index of the first message of ``new`` that differs from ``old`` (None if ``new`` extends it)."""
+    for i, (a, b) in enumerate(zip(old, new)):
+        if a is not b and a != b:
+            return i
+    return len(new) if len(new) < len(old) else None
+
+
 def _first_change(prev: Layout | None, new: Layout, pinned: int) -> int | None:
-    """Return the index of the first emitted message that differs from ``prev`` (None if none)."""
+    """Estimate from the layouts where the prompt first changed (after a reopen, with no prompt kept)."""
     if prev is None:
         return 0
     if prev.branch != new.branch:

@@ -307,3 +307,13 @@ def test_pages_carry_task_labels_that_follow_user_turns(tmp_path):
         assert p.history.task == 6
         stored = {r[0]: r[1] for r in p.store._db.execute("SELECT seq, labels FROM pages")}
         assert stored[7] == '["task:6"]'
+
+
+def test_changed_from_is_exact_after_a_rewind(tmp_path):
+    history = coding_session(6)
+    with open_pager(tmp_path) as p:
+        p.assemble({"messages": history})
+        edited = [dict(m) for m in history]
+        edited[6] = {**edited[6], "content": "changed output"}
+        p.assemble({"messages": edited})
+        assert p.last_report.changed_from == 6 and not p.last_report.prefix_kept
