@@ -19,6 +19,7 @@ from .errors import ConfigError
 __all__ = ["Options", "load_config", "read_json_file"]
 
 MODES = ("paging", "rollover")
+SCOPES = ("session", "private", "shared")
 
 
 def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
@@ -65,10 +66,13 @@ class Options:
     fallback_reserve: int = attrs.field(default=8_000, validator=_non_negative)
     reminder_threshold: int = attrs.field(default=16_000, validator=_non_negative)
     log_reports: bool = True
+    scope: str = "session"
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.scope not in SCOPES:
+            raise ConfigError(f"scope must be one of {SCOPES}, got {self.scope!r}")
         if self.low_watermark > self.high_watermark:
             raise ConfigError(
                 f"low_watermark ({self.low_watermark}) must not exceed high_watermark ({self.high_watermark})"

@@ -272,6 +272,8 @@ class Pager:
                 fn = call.get("function") or {}
                 h.calls[call["id"]] = (str(fn.get("name", "")), str(fn.get("arguments", "")))
         records = h.prepare(messages, common, classified, hashes, raws)
+        for rec in records:
+            rec["scope"] = self.options.scope
         # stat updates need page ids, which the store assigns; two passes keep
         # it one transaction: ids first, then the mirror computes the updates
         branch, ids = self.store.record(self.session, h.branch, fork, common, records, (), None)
@@ -291,7 +293,7 @@ class Pager:
         docs = [
             IndexDoc(
                 page_id=pid, session=self.session, step=rec["step"], kind=rec["kind"], text=rec["text"],
-                path=rec["path"], handle=rec["handle"], labels=rec["labels"],
+                path=rec["path"], handle=rec["handle"], labels=rec["labels"], scope=rec["scope"],
             )
             for rec, pid in zip(records, ids)
         ]
@@ -652,7 +654,12 @@ class Pager:
         return line_range(openai_chat.message_text(msg), start_line, end_line)
 
     def search(self, query: str, k: int = 5, *, cross_session: bool = False) -> list[Any]:
-        """Search this session's history (or all shared pages); return index hits."""
+        """Search this session's history; return index hits, best first.
+
+        With ``cross_session=True`` pages other sessions recorded with
+        ``scope="shared"`` are searched too, each hit naming its session;
+        ``session`` and ``private`` pages never leave their session.
+        """
         self._check_open()
         self._flush_index()
         hits = self.index.search(query, session=self.session, k=k, cross_session=cross_session)

@@ -161,3 +161,22 @@ def test_unknown_tool_is_an_error_result(tmp_path):
     with open_small(tmp_path) as p:
         res = p.call_tool(_call("rm_rf"))
         assert res["content"].startswith("Error:") and "recall" in res["content"]
+
+
+def test_cross_session_search_sees_only_shared_pages_and_names_their_session(tmp_path):
+    store = tmp_path / "ctx"
+    with pager.open(store, session="alice", context_window=200_000, scope="shared") as a:
+        a.assemble({"messages": _history(3)})
+    with pager.open(store, session="carol", context_window=200_000, scope="private") as c:
+        c.assemble({"messages": [system("s"), user("carol keeps load_retry_settings_private_notes to herself")]})
+    with pager.open(store, session="bob", context_window=200_000) as b:
+        b.assemble({"messages": [system("s"), user("hello")]})
+        assert b.search("load_retry_settings") == []  # session-scoped by default
+        hits = b.search("load_retry_settings", cross_session=True)
+        assert hits and {h.session for h in hits} == {"alice"}
+        private = b.search("load_retry_settings_private_notes", cross_session=True)
+        assert all(h.session != "carol" for h in private)  # a private page never leaves its session
+        with pytest.raises(pager.HandleError):  # another session's handle is not expandable
+            b.expand(hits[0].handle)
+    with pytest.raises(pager.ConfigError):
+        pager.open(store, session="dave", context_window=200_000, scope="public")
