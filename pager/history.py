@@ -19,7 +19,7 @@ from . import terms as terms_mod
 from .errors import MessageError
 from .formats.openai_chat import Classified, message_text
 from .pages import KIND_CODE, handle_for
-from .render import skeleton_message, stub_text
+from .render import stub_text
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
 
 __all__ = ["History", "hash_messages"]
@@ -82,7 +82,6 @@ class History:
         self.role: list[str] = []
         self.tokens: list[int] = []
         self.stub_tokens: list[int] = []
-        self.skel_tokens: list[int] = []
         self.unit: list[int] = []
         self.step: list[int] = []
         self.path: list[str | None] = []
@@ -139,7 +138,7 @@ class History:
         rows = list(zip(keep_pages, self.hash[:n]))
         # rebuilding derived maps is simpler and safer than undoing them
         saved = {name: getattr(self, name)[:n] for name in (
-            "page", "hash", "kind", "role", "tokens", "stub_tokens", "skel_tokens", "unit", "step", "path", "handle",
+            "page", "hash", "kind", "role", "tokens", "stub_tokens", "unit", "step", "path", "handle",
             "stale", "last_ref", "ref_count", "terms", "answers", "labels")}
         calls = self.calls
         self.__init__(self.session, self.counter, self.term_index.max_df)  # type: ignore[misc]
@@ -193,10 +192,6 @@ class History:
                 stub_tokens = min(stub_tokens, tokens)
             else:
                 stub_tokens = tokens
-            if cls.kind in ("assistant", "tool", "file"):
-                skel_tokens = min(tokens, message_tokens(skeleton_message(msg, handle), self.counter))
-            else:
-                skel_tokens = tokens
             records.append(
                 {
                     "hash": h,
@@ -205,7 +200,6 @@ class History:
                     "step": step,
                     "tokens": tokens,
                     "stub_tokens": stub_tokens,
-                    "skel_tokens": skel_tokens,
                     "chars": len(text),
                     "call_id": cls.call_id,
                     "call_ids": cls.call_ids,
@@ -236,7 +230,6 @@ class History:
             self.role.append(rec["role"])
             self.tokens.append(rec["tokens"])
             self.stub_tokens.append(rec["stub_tokens"])
-            self.skel_tokens.append(rec["skel_tokens"])
             self.step.append(rec["step"])
             self.path.append(rec["path"])
             self.handle.append(rec["handle"])
@@ -291,7 +284,6 @@ class History:
             self.role.append(row[col["role"]])
             self.tokens.append(row[col["tokens"]])
             self.stub_tokens.append(row[col["stub_tokens"]])
-            self.skel_tokens.append(row[col["skel_tokens"]])
             self.step.append(row[col["step"]])
             self.path.append(row[col["path"]])
             self.handle.append(row[col["handle"]])
@@ -334,7 +326,6 @@ class History:
             "page": np.asarray(self.page, dtype=np.int64),
             "tokens": np.asarray(self.tokens, dtype=np.int64),
             "stub_tokens": np.asarray(self.stub_tokens, dtype=np.int64),
-            "skel_tokens": np.asarray(self.skel_tokens, dtype=np.int64),
             "unit": np.asarray(self.unit, dtype=np.int64),
             "created": np.asarray(self.step, dtype=np.int64),
             "last_ref": np.asarray(self.last_ref, dtype=np.int64),

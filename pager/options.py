@@ -51,7 +51,6 @@ class Options:
     low_watermark: int = attrs.field(default=8_000, validator=_positive)
     recent_units: int = attrs.field(default=3, validator=_non_negative)
     old_share: float = attrs.field(default=0.9, validator=_non_negative)
-    skeleton_share: float = attrs.field(default=0.0, validator=_non_negative)
     stub_threshold: int = attrs.field(default=2_000, validator=_non_negative)
     inline_max: int = attrs.field(default=2_000, validator=_non_negative)
     recall_pages: int = attrs.field(default=1, validator=_non_negative)

@@ -26,9 +26,9 @@ from .index import IndexDoc, PageIndex
 from .indexing import feed_index
 from .options import Options, load_config
 from .handoff import parse_handoff
-from .plan import CARD, FULL, RECALL, SKEL, STUB, Layout, PlanConfig, PlanInput, plan
+from .plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, plan
 from .recall import recall_candidates
-from .render import card_text, line_range, recall_block, skeleton_message, stub_text
+from .render import card_text, line_range, recall_block, stub_text
 from .report import Report, ReportLog
 from .rollover import RolloverController, task_state as _task_state
 from .statefiles import TaskState
@@ -453,11 +453,10 @@ class Pager:
             recall_pages=o.recall_pages,
             recall_tokens=o.recall_tokens,
             old_share=o.old_share,
-            skeleton_share=o.skeleton_share,
         )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"],
-            skel_tokens=cols["skel_tokens"], unit=cols["unit"],
+            unit=cols["unit"],
             pinned=pinned, tool=cols["tool"], heat=heat, card_tokens=card_tokens, card=card,
             recall=recall, recall_spans=spans, branch=h.branch,
         )
@@ -515,10 +514,6 @@ class Pager:
                         "content": stub_text(body, h.tokens[r], h.handle[r], path=h.path[r]),
                     }
                 )
-            elif slot.kind == SKEL:
-                r = h.row_of[slot.page]
-                self._handles.add(h.handle[r])
-                out.append(skeleton_message(messages[r], h.handle[r]))
             elif slot.kind == CARD:
                 out.append({"role": "user", "content": layout.card})
             elif slot.kind == RECALL:
@@ -560,9 +555,6 @@ class Pager:
                 kept += 1
             elif slot.kind == STUB:
                 layers["stubs"] += h.stub_tokens[h.row_of[slot.page]]
-                stubbed += 1
-            elif slot.kind == SKEL:
-                layers["stubs"] += h.skel_tokens[h.row_of[slot.page]]
                 stubbed += 1
             elif slot.kind == RECALL:
                 layers["l3"] += slot.tokens

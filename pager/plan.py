@@ -40,7 +40,7 @@ from .errors import BudgetError
 
 __all__ = ["Layout", "PlanConfig", "PlanInput", "Plan", "Slot", "plan"]
 
-FULL, STUB, CARD, RECALL, SKEL = "full", "stub", "card", "recall", "skel"
+FULL, STUB, CARD, RECALL = "full", "stub", "card", "recall"
 RECALL_OVERHEAD = 40  # the block's header and message framing, in tokens
 
 
@@ -106,7 +106,6 @@ class PlanConfig:
     recall_pages: int = 5
     recall_tokens: int = 2000
     old_share: float = 0.9  # the old generation may hold this share of the low watermark
-    skeleton_share: float = 0.0  # share of a round's room kept for skeletons of colder units
 
 
 @attrs.frozen(slots=True)
@@ -116,7 +115,6 @@ class PlanInput:
     page: np.ndarray  # int64 page ids
     tokens: np.ndarray  # int64 tokens in full
     stub_tokens: np.ndarray  # int64 tokens as a stub (== tokens for rows never stubbed)
-    skel_tokens: np.ndarray  # int64 tokens in skeleton form (a compact call, a one-line result)
     unit: np.ndarray  # int64 unit index (a call and its results share one)
     pinned: np.ndarray  # bool: L1 rows (system messages, first user message)
     tool: np.ndarray  # bool: tool output rows (stubbable)
@@ -147,8 +145,6 @@ def _slot_tokens(slot: Slot, idx: dict[int, int], inp: PlanInput) -> int:
         return int(inp.tokens[idx[slot.page]])
     if slot.kind == STUB:
         return int(inp.stub_tokens[idx[slot.page]])
-    if slot.kind == SKEL:
-        return int(inp.skel_tokens[idx[slot.page]])
     if slot.kind == CARD:
         return inp.card_tokens
     return slot.tokens
@@ -193,17 +189,15 @@ def _rebuild(
     full_cost = np.zeros(uniq.size, dtype=np.int64)
     kept_cost = np.zeros(uniq.size, dtype=np.int64)
     stub_cost = np.zeros(uniq.size, dtype=np.int64)
-    skel_cost = np.zeros(uniq.size, dtype=np.int64)
     heat = np.full(uniq.size, -np.inf)
     unit_pos = {int(u): k for k, u in enumerate(uniq)}
     upos = np.fromiter((unit_pos[int(u)] for u in units), dtype=np.int64, count=units.size)
     np.add.at(full_cost, upos, np.where(huge[rows], inp.stub_tokens[rows], inp.tokens[rows]))
     np.add.at(kept_cost, upos, np.where(big[rows], inp.stub_tokens[rows], inp.tokens[rows]))
     np.add.at(stub_cost, upos, np.where(inp.tool[rows], inp.stub_tokens[rows], inp.tokens[rows]))
-    np.add.at(skel_cost, upos, inp.skel_tokens[rows])
     np.maximum.at(heat, upos, inp.heat[rows])
 
-    # 0 drop, 1 full (big outputs stubbed), 2 all verbatim, 3 outputs stubbed, 4 skeleton
+    # 0 drop, 1 full (big outputs stubbed), 2 all verbatim, 3 outputs stubbed
     mode = np.zeros(uniq.size, dtype=np.int8)
     left = max(0, min(target, cfg.budget) - l1_tokens)
     hard_left = cfg.budget - l1_tokens
@@ -223,26 +217,15 @@ def _rebuild(
     left = min(left, hard_left)
     older = np.arange(uniq.size - n_recent)
     if older.size:
-        # hottest first; ties: newer unit first
-        rank = older[np.lexsort((-older, -heat[older]))]
-        # hot units in full (or with their outputs stubbed) first; a share of
-        # the room is held back so colder units can stay as skeletons: the
-        # agent's own calls (paths, commands, identifiers) at a fraction of the size
-        reserve = int(left * cfg.skeleton_share)
-        left -= reserve
-        for k in rank:
+        # hottest first; ties: newer unit first. A unit that does not fit may
+        # still fit with all its outputs stubbed.
+        for k in older[np.lexsort((-older, -heat[older]))]:
             if kept_cost[k] <= left:
                 mode[k] = 1
                 left -= int(kept_cost[k])
             elif stub_cost[k] < kept_cost[k] and stub_cost[k] <= left:
                 mode[k] = 3
                 left -= int(stub_cost[k])
-        left += reserve
-        if reserve:
-            for k in rank:
-                if mode[k] == 0 and skel_cost[k] <= left:
-                    mode[k] = 4
-                    left -= int(skel_cost[k])
     slots = list(l1)
     total = l1_tokens
     first_young = -1
@@ -255,10 +238,6 @@ def _rebuild(
         if k >= tail_from and first_young < 0:
             first_young = len(slots)
         page = int(inp.page[r])
-        if m == 4:
-            slots.append(Slot(SKEL, page))
-            total += int(inp.skel_tokens[r])
-            continue
         stubbed = inp.tool[r] and (m == 3 or (m == 1 and big[r]) or huge[r])
         slots.append(Slot(STUB if stubbed else FULL, page))
         total += int(inp.stub_tokens[r] if stubbed else inp.tokens[r])
@@ -297,7 +276,7 @@ def _round(
 def _row_of_slot(slots: list[Slot], k: int, idx: dict[int, int], inp: PlanInput) -> int:
     """Return the history row where the young generation starts (slot ``k``)."""
     for s in slots[k:]:
-        if s.kind in (FULL, STUB, SKEL):
+        if s.kind in (FULL, STUB):
             return idx[s.page]
     return len(inp)
 
@@ -323,7 +302,7 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
         reason = "history diverged"
     elif prev.card != inp.card:
         reason = "card changed"
-    elif any(s.kind in (FULL, STUB, SKEL) and s.page not in idx for s in prev.slots):
+    elif any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots):
         reason = "history diverged"
     else:
         slots = list(prev.slots)

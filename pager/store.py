@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS branches (
 CREATE TABLE IF NOT EXISTS pages (
     id INTEGER PRIMARY KEY, session TEXT NOT NULL, hash TEXT NOT NULL, kind TEXT NOT NULL,
     role TEXT NOT NULL, seq INTEGER NOT NULL, step INTEGER NOT NULL, tokens INTEGER NOT NULL,
-    stub_tokens INTEGER NOT NULL, skel_tokens INTEGER NOT NULL, chars INTEGER NOT NULL, call_id TEXT, call_ids TEXT,
+    stub_tokens INTEGER NOT NULL, chars INTEGER NOT NULL, call_id TEXT, call_ids TEXT,
     tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
     last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
     scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL);
@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS events (
 PAGE_COLUMNS = (
     "id", "session", "hash", "kind", "role", "seq", "step", "tokens", "stub_tokens", "chars",
     "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
-    "handle", "skel_tokens",
+    "handle",
 )
 PageRow = tuple  # (values in PAGE_COLUMNS order)
 
@@ -265,12 +265,12 @@ class Store:
                 db.execute("UPDATE sessions SET head_branch=? WHERE name=?", (branch, session))
             for offset, p in enumerate(pages):
                 cur = db.execute(
-                    "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, skel_tokens, chars,"
+                    "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
                     " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
-                    " message) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " message) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         session, p["hash"], p["kind"], p["role"], start_seq + offset, p["step"],
-                        p["tokens"], p["stub_tokens"], p.get("skel_tokens", p["tokens"]), p["chars"], p.get("call_id"),
+                        p["tokens"], p["stub_tokens"], p["chars"], p.get("call_id"),
                         orjson.dumps(list(p.get("call_ids") or ())).decode(), p.get("tool_name"),
                         p.get("path"), 0, orjson.dumps(list(p.get("labels") or ())).decode(),
                         p["step"], 0, p.get("scope", "session"), p["handle"], p["raw"],

@@ -72,15 +72,14 @@ def _check(history, out, budget_tokens, report):
     history=histories(),
     window=st.sampled_from([6_000, 20_000, 200_000]),
     policy=st.sampled_from(sorted(POLICIES)),
-    skeleton_share=st.sampled_from([0.0, 0.5]),
     recall_pages=st.sampled_from([0, 3]),
 )
-def test_invariants_hold_on_every_prefix(history, window, policy, skeleton_share, recall_pages):
+def test_invariants_hold_on_every_prefix(history, window, policy, recall_pages):
     counter = HeuristicCounter()
     with tempfile.TemporaryDirectory() as d:
         with pager.open(d, session="prop", context_window=window, output_reserve=500, counter=counter,
                         policy=policy, high_watermark=min(3_000, window // 2), low_watermark=1_000,
-                        skeleton_share=skeleton_share, recall_pages=recall_pages, recall_min_strength=1,
+                        recall_pages=recall_pages, recall_min_strength=1,
                         log_reports=False) as p:
             for n in range(2, len(history) + 1):
                 if n < len(history) and history[n]["role"] == "tool":

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pager.errors import BudgetError
-from pager.plan import FULL, SKEL, STUB, Layout, PlanConfig, PlanInput, plan
+from pager.plan import FULL, STUB, Layout, PlanConfig, PlanInput, plan
 
 
 def table(n_units: int, out_tokens: int = 300, big_every: int = 0) -> PlanInput:
@@ -23,7 +23,7 @@ def table(n_units: int, out_tokens: int = 300, big_every: int = 0) -> PlanInput:
     tok = np.asarray(tokens, dtype=np.int64)
     return PlanInput(
         page=np.asarray(pages, dtype=np.int64), tokens=tok,
-        stub_tokens=np.where(np.asarray(tool), 60, tok), skel_tokens=np.where(np.asarray(tool), 20, np.minimum(tok, 30)),
+        stub_tokens=np.where(np.asarray(tool), 60, tok),
         unit=np.asarray(units, dtype=np.int64), pinned=np.asarray([True, True] + [False] * (n - 2)),
         tool=np.asarray(tool), heat=np.arange(n, dtype=np.float64),
     )
@@ -33,7 +33,7 @@ def cut(inp: PlanInput, rows: int) -> PlanInput:
     import attrs
 
     return attrs.evolve(inp, **{f: getattr(inp, f)[:rows] for f in
-                                ("page", "tokens", "stub_tokens", "skel_tokens", "unit", "pinned", "tool", "heat")})
+                                ("page", "tokens", "stub_tokens", "unit", "pinned", "tool", "heat")})
 
 
 CFG = PlanConfig(budget=20_000, high=4_000, low=2_000, recent_units=2)
@@ -70,7 +70,7 @@ def test_minor_round_keeps_the_old_generation():
 
 def test_units_are_kept_stubbed_or_dropped_whole():
     res = plan(table(40, big_every=3), CFG, None)
-    shown = {s.page: s.kind for s in res.layout.slots if s.kind in (FULL, STUB, SKEL)}
+    shown = {s.page: s.kind for s in res.layout.slots if s.kind in (FULL, STUB)}
     for u in range(40):
         call, result = 10 + 2 * u, 11 + 2 * u
         assert (call in shown) == (result in shown)
