@@ -18,7 +18,7 @@ import orjson
 from . import terms as terms_mod
 from .errors import MessageError
 from .formats.openai_chat import Classified, message_text
-from .pages import KIND_CODE, handle_for
+from .pages import KIND_CODE, handle_for, hash_bytes
 from .render import stub_text
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
 
@@ -43,15 +43,9 @@ def hash_messages(
             raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError as exc:
             raise MessageError(i + offset, f"cannot be encoded ({exc}); lone surrogates are not valid text") from exc
-        hashes.append(content_hash_bytes(raw))
+        hashes.append(hash_bytes(raw))
         raws.append(raw)
     return hashes, raws
-
-
-def content_hash_bytes(raw: bytes) -> str:
-    import hashlib
-
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 def _page_terms(text: str, path: str | None, limit: int) -> frozenset[str]:
@@ -134,8 +128,6 @@ class History:
         """Forget rows from ``n`` on (the caller's history diverged there)."""
         if n >= len(self.page):
             return
-        keep_pages = self.page[:n]
-        rows = list(zip(keep_pages, self.hash[:n]))
         # rebuilding derived maps is simpler and safer than undoing them
         saved = {name: getattr(self, name)[:n] for name in (
             "page", "hash", "kind", "role", "tokens", "stub_tokens", "unit", "step", "path", "handle",
@@ -145,7 +137,6 @@ class History:
         for name, value in saved.items():
             setattr(self, name, value)
         self.calls = calls
-        del rows
         self._reindex_maps()
 
     def _reindex_maps(self) -> None:

@@ -33,6 +33,7 @@ from .report import Report, ReportLog
 from .rollover import RolloverController, task_state as _task_state
 from .statefiles import TaskState
 from .store import Store
+from .terms import extract_terms
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, default_counter
 from .usage import parse_usage
 from . import tools as agent_tools
@@ -137,7 +138,6 @@ class Pager:
         self._recalled_pending: set[int] = set()
         self._tools_tokens: dict[bytes, int] = {}
         self._prev_out: list[Mapping[str, Any]] | None = None  # the last prompt's messages
-        self._usage: list[dict[str, Any]] = []
         self._closed = False
         self.index = self._open_index()
         self.history = History(session, self.counter)
@@ -210,6 +210,10 @@ class Pager:
         self.history.load(zip(rows, msgs), branch)
         state = self.store.load_state(self.session) or {}
         self._layout = Layout.from_state(state.get("layout"))
+        # pins and notes change only through this object: read them once, not per call
+        self._pins = self.store.pins(self.session)
+        self._notes = self.store.notes(self.session)
+        self._pin_terms = frozenset().union(*(extract_terms(p) for p in self._pins))
         self._demoted = set(state.get("demoted", ()))
         self._faults = int(state.get("faults", 0))
         self._calls = int(state.get("calls", 0))
@@ -358,7 +362,7 @@ class Pager:
         """Build a rollover-mode prompt (see pager/rollover.py) and report it like a paging one."""
         assert self._rollover is not None
         res = self._rollover.assemble(
-            self.history, messages, tools, self.store.pins(self.session), self.store.notes(self.session)
+            self.history, messages, tools, self._pins, self._notes
         )
         out["messages"] = res.messages
         if res.tools is not None:  # the fallback step: only new_context stays callable
@@ -392,22 +396,16 @@ class Pager:
         return n
 
     def _card(self) -> str:
-        notes = self.store.notes(self.session)
-        keep = notes[-self.options.max_notes :] if self.options.max_notes else []
-        return card_text(self.store.pins(self.session), keep)
+        keep = self._notes[-self.options.max_notes :] if self.options.max_notes else []
+        return card_text(self._pins, keep)
 
     def _focus_terms(self) -> frozenset[str]:
-        from .terms import extract_terms
-
+        """Return the active task's terms: pinned goals and the latest user message but the first."""
         h = self.history
-        focus: set[str] = set()
-        for pin in self.store.pins(self.session):
-            focus |= extract_terms(pin)
-        for i in range(len(h) - 1, -1, -1):
-            if h.kind[i] == "user" and i != h.first_user:
-                focus |= h.terms[i]
-                break
-        return frozenset(focus)
+        task = h.task  # the latest user message's row
+        if task and task != h.first_user and task < len(h) and h.kind[task] == "user":
+            return self._pin_terms | h.terms[task]
+        return self._pin_terms
 
     def _recall_candidates(self, shown: set[int]) -> tuple[list[tuple[int, int]], dict[int, tuple[int, int]]]:
         """Return recall candidates ``(page id, rendered tokens)`` and the lines to show of each."""
@@ -595,7 +593,6 @@ class Pager:
         """
         self._check_open()
         figures = parse_usage(response)
-        self._usage.append(figures)
         self.reports.append({"type": "usage", "session": self.session, "call": self._calls, **figures})
         return figures
 
@@ -607,20 +604,26 @@ class Pager:
         if not isinstance(text, str) or not text.strip():
             raise InputError("pin text must be a non-empty string")
         self.store.add_pin(self.session, text.strip())
+        self._pins.append(text.strip())
+        self._pin_terms = self._pin_terms | extract_terms(text)
 
     def pins(self) -> list[str]:
-        return self.store.pins(self.session)
+        """Return the pinned goals, oldest first."""
+        return list(self._pins)
 
     def note(self, text: str) -> int:
         """Keep a short note in the task-state card; return how many notes the card shows."""
         self._check_open()
         if not isinstance(text, str) or not text.strip():
             raise InputError("note text must be a non-empty string")
-        self.store.add_note(self.session, text.strip()[: agent_tools.NOTE_MAX_CHARS], self.history.clock)
-        return min(len(self.store.notes(self.session)), self.options.max_notes)
+        text = text.strip()[: agent_tools.NOTE_MAX_CHARS]
+        self.store.add_note(self.session, text, self.history.clock)
+        self._notes.append(text)
+        return min(len(self._notes), self.options.max_notes)
 
     def notes(self) -> list[str]:
-        return self.store.notes(self.session)
+        """Return every note of the session, oldest first."""
+        return list(self._notes)
 
     def _resolve(self, handle: str) -> int:
         if not isinstance(handle, str) or not handle.startswith("pg:"):

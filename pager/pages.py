@@ -28,6 +28,7 @@ __all__ = [
     "KINDS",
     "Page",
     "content_hash",
+    "hash_bytes",
     "handle_for",
 ]
 
@@ -37,7 +38,11 @@ KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 
 def content_hash(message: Mapping[str, Any]) -> str:
     """Return a stable hash of a message's bytes (keys sorted), for dedup and branching."""
-    data = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    return hash_bytes(orjson.dumps(message, option=orjson.OPT_SORT_KEYS))
+
+
+def hash_bytes(data: bytes) -> str:
+    """Return the hash ``content_hash`` gives for already-encoded (sorted-key orjson) bytes."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 

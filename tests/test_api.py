@@ -317,3 +317,14 @@ def test_changed_from_is_exact_after_a_rewind(tmp_path):
         edited[6] = {**edited[6], "content": "changed output"}
         p.assemble({"messages": edited})
         assert p.last_report.changed_from == 6 and not p.last_report.prefix_kept
+
+
+def test_the_active_task_follows_the_latest_user_message(tmp_path):
+    with open_pager(tmp_path) as p:
+        p.pin("keep parse_config backwards compatible")
+        history = coding_session(2)
+        p.assemble({"messages": history})
+        assert "parse_config" in p._focus_terms() and "README.md" not in p._focus_terms()
+        history += [user("switch: update README.md")]
+        p.assemble({"messages": history})
+        assert {"parse_config", "README.md"} <= p._focus_terms()
