@@ -280,15 +280,10 @@ class Pager:
             rec["scope"] = self.options.scope
         # stat updates need page ids, which the store assigns; two passes keep
         # it one transaction: ids first, then the mirror computes the updates
-        branch, ids = self.store.record(self.session, h.branch, fork, common, records, (), None)
+        branch, ids = self.store.record(self.session, h.branch, fork, common, records)
         h.branch = branch
         updates = h.append(records, ids)
-        if updates:
-            with self.store.transaction() as db:
-                db.executemany(
-                    "UPDATE pages SET last_ref=?, ref_count=?, stale=? WHERE id=?",
-                    [(lr, rc, st, pid) for pid, lr, rc, st in updates],
-                )
+        self.store.update_stats(updates)
         # a recalled page referred to by the new messages was a useful recall
         for pid, _lr, _rc, _st in updates:
             if pid in self._recalled_pending:

@@ -237,16 +237,11 @@ class Store:
         fork: tuple[int, int] | None,
         start_seq: int,
         pages: Sequence[dict[str, Any]],
-        stats: Sequence[tuple[int, int, int, int]],
-        state: Any,
     ) -> tuple[int, list[int]]:
         """Record new pages in one transaction; return ``(branch, new page ids)``.
 
         ``fork`` is ``(parent_branch, fork_seq)`` when the history diverged: a new
         branch is created sharing the parent's first ``fork_seq`` pages.
-        ``stats`` are ``(page_id, last_ref, ref_count, stale)`` updates for
-        existing pages. ``state`` is the session's scheduling state (orjson);
-        None leaves the saved state untouched.
         """
         ids: list[int] = []
         with self.transaction() as db:
@@ -279,14 +274,17 @@ class Store:
                 pid = int(cur.lastrowid or 0)
                 ids.append(pid)
                 db.execute("INSERT INTO branch_pages VALUES (?, ?, ?)", (branch, start_seq + offset, pid))
-            if stats:
-                db.executemany(
-                    "UPDATE pages SET last_ref=?, ref_count=?, stale=? WHERE id=?",
-                    [(lr, rc, st, pid) for pid, lr, rc, st in stats],
-                )
-            if state is not None:  # None: leave the saved scheduling state as it is
-                db.execute("UPDATE sessions SET state=? WHERE name=?", (orjson.dumps(state), session))
         return branch, ids
+
+    def update_stats(self, stats: Sequence[tuple[int, int, int, int]]) -> None:
+        """Store ``(page_id, last_ref, ref_count, stale)`` of pages later messages referred to."""
+        if not stats:
+            return
+        with self.transaction() as db:
+            db.executemany(
+                "UPDATE pages SET last_ref=?, ref_count=?, stale=? WHERE id=?",
+                [(lr, rc, st, pid) for pid, lr, rc, st in stats],
+            )
 
     def save_state(self, session: str, state: Any) -> None:
         with self.transaction() as db:
