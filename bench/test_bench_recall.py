@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import attrs
 import pytest
 
-from pager.index import IndexDoc, PageIndex
+from pager.storage.index import IndexDoc, PageIndex
 
 _SYLLABLES = "ka lo mi nu re sa ti vo xe zu bar cor dex fin gal hup jin kel mor nix".split()
 # Pseudo-words so the vocabulary is thousands of terms drawn Zipf-like, as

@@ -8,7 +8,7 @@ import pytest
 
 from pager.replay.facts import Facts
 from pager.replay.session import load_session
-from pager.tokens import default_counter, message_tokens
+from pager.core.tokens import default_counter, message_tokens
 
 DATA = Path(__file__).resolve().parents[1] / "pager" / "data" / "example_session.jsonl"
 

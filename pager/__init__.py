@@ -9,7 +9,7 @@
     p.observe(response)
 """
 
-from .errors import (
+from pager.errors import (
     BudgetError,
     ConfigError,
     HandleError,
@@ -23,24 +23,24 @@ from .errors import (
     StoreError,
     ToolError,
 )
-from .heat import HeatPolicy, PageTable, get_policy, register_policy
+from pager.core.heat import HeatPolicy, PageTable, get_policy, register_policy
 from typing import TYPE_CHECKING
 
-from .options import Options
-from .report import Report
+from pager.options import Options
+from pager.report import Report
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .pager import Pager, open, store_sessions
+    from pager.pager import Pager, open, store_sessions
 
 # The facade (and with it sqlite3 and tantivy) loads on first use, so that
-# importing the pure core (pager.plan, pager.heat, pager.pairing) stays free
+# importing the pure core (pager.core.plan, pager.core.heat, pager.core.pairing) stays free
 # of I/O modules.
 _LAZY = {"Pager", "open", "store_sessions"}
 
 
 def __getattr__(name: str):  # PEP 562
     if name in _LAZY:
-        from . import pager as _facade
+        from pager import pager as _facade
 
         return getattr(_facade, name)
     raise AttributeError(f"module 'pager' has no attribute {name!r}")

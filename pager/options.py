@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import attrs
 import orjson
 
-from .errors import ConfigError
+from pager.errors import ConfigError
 
 __all__ = ["Options", "load_config", "read_json_file"]
 
@@ -86,7 +86,7 @@ class Options:
     def reserve(self) -> int:
         if self.output_reserve is not None:
             return self.output_reserve
-        from .budget import default_output_reserve
+        from pager.core.budget import default_output_reserve
 
         return default_output_reserve(self.context_window)
 

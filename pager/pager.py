@@ -17,26 +17,27 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import orjson
 
-from . import pairing
-from .errors import ConfigError, HandleError, InputError, PagerError, ToolError
-from .formats import openai_chat
-from .heat import PageTable, get_policy
-from .history import History, hash_messages
-from .index import IndexDoc, PageIndex
-from .indexing import feed_index
-from .options import Options, load_config
-from .handoff import parse_handoff
-from .plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, plan
-from .recall import recall_candidates
-from .render import card_text, line_range, recall_block, stub_text
-from .report import Report, ReportLog
-from .rollover import RolloverController, task_state as _task_state
-from .statefiles import TaskState
-from .store import Store
-from .terms import extract_terms
-from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, default_counter
-from .usage import parse_usage
-from . import tools as agent_tools
+from pager.core import pairing
+from pager.errors import ConfigError, HandleError, InputError, PagerError, ToolError
+from pager.formats import openai_chat
+from pager.core import messages as messages_mod
+from pager.core.heat import PageTable, get_policy
+from pager.core.history import History, hash_messages
+from pager.storage.index import IndexDoc, PageIndex
+from pager.storage.indexing import feed_index
+from pager.options import Options, load_config
+from pager.core.handoff import parse_handoff
+from pager.core.plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, plan
+from pager.schedulers.recall import recall_candidates
+from pager.core.render import card_text, line_range, recall_block, stub_text
+from pager.report import Report, ReportLog
+from pager.schedulers.rollover import RolloverController, task_state as _task_state
+from pager.statefiles import TaskState
+from pager.storage.sqlite import Store
+from pager.core.terms import extract_terms
+from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, default_counter
+from pager.formats.usage import parse_usage
+from pager import tools as agent_tools
 
 __all__ = ["Pager", "open", "store_sessions"]
 
@@ -270,7 +271,7 @@ class Pager:
         self._ident.extend((m, m.get("content"), m.get("tool_calls")) for m in messages[len(self._ident):])
         if common == len(hashes) and fork is None:
             return 0
-        classified = openai_chat.classify(messages, common, h.calls)
+        classified = messages_mod.classify(messages, common, h.calls)
         for msg in messages[common:]:
             for call in msg.get("tool_calls") or ():
                 fn = call.get("function") or {}
@@ -413,7 +414,7 @@ class Pager:
         )
 
     def _page_text(self, page_id: int) -> str:
-        return openai_chat.message_text(self.store.message(page_id)[1])
+        return messages_mod.message_text(self.store.message(page_id)[1])
 
     def _schedule(self, messages: Sequence[Mapping[str, Any]], tools_tokens: int) -> dict[str, Any]:
         o = self.options
@@ -521,7 +522,7 @@ class Pager:
             r = h.row_of.get(pid)
             if r is None:
                 continue
-            text = openai_chat.message_text(messages[r])
+            text = messages_mod.message_text(messages[r])
             excerpt = line_range(text, start, end) if start else text
             items.append(
                 {
@@ -641,7 +642,7 @@ class Pager:
         if pid in self._demoted:
             self._faults += 1
         self._expanded += 1
-        return line_range(openai_chat.message_text(msg), start_line, end_line)
+        return line_range(messages_mod.message_text(msg), start_line, end_line)
 
     def search(self, query: str, k: int = 5, *, cross_session: bool = False) -> list[Any]:
         """Search this session's history; return index hits, best first.

@@ -70,7 +70,7 @@ InvariantKind = Literal["decision", "rejected"]
 KINDS: tuple[str, ...] = ("decision", "rejected")
 
 
-from .errors import InvariantRewriteError, StateFileError  # noqa: E402  (re-exported)
+from pager.errors import InvariantRewriteError, StateFileError  # noqa: E402  (re-exported)
 
 
 @attrs.frozen(slots=True)

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import orjson
 
-from .errors import HandleError, PagerError, ToolError
+from pager.errors import HandleError, PagerError, ToolError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .options import Options
-    from .pager import Pager
+    from pager.options import Options
+    from pager.pager import Pager
 
 __all__ = ["NOTE_MAX_CHARS", "RECALL_MAX_CHARS", "call", "tool_specs"]
 
@@ -95,7 +95,7 @@ def tool_specs(options: "Options") -> list[dict[str, Any]]:
     """Return the tools a session offers, in a stable order (the prompt cache likes it)."""
     specs = [RECALL_TOOL, EXPAND_TOOL, NOTE_TOOL]
     if options.mode == "rollover":
-        from .handoff import NEW_CONTEXT_TOOL
+        from pager.core.handoff import NEW_CONTEXT_TOOL
 
         specs = [*specs, NEW_CONTEXT_TOOL]
     return [dict(s) for s in specs]

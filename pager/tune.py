@@ -37,9 +37,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
 import attrs
 import orjson
 
-from .errors import ConfigError, PagerError
-from .heat import get_policy
-from .options import Options, load_config, read_json_file
+from pager.errors import ConfigError, PagerError
+from pager.core.heat import get_policy
+from pager.options import Options, load_config, read_json_file
 
 __all__ = [
     "DEFAULT_POINTS",
@@ -397,9 +397,9 @@ def run_points(
     on the same calls. One ``Facts`` serves every batch: token counts and
     terms of a message are computed once for the whole search.
     """
-    from .replay.facts import Facts
-    from .replay.runner import LONG_GAP, run
-    from .replay.strategies import FullResend, PagerStrategy
+    from pager.replay.facts import Facts
+    from pager.replay.runner import LONG_GAP, run
+    from pager.replay.strategies import FullResend, PagerStrategy
 
     if batch < 1:
         raise ConfigError("batch must be at least 1")

@@ -6,10 +6,10 @@ import orjson
 import pytest
 
 import pager
-from pager import pairing
+from pager.core import pairing
 from pager.formats.openai_chat import validate
-from pager.store import Store
-from pager.tokens import HeuristicCounter
+from pager.storage.sqlite import Store
+from pager.core.tokens import HeuristicCounter
 
 from helpers import assistant, big_text, call, coding_session, system, tool, user
 

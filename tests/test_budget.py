@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pager.budget import (
+from pager.core.budget import (
     BudgetAction,
     BudgetConfig,
     BudgetState,
@@ -274,7 +274,7 @@ def test_budget_and_handoff_import_no_io_modules():
         "import sys, types;"
         f"pkg = types.ModuleType('pager'); pkg.__path__ = [{str(root / 'pager')!r}];"
         "sys.modules['pager'] = pkg;"
-        "import pager.budget, pager.handoff;"
+        "import pager.core.budget, pager.core.handoff;"
         "bad = {'sqlite3', 'tantivy', 'tiktoken', 'subprocess', 'numpy'} & set(sys.modules);"
         "print(sorted(bad))"
     )

@@ -20,7 +20,7 @@ import attrs
 import pytest
 
 import pager
-from pager import heat
+from pager.core import heat
 from pager.cli import build_parser, main
 from pager.options import Options
 from pager.report import Report

@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent(
     import os, sys
     sys.path.insert(0, {tests!r})
     import pager
-    from pager.store import Store
+    from pager.storage.sqlite import Store
     from helpers import coding_session
 
     history = coding_session(12)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pager.errors import PagerError, ToolError
-from pager.handoff import (
+from pager.core.handoff import (
     NEW_CONTEXT_TOOL,
     ROLES,
     SECTIONS,

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pager import heat
+from pager.core import heat
 from pager.errors import ConfigError, InputError, PagerError
-from pager.heat import (
+from pager.core.heat import (
     DEFAULT_POLICY,
     POLICIES,
     DecayPolicy,
@@ -28,7 +28,7 @@ from pager.heat import (
     rank_scores,
     register_policy,
 )
-from pager.pages import KIND_CODE, Page
+from pager.core.pages import KIND_CODE, Page
 
 I64 = np.iinfo(np.int64)
 SHIPPED = sorted(POLICIES)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pager.errors import RecallIndexError
-from pager.index import Hit, IndexDoc, PageIndex
+from pager.storage.index import Hit, IndexDoc, PageIndex
 
 
 def doc(pid: int, text: str, session: str = "A", kind: str = "tool", **kw: object) -> IndexDoc:
@@ -385,7 +385,7 @@ def test_oversized_fields_are_indexed() -> None:
 
 
 def test_common_words_are_pruned_in_big_audiences(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pager.index as mod
+    import pager.storage.index as mod
 
     monkeypatch.setattr(mod, "PRUNE_MIN_DF", 10)
     index = PageIndex()

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pager
-from pager import pairing
+from pager.core import pairing
 from pager.formats.openai_chat import validate
-from pager.heat import POLICIES
-from pager.tokens import HeuristicCounter
+from pager.core.heat import POLICIES
+from pager.core.tokens import HeuristicCounter
 
 WORDS = ["parse_config", "src/app.py", "ValueError", "retry_count", "42017", "the", "cache", "pg_stub", "line"]
 

@@ -15,7 +15,7 @@ def test_all_is_sorted_and_complete():
 
 def test_planner_is_pure():
     code = (
-        "import sys, pager.plan, pager.heat, pager.pairing, pager.budget, pager.handoff\n"
+        "import sys, pager.core.plan, pager.core.heat, pager.core.pairing, pager.core.budget, pager.core.handoff\n"
         "bad = [m for m in ('sqlite3', 'tantivy', 'tiktoken') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -1,5 +1,5 @@
-from pager import pairing
-from pager.formats.fileread import file_read_path
+from pager.core import pairing
+from pager.core.fileread import file_read_path
 
 from helpers import assistant, call, tool, user
 

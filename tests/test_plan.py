@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pager.errors import BudgetError
-from pager.plan import FULL, STUB, Layout, PlanConfig, PlanInput, plan
+from pager.core.plan import FULL, STUB, Layout, PlanConfig, PlanInput, plan
 
 
 def table(n_units: int, out_tokens: int = 300, big_every: int = 0) -> PlanInput:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import pager
-from pager import pairing
+from pager.core import pairing
 from pager.formats.openai_chat import validate
 
 from helpers import assistant, big_text, call, system, tool, user

@@ -15,11 +15,11 @@ import orjson
 import pytest
 
 import pager
-from pager import pairing
+from pager.core import pairing
 from pager.cli import main as cli_main
 from pager.replay.metrics import check_invariants
 from pager.replay.strategies import PagerStrategy
-from pager.tokens import HeuristicCounter, message_tokens
+from pager.core.tokens import HeuristicCounter, message_tokens
 
 from helpers import assistant, big_text, call, coding_session, system, tool, user
 

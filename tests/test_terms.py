@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pager.terms import (
+from pager.core.terms import (
     MAX_TERM_CHARS,
     MIN_STRENGTH,
     TermIndex,

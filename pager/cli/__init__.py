@@ -13,7 +13,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from ..errors import PagerError
+from pager.errors import PagerError
 
 __all__ = ["main"]
 

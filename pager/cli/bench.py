@@ -14,14 +14,14 @@ from typing import Any, Sequence, TextIO
 
 import orjson
 
-from ..errors import ConfigError
-from ..options import read_json_file
-from ..replay.cost import PRICING, pricing
-from ..replay.facts import Facts
-from ..replay.metrics import SessionMetrics, StrategySummary
-from ..replay.runner import LONG_GAP, BenchResult, run
-from ..replay.session import load_sessions
-from ..replay.strategies import (
+from pager.errors import ConfigError
+from pager.options import read_json_file
+from pager.replay.cost import PRICING, pricing
+from pager.replay.facts import Facts
+from pager.replay.metrics import SessionMetrics, StrategySummary
+from pager.replay.runner import LONG_GAP, BenchResult, run
+from pager.replay.session import load_sessions
+from pager.replay.strategies import (
     ClearToolResults,
     FullResend,
     ObservationMasking,
@@ -284,7 +284,7 @@ def run_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> BenchResult
         )
         print(f"pager bench: wrote {args.json}", file=err)
     if args.html:
-        from ..replay.html import render
+        from pager.replay.html import render
 
         Path(args.html).write_text(render(result), encoding="utf-8")
         print(f"pager bench: wrote {args.html}", file=err)

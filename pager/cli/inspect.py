@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import ConfigError
+from pager.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
 
 
 def _summary(store: Any, session: str, report: dict[str, Any] | None) -> dict[str, Any]:
-    from ..store import PAGE_COLUMNS
+    from pager.storage.sqlite import PAGE_COLUMNS
 
     c = {name: i for i, name in enumerate(PAGE_COLUMNS)}
     branch = store.ensure_session(session)
@@ -60,8 +60,8 @@ def _summary(store: Any, session: str, report: dict[str, Any] | None) -> dict[st
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report import ReportLog
-    from ..store import DB_NAME, Store
+    from pager.report import ReportLog
+    from pager.storage.sqlite import DB_NAME, Store
 
     folder = Path(args.store)
     if not (folder / DB_NAME).exists():

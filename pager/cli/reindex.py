@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from pager.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -22,9 +22,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..index import PageIndex
-    from ..indexing import feed_index
-    from ..store import DB_NAME, Store
+    from pager.storage.index import PageIndex
+    from pager.storage.indexing import feed_index
+    from pager.storage.sqlite import DB_NAME, Store
 
     folder = Path(args.store)
     if not (folder / DB_NAME).exists():

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from pager.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -40,13 +40,13 @@ def example_paths() -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..options import load_config
-    from ..replay.cost import pricing
-    from ..replay.facts import Facts
-    from ..replay.runner import run as run_replay
-    from ..replay.session import load_sessions
-    from ..replay.strategies import FullResend, PagerStrategy
-    from .bench import table
+    from pager.options import load_config
+    from pager.replay.cost import pricing
+    from pager.replay.facts import Facts
+    from pager.replay.runner import run as run_replay
+    from pager.replay.session import load_sessions
+    from pager.replay.strategies import FullResend, PagerStrategy
+    from pager.cli.bench import table
 
     paths = [Path(p) for p in args.paths] or example_paths()
     skipped: list[tuple[str, str]] = []

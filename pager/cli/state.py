@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..statefiles import StateFileError, export_state, resume_text
+from pager.statefiles import StateFileError, export_state, resume_text
 
 __all__ = ["register"]
 

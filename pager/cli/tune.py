@@ -19,12 +19,12 @@ from typing import Any, Sequence, TextIO
 import attrs
 import orjson
 
-from .. import tune
-from ..errors import ConfigError
-from ..replay.cost import pricing
-from ..replay.session import load_sessions
-from ..replay.strategies import pager_available
-from .bench import add_long_gap, add_paths, add_progress, add_session_options, default_paths, table
+from pager import tune
+from pager.errors import ConfigError
+from pager.replay.cost import pricing
+from pager.replay.session import load_sessions
+from pager.replay.strategies import pager_available
+from pager.cli.bench import add_long_gap, add_paths, add_progress, add_session_options, default_paths, table
 
 __all__ = ["register", "run_tune"]
 

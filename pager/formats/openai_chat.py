@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import attrs
 import orjson
 
-from ..errors import InputError, MessageError
-from ..tokens import content_text
-from .fileread import file_read_path
+from pager.errors import InputError, MessageError
+from pager.core.tokens import content_text
 
-__all__ = ["Classified", "check_message", "classify", "message_text", "validate"]
+__all__ = ["check_message", "validate"]
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 PART_TYPES = {"text", "image_url", "input_audio", "file", "refusal"}
@@ -134,59 +132,3 @@ def validate(
             open_calls = {c["id"] for c in calls}
         if check_encoding and _has_lone_surrogate(msg):
             raise MessageError(i, "contains a lone surrogate (text is not valid UTF-8)")
-
-
-def message_text(message: Mapping[str, Any]) -> str:
-    """Return the searchable text of a message: content plus tool names and arguments."""
-    text = content_text(message.get("content"))
-    calls = message.get("tool_calls") or ()
-    if not calls:
-        return text
-    parts = [text] if text else []
-    for call in calls:
-        fn = call.get("function") or {}
-        parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
-    return "\n".join(parts)
-
-
-@attrs.frozen(slots=True)
-class Classified:
-    """What the scheduler needs to know of one message."""
-
-    kind: str
-    role: str
-    call_id: str | None = None
-    call_ids: tuple[str, ...] = ()
-    tool_name: str | None = None
-    path: str | None = None
-
-
-def classify(
-    messages: Sequence[Mapping[str, Any]], start: int = 0, calls: Mapping[str, tuple[str, str]] | None = None
-) -> list[Classified]:
-    """Classify ``messages[start:]``; ``calls`` maps earlier call ids to (tool name, arguments)."""
-    known: dict[str, tuple[str, str]] = dict(calls or {})
-    out = []
-    for msg in messages[start:]:
-        role = msg["role"]
-        if role in ("system", "developer"):
-            out.append(Classified(kind="system", role=role))
-        elif role == "user":
-            out.append(Classified(kind="user", role=role))
-        elif role == "assistant":
-            ids = []
-            for call in msg.get("tool_calls") or ():
-                fn = call.get("function") or {}
-                known[call["id"]] = (str(fn.get("name", "")), str(fn.get("arguments", "")))
-                ids.append(call["id"])
-            out.append(Classified(kind="assistant", role=role, call_ids=tuple(ids)))
-        else:
-            cid = msg["tool_call_id"]
-            name, args = known.get(cid, ("", ""))
-            path = file_read_path(name, args)
-            out.append(
-                Classified(
-                    kind="file" if path else "tool", role=role, call_id=cid, tool_name=name or None, path=path
-                )
-            )
-    return out

@@ -9,11 +9,11 @@ line; ``run`` is the library entry point.
 
 from __future__ import annotations
 
-from .cost import Pricing, pricing
-from .metrics import CallRecord, SessionMetrics, StrategySummary, check_invariants
-from .runner import BenchResult, run
-from .session import Session, discover, load_session, load_sessions
-from .strategies import (
+from pager.replay.cost import Pricing, pricing
+from pager.replay.metrics import CallRecord, SessionMetrics, StrategySummary, check_invariants
+from pager.replay.runner import BenchResult, run
+from pager.replay.session import Session, discover, load_session, load_sessions
+from pager.replay.strategies import (
     ClearToolResults,
     FullResend,
     ObservationMasking,

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import attrs
 
-from ..errors import ConfigError
+from pager.errors import ConfigError
 
 __all__ = ["PRICING", "Pricing", "cached_prefix_tokens", "pricing"]
 

@@ -22,8 +22,8 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from ..tokens import TokenCounter, default_counter, message_tokens
-from .needs import message_text, terms
+from pager.core.tokens import TokenCounter, default_counter, message_tokens
+from pager.replay.needs import message_text, terms
 
 __all__ = ["Facts", "WIRE_FIELDS", "canonical"]
 
@@ -60,7 +60,7 @@ class Facts:
         return [self.key(m) for m in messages]
 
     def tokens(self, message: Mapping[str, Any]) -> int:
-        """Return the message's prompt tokens (``pager.tokens.message_tokens``), memoised."""
+        """Return the message's prompt tokens (``pager.core.tokens.message_tokens``), memoised."""
         k = self.key(message)
         n = self._tokens.get(k)
         if n is None:

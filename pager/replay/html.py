@@ -17,8 +17,8 @@ import html
 import math
 from typing import Any, Mapping, Sequence
 
-from .metrics import StrategySummary
-from .runner import BenchResult
+from pager.replay.metrics import StrategySummary
+from pager.replay.runner import BenchResult
 
 __all__ = ["render"]
 

@@ -24,9 +24,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 import numpy as np
 
-from ..tokens import content_text
-from .cost import Pricing
-from .facts import Facts, canonical
+from pager.core.tokens import content_text
+from pager.replay.cost import Pricing
+from pager.replay.facts import Facts, canonical
 
 __all__ = [
     "CallRecord",

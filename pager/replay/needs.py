@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 
 import orjson
 
-from ..tokens import content_text
+from pager.core.tokens import content_text
 
 __all__ = [
     "classify",

@@ -23,10 +23,10 @@ from typing import Any, Mapping, Sequence, TextIO
 import attrs
 import orjson
 
-from ..errors import ConfigError
-from .cost import Pricing, cached_prefix_tokens
-from .facts import Facts
-from .metrics import (
+from pager.errors import ConfigError
+from pager.replay.cost import Pricing, cached_prefix_tokens
+from pager.replay.facts import Facts
+from pager.replay.metrics import (
     CallRecord,
     SessionMetrics,
     StrategySummary,
@@ -34,9 +34,9 @@ from .metrics import (
     check_invariants,
     summarize_session,
 )
-from .needs import extract_needs, message_text
-from .session import Session
-from .strategies import FullResend, describe
+from pager.replay.needs import extract_needs, message_text
+from pager.replay.session import Session
+from pager.replay.strategies import FullResend, describe
 
 __all__ = ["BenchResult", "Progress", "SessionRun", "run", "run_session"]
 

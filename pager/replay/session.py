@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import attrs
 import orjson
 
-from ..formats.openai_chat import check_message
-from ..errors import InputError, MessageError
+from pager.formats.openai_chat import check_message
+from pager.errors import InputError, MessageError
 
 __all__ = [
     "Session",

@@ -37,7 +37,7 @@ import shutil
 import tempfile
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
-from .facts import Facts
+from pager.replay.facts import Facts
 
 __all__ = [
     "ClearToolResults",

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import attrs
 
-from .errors import ConfigError, ToolError
+from pager.errors import ConfigError, ToolError
 
 __all__ = [
     "ACTIONS",

@@ -36,7 +36,7 @@ from typing import Mapping, Sequence
 import attrs
 import numpy as np
 
-from .errors import BudgetError
+from pager.errors import BudgetError
 
 __all__ = ["Layout", "PlanConfig", "PlanInput", "Plan", "Slot", "plan"]
 

@@ -62,8 +62,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import attrs
 import orjson
 
-from . import pairing
-from .budget import (
+from pager.core import pairing
+from pager.core.budget import (
     ROLLOVER_TOOL,
     BudgetConfig,
     BudgetState,
@@ -75,8 +75,8 @@ from .budget import (
     prune_tools,
     reminder_text,
 )
-from .errors import BudgetError
-from .handoff import (
+from pager.errors import BudgetError
+from pager.core.handoff import (
     NEW_CONTEXT_TOOL,
     Handoff,
     RelatedFile,
@@ -87,15 +87,15 @@ from .handoff import (
     render_checkpoint,
     render_new_window_message,
 )
-from .render import card_text, stub_text
-from .statefiles import Invariant, TaskState
-from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text
+from pager.core.render import card_text, stub_text
+from pager.statefiles import Invariant, TaskState
+from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .history import History
-    from .options import Options
-    from .pager import Pager
-    from .store import Store
+    from pager.core.history import History
+    from pager.options import Options
+    from pager.pager import Pager
+    from pager.storage.sqlite import Store
 
 __all__ = [
     "Intent",

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from .render import excerpt_span, line_range
-from .tokens import MESSAGE_OVERHEAD, TokenCounter
+from pager.core.render import excerpt_span, line_range
+from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .history import History
-    from .index import PageIndex
-    from .options import Options
+    from pager.core.history import History
+    from pager.storage.index import PageIndex
+    from pager.options import Options
 
 __all__ = ["recall_candidates", "recall_query"]
 

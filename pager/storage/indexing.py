@@ -10,9 +10,9 @@ from typing import Any, Mapping
 
 import orjson
 
-from .formats import openai_chat
-from .index import IndexDoc, PageIndex
-from .store import PAGE_COLUMNS, Store
+from pager.core import messages as messages_mod
+from pager.storage.index import IndexDoc, PageIndex
+from pager.storage.sqlite import PAGE_COLUMNS, Store
 
 __all__ = ["feed_index", "index_doc"]
 
@@ -27,7 +27,7 @@ def index_doc(row: tuple, msg: Mapping[str, Any]) -> IndexDoc:
         session=row[_COL["session"]],
         step=row[_COL["step"]],
         kind=row[_COL["kind"]],
-        text=openai_chat.message_text(msg),
+        text=messages_mod.message_text(msg),
         labels=labels,
         path=row[_COL["path"]],
         handle=row[_COL["handle"]],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .errors import InputError
+from pager.errors import InputError
 
 __all__ = ["parse_usage"]
 

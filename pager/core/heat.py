@@ -44,7 +44,7 @@ import attrs
 import numpy as np
 
 from pager.errors import ConfigError, InputError
-from pager.pages import KIND_CODE, KINDS, Page
+from pager.core.pages import KIND_CODE, KINDS, Page
 
 __all__ = [
     "DEFAULT_POLICY",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from .errors import ConfigError
+from pager.errors import ConfigError
 
 __all__ = [
     "HeuristicCounter",

@@ -34,6 +34,8 @@ __all__ = [
 
 KINDS = ("system", "user", "assistant", "tool", "file")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+# Kinds that are one tool call's output: paired with their call, stubbed when big.
+TOOL_KINDS = ("tool", "file")
 
 
 def content_hash(message: Mapping[str, Any]) -> str:

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 import orjson
 
-from .errors import ToolError
+from pager.errors import ToolError
 
 __all__ = [
     "NEW_CONTEXT_TOOL",

@@ -15,12 +15,12 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import orjson
 
-from . import terms as terms_mod
-from .errors import MessageError
-from .formats.openai_chat import Classified, message_text
-from .pages import KIND_CODE, handle_for, hash_bytes
-from .render import stub_text
-from .tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
+from pager.core import terms as terms_mod
+from pager.errors import MessageError
+from pager.core.messages import Classified, message_text
+from pager.core.pages import KIND_CODE, handle_for, hash_bytes
+from pager.core.render import stub_text
+from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
 
 __all__ = ["History", "hash_messages"]
 
@@ -260,7 +260,7 @@ class History:
 
     def load(self, rows: Iterable[tuple[tuple, dict[str, Any]]], branch: int, extract_limit: int = 2000) -> None:
         """Rebuild the mirror from stored ``(page row, message)`` pairs in branch order."""
-        from .store import PAGE_COLUMNS
+        from pager.storage.sqlite import PAGE_COLUMNS
 
         col = {name: i for i, name in enumerate(PAGE_COLUMNS)}
         self.branch = branch

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 
 import orjson
 
-from .errors import SchemaError, StoreError
+from pager.errors import SchemaError, StoreError
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "PageRow", "Store"]
 
