@@ -588,7 +588,7 @@ class Pager:
         usage mapping; returns the normalised figures, also logged.
         """
         self._check_open()
-        figures = parse_usage(response)
+        figures = parse_usage(response).to_dict()
         self.reports.append({"type": "usage", "session": self.session, "call": self._calls, **figures})
         return figures
 

@@ -12,10 +12,12 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from pager.errors import InputError, MessageError
+from pager.errors import InputError, MessageError, ToolError
+from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
+from pager.formats.usage import parse_usage
 from pager.core.tokens import content_text
 
-__all__ = ["check_message", "validate"]
+__all__ = ["FORMAT", "OpenAIChat", "check_message", "validate"]
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 PART_TYPES = {"text", "image_url", "input_audio", "file", "refusal"}
@@ -132,3 +134,78 @@ def validate(
             open_calls = {c["id"] for c in calls}
         if check_encoding and _has_lone_surrogate(msg):
             raise MessageError(i, "contains a lone surrogate (text is not valid UTF-8)")
+
+
+class OpenAIChat:
+    """OpenAI chat completions: ``messages`` in, ``messages`` out.
+
+    Neutral messages are chat-shaped, so conversion is the identity: the
+    caller's own message objects flow through, which keeps the facade's
+    same-object fast path (see ``Pager._same_prefix``).
+    """
+
+    name = "openai-chat"
+
+    def detect(self, request: Mapping[str, Any]) -> bool:
+        # Anthropic requests also carry 'messages'; that format claims them first
+        return "messages" in request
+
+    def validate(self, request: Mapping[str, Any]) -> None:
+        validate(request.get("messages"))
+
+    def to_messages(self, request: Mapping[str, Any]) -> Converted:
+        messages = request.get("messages")
+        if not isinstance(messages, (list, tuple)):
+            raise InputError(f"request['messages'] must be a list, got {type(messages).__name__}")
+        tools = request.get("tools") or ()
+        if not isinstance(tools, (list, tuple)):
+            raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")
+        return Converted(messages=messages, tools=tools)
+
+    def render(
+        self,
+        request: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Any] | None,
+        hints: RenderHints,
+    ) -> dict[str, Any]:
+        out = dict(request)
+        out["messages"] = list(messages)
+        if tools is not None:
+            out["tools"] = list(tools)
+        return out
+
+    def tool_specs(self, specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return [dict(s) for s in specs]
+
+    def tool_name(self, tool: Any) -> str | None:
+        if isinstance(tool, Mapping):
+            fn = tool.get("function")
+            if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
+                return fn["name"]
+        return None
+
+    def parse_tool_call(self, call: Any) -> ToolCallRequest:
+        if hasattr(call, "model_dump"):
+            call = call.model_dump()
+        if not isinstance(call, Mapping):
+            raise ToolError(f"a tool call must be a mapping, got {type(call).__name__}")
+        fn = call.get("function")
+        if not isinstance(fn, Mapping):
+            raise ToolError("a chat tool call needs a 'function' object")
+        raw = fn.get("arguments")
+        if raw is None:
+            raw = "{}"
+        if not isinstance(raw, (str, Mapping)):
+            raise ToolError(f"function.arguments must be a JSON string, got {type(raw).__name__}")
+        return ToolCallRequest(id=str(call.get("id") or ""), name=str(fn.get("name") or ""), arguments=raw)
+
+    def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+    def parse_usage(self, response: Any) -> Usage:
+        return parse_usage(response)
+
+
+FORMAT = register_format(OpenAIChat())

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from pager.errors import InputError
+from pager.formats.base import Usage
 
 __all__ = ["parse_usage"]
 
 
-def parse_usage(response: Any) -> dict[str, int]:
+def parse_usage(response: Any) -> Usage:
     """Return ``{"prompt_tokens", "completion_tokens", "cached_tokens"}`` of a response.
 
     Accepts an SDK object (anything with ``model_dump()``), a response dict or a
@@ -33,8 +34,9 @@ def parse_usage(response: Any) -> dict[str, int]:
         cached = int(usage.get("cache_read_input_tokens") or 0)
         prompt = int(usage.get("input_tokens") or 0) + cached + int(usage.get("cache_creation_input_tokens") or 0)
     completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
-    return {
-        "prompt_tokens": int(prompt or 0),
-        "completion_tokens": int(completion or 0),
-        "cached_tokens": int(cached or 0),
-    }
+    return Usage(
+        prompt_tokens=int(prompt or 0),
+        completion_tokens=int(completion or 0),
+        cached_tokens=int(cached or 0),
+        cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+    )

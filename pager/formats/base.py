@@ -1,0 +1,196 @@
+"""The wire-format protocol: how a provider's request becomes neutral messages and back.
+
+The scheduler never sees a provider's shapes. A wire format does five things
+for the facade, each a method of ``WireFormat``:
+
+``validate(request)``
+    Raise ``InputError`` (``MessageError`` naming the message, and the block
+    where there are blocks) for a request pager cannot schedule. Nothing is
+    recorded for a request that fails it.
+``to_messages(request)``
+    Return the request's history as neutral messages (``pager.core.messages``),
+    L1 pieces such as a top-level system prompt first, and its tools as the
+    JSON that is counted against the budget.
+``render(request, messages, *, tools, hints)``
+    Return the provider request carrying the scheduled neutral ``messages``
+    (other keys of ``request`` pass through). ``hints`` say where pager's
+    stable prefix ends, for formats with explicit cache breakpoints.
+``tool_result(call_id, text, is_error)``
+    Return the message or item answering one tool call, in the format's shape.
+``parse_usage(response)``
+    Return the provider response's ``Usage``; ``InputError`` on a shape the
+    format does not know (never zeros).
+
+A new format is a new module that registers a ``WireFormat`` instance with
+``register_format``; ``detect`` picks the format of a request by its keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import attrs
+
+from pager.errors import ConfigError, InputError
+
+__all__ = [
+    "Converted",
+    "RenderHints",
+    "ToolCallRequest",
+    "Usage",
+    "WireFormat",
+    "detect",
+    "formats",
+    "get_format",
+    "register_format",
+]
+
+
+@attrs.frozen(slots=True)
+class Usage:
+    """A provider response's token figures, normalised.
+
+    ``prompt_tokens`` is the whole prompt (cached, cache-written and uncached
+    parts together); ``cached_tokens`` the part read from the cache;
+    ``cache_write_tokens`` the part written to it (Anthropic bills it at a
+    premium; zero elsewhere).
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen(slots=True)
+class Converted:
+    """A request as the scheduler sees it.
+
+    ``messages`` are neutral messages, the format's L1 pieces (a top-level
+    system prompt, instructions) first as system messages. ``tools`` are the
+    request's tool definitions as they will be sent (counted against the
+    budget).
+    """
+
+    messages: Sequence[Mapping[str, Any]]
+    tools: Sequence[Any] = ()
+
+
+@attrs.frozen(slots=True)
+class RenderHints:
+    """Where pager's stable prefix ends in the messages to render (message counts).
+
+    ``l1``: the pinned layer (system messages, the first user message, the
+    card). ``stable``: L1 and the old generation, which minor rounds keep
+    byte-stable. ``previous``: the prefix shared with the previous prompt
+    (None when the prompt changed from the start). A format with explicit
+    cache breakpoints marks these and the end of the prompt.
+    """
+
+    l1: int = 0
+    stable: int = 0
+    previous: int | None = None
+
+
+@attrs.frozen(slots=True)
+class ToolCallRequest:
+    """One tool call the model made, read from a provider's message, call object or item."""
+
+    id: str
+    name: str
+    arguments: str | Mapping[str, Any]
+
+
+@runtime_checkable
+class WireFormat(Protocol):
+    """One provider wire format. See the module docstring."""
+
+    name: str
+
+    def detect(self, request: Mapping[str, Any]) -> bool:
+        """Whether ``request`` is in this format (by its keys; cheap)."""
+        ...
+
+    def validate(self, request: Mapping[str, Any]) -> None: ...
+
+    def to_messages(self, request: Mapping[str, Any]) -> Converted: ...
+
+    def render(
+        self,
+        request: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Any] | None,
+        hints: RenderHints,
+    ) -> dict[str, Any]: ...
+
+    def tool_specs(self, specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Return pager's tools (OpenAI function-tool JSON) in this format's tool shape."""
+        ...
+
+    def tool_name(self, tool: Any) -> str | None:
+        """Return the name of one tool definition of a request (None when it has none)."""
+        ...
+
+    def parse_tool_call(self, call: Any) -> ToolCallRequest:
+        """Read one tool call (a dict or an SDK object) in this format; ``ToolError`` when malformed."""
+        ...
+
+    def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]: ...
+
+    def parse_usage(self, response: Any) -> Usage: ...
+
+
+_FORMATS: dict[str, WireFormat] = {}
+
+
+def register_format(fmt: WireFormat) -> WireFormat:
+    """Register a wire format under ``fmt.name`` (detection tries formats newest first)."""
+    if not isinstance(getattr(fmt, "name", None), str) or not fmt.name:
+        raise ConfigError("a wire format needs a non-empty string 'name'")
+    _FORMATS.pop(fmt.name, None)
+    _FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def formats() -> dict[str, WireFormat]:
+    """Return the registered formats by name."""
+    _load_builtin()
+    return dict(_FORMATS)
+
+
+def get_format(name: str) -> WireFormat:
+    """Return the format registered as ``name``; ``ConfigError`` naming the known ones otherwise."""
+    _load_builtin()
+    try:
+        return _FORMATS[name]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown wire format {name!r}; known: {sorted(_FORMATS)}") from None
+
+
+def detect(request: Any) -> WireFormat:
+    """Return the format of ``request``; ``InputError`` when no registered format claims it."""
+    if not isinstance(request, Mapping):
+        raise InputError(f"request must be a mapping, got {type(request).__name__}")
+    _load_builtin()
+    for fmt in reversed(list(_FORMATS.values())):
+        if fmt.detect(request):
+            return fmt
+    raise InputError(
+        "request is in no known format: expected 'messages' (OpenAI chat or Anthropic Messages) "
+        "or 'input' (OpenAI Responses)"
+    )
+
+
+def _load_builtin() -> None:
+    # the built-in formats register themselves on import; importing them here
+    # (not at module top) keeps base free of its implementations
+    if "openai-chat" not in _FORMATS:
+        from pager.formats import openai_chat  # noqa: F401
+    try:
+        from pager.formats import anthropic_messages, openai_responses  # noqa: F401
+    except ImportError:  # pragma: no cover - present once the formats land
+        pass
