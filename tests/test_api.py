@@ -197,7 +197,7 @@ def test_observe_reads_anthropic_usage(tmp_path):
     with open_pager(tmp_path) as p:
         got = p.observe({"usage": {"input_tokens": 10, "cache_read_input_tokens": 80,
                                    "cache_creation_input_tokens": 5, "output_tokens": 3}})
-    assert got == {"prompt_tokens": 95, "completion_tokens": 3, "cached_tokens": 80, "cache_write_tokens": 10}
+    assert got == {"prompt_tokens": 95, "completion_tokens": 3, "cached_tokens": 80, "cache_write_tokens": 5}
 
 
 def test_pins_go_into_l1_card(tmp_path):
