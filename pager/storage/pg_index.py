@@ -1,0 +1,287 @@
+"""The recall index of record on PostgreSQL: a tsvector per page, a GIN index, BM25 in SQL.
+
+Theory of operation
+-------------------
+Every page row holds ``tsv``, written by ``PostgresStore.record`` in the same
+transaction as the page, so the index is never behind the store and every
+host searches the same one: there is no derived copy to feed or heal.
+
+Words are cut by the analyzer the Tantivy index uses (``pager.storage.index``):
+the same tokens, the same lowercasing, the same CJK bigrams, so the two indexes
+differ only in how they rank. The vector is built in Python as a tsvector
+literal (not ``to_tsvector``, whose parser keeps ``a/b.py`` or ``x-y`` whole):
+text words at weight D with their positions (so term frequency counts, capped
+at ``MAX_POSITIONS``), and exact keys — path, file name, handle, labels, each
+prefixed ``=`` — at weight A.
+
+Ranking is BM25 computed in one statement: the GIN index finds the pages the
+audience may see that hold any query term; per (page, term) ``ts_rank`` gives
+the saturated, length-normalised term weight (keys count ``KEY_BOOST`` times a
+word), and each term is weighted by its inverse document frequency over the
+audience's pages, as Tantivy's BM25 does. Ties go to the newer page.
+
+Visibility: a session-scoped query sees the session's pages except private
+pages owned by someone else; ``cross_session=True`` adds shared pages and the
+caller's own pages elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from pager.core.messages import message_text
+from pager.errors import RecallIndexError, StoreError
+from pager.storage.index import (
+    _STOPWORDS,  # shared on purpose: both indexes must drop the same words
+    _TEXT_ANALYZER,
+    MAX_KEY_CHARS,
+    MAX_KEY_CHUNKS,
+    MAX_QUERY_CHARS,
+    MAX_QUERY_TERMS,
+    Hit,
+    IndexDoc,
+    _bigrams,
+    _clean,
+    _snippet,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pager.storage.postgres import PostgresStore
+
+__all__ = ["PgIndex", "page_vector"]
+
+MAX_POSITIONS = 32  # term frequency saturates long before; PostgreSQL keeps at most 256
+MAX_POSITION = 16383  # PostgreSQL's largest lexeme position
+MAX_LEXEMES = 20_000  # keeps a huge tool output's vector far under the 1 MB tsvector limit
+MAX_LEXEME_BYTES = 2046
+KEY_BOOST = 2.0
+_CHUNK_STRIP = "\"'`()[]{}<>,;!?"
+# ts_rank weights for {D, C, B, A}: words are D, exact keys A.
+_WEIGHTS = [0.5, 0.5, 0.5, 0.5 * KEY_BOOST]  # PostgreSQL wants each in [0, 1]
+
+_SEARCH = """
+WITH q AS MATERIALIZED (SELECT t::tsquery AS tq, t FROM unnest(%(terms)s::text[]) AS t),
+cand AS MATERIALIZED (
+    SELECT p.id, p.tsv FROM pager_pages p
+    WHERE ({vis}) AND p.tsv @@ %(any)s::tsquery),
+pairs AS MATERIALIZED (
+    SELECT c.id, q.t, ts_rank(%(w)s::real[], c.tsv, q.tq, 1) AS r FROM cand c JOIN q ON c.tsv @@ q.tq),
+df AS (SELECT t, count(*) AS n FROM pairs GROUP BY t),
+n AS (SELECT count(*) AS n FROM pager_pages p WHERE {vis})
+SELECT pairs.id, sum(pairs.r * ln(1 + (n.n - df.n + 0.5) / (df.n + 0.5)))::float8 AS score
+FROM pairs JOIN df USING (t) CROSS JOIN n
+GROUP BY pairs.id
+ORDER BY score DESC, pairs.id DESC
+LIMIT %(limit)s
+"""
+_HOME = "p.session = %(s)s AND NOT (p.scope = 'private' AND p.owner IS NOT NULL AND p.owner <> p.session)"
+_CROSS = f"({_HOME}) OR p.scope = 'shared' OR p.owner = %(s)s"
+
+
+def _quote(lexeme: str) -> str:
+    """Return ``lexeme`` quoted for a tsvector / tsquery literal (no normalisation applies)."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _fits(lexeme: str) -> bool:
+    return 0 < len(lexeme.encode("utf-8")) <= MAX_LEXEME_BYTES
+
+
+def _keys(labels: Iterable[str], path: str | None, handle: str | None) -> list[str]:
+    keys = [_clean(x) for x in labels]
+    if path:
+        p = _clean(path)
+        keys += [p, p.rsplit("/", 1)[-1]]  # "index.py" finds ".../pager/index.py"
+    if handle:
+        keys.append(handle)
+    return list(dict.fromkeys("=" + k[:MAX_KEY_CHARS].lower() for k in keys if k))
+
+
+def page_vector(text: str, labels: Iterable[str] = (), path: str | None = None, handle: str | None = None) -> str:
+    """Return the tsvector literal of a page (words at weight D with positions, keys at A)."""
+    text = _clean(text)
+    labels = tuple(labels)
+    words = _TEXT_ANALYZER.analyze(text)
+    for extra in (*labels, path or ""):
+        if extra:
+            words += _TEXT_ANALYZER.analyze(_clean(extra))
+    if not text.isascii():
+        words += _bigrams(text)
+    positions: dict[str, list[int]] = {}
+    for i, w in enumerate(words, 1):
+        got = positions.get(w)
+        if got is None:
+            if len(positions) >= MAX_LEXEMES:
+                continue
+            positions[w] = got = []
+        if len(got) < MAX_POSITIONS:
+            got.append(min(i, MAX_POSITION))
+    parts = [
+        f"{_quote(w)}:{','.join(str(p) + 'D' for p in dict.fromkeys(ps))}"
+        for w, ps in positions.items()
+        if _fits(w)
+    ]
+    parts += [f"{_quote(k)}:1A" for k in _keys(labels, path, handle) if _fits(k)]
+    return " ".join(parts)
+
+
+class PgIndex:
+    """Recall over a ``PostgresStore``'s pages (the ``RecallIndex`` protocol).
+
+    ``add`` and ``commit`` exist for the protocol: pages are indexed when
+    recorded, so ``add`` only (re)builds vectors that ``clear`` dropped.
+    """
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+
+    # -- feeding (the store already did) ------------------------------------------
+
+    def add(self, docs: Sequence[IndexDoc]) -> int:
+        """Index ``docs`` whose page has no vector yet; return how many docs were given."""
+        docs = list(docs)
+        if not docs:
+            return 0
+        try:
+            missing = {r[0] for r in self._store._rows(
+                "SELECT id FROM pager_pages WHERE id = ANY(%s) AND tsv IS NULL", ([d.page_id for d in docs],))}
+            todo = [
+                (page_vector(d.text, d.labels, d.path, d.handle), d.page_id) for d in docs if d.page_id in missing
+            ]
+            if todo:
+                self._store._write(lambda c: c.cursor().executemany(
+                    "UPDATE pager_pages SET tsv = %s::tsvector WHERE id = %s", todo))
+        except StoreError as exc:
+            raise RecallIndexError(f"cannot add to the recall index: {exc}") from exc
+        return len(docs)
+
+    def commit(self, upto_page_id: int | None = None) -> None:
+        """Nothing to publish: vectors commit with their pages."""
+
+    def indexed_upto(self) -> int:
+        """Return the highest page id below which every page has its vector."""
+        try:
+            rows = self._store._rows(
+                "SELECT coalesce((SELECT min(id) - 1 FROM pager_pages WHERE tsv IS NULL),"
+                " (SELECT coalesce(max(id), 0) FROM pager_pages))")
+        except StoreError as exc:
+            raise RecallIndexError(f"cannot read the recall index: {exc}") from exc
+        return int(rows[0][0])
+
+    def rebuild(self, after: int = 0, batch: int = 500) -> int:
+        """Write the vector of every page with id > ``after`` that lacks one; return how many."""
+        done = 0
+        for page, msg in self._store.iter_pages(after, batch):
+            if done % batch == 0 and not self._store._rows(
+                "SELECT 1 FROM pager_pages WHERE id >= %s AND tsv IS NULL LIMIT 1", (page.id,)
+            ):
+                break
+            doc = IndexDoc(page_id=page.id, session=page.session, step=page.step, kind=page.kind,
+                           text=message_text(msg), labels=page.labels, path=page.path, handle=page.handle,
+                           scope=page.scope)
+            self.add([doc])
+            done += 1
+        return done
+
+    def clear(self) -> None:
+        """Drop every vector (``add`` or ``rebuild`` writes them again)."""
+        try:
+            self._store._write(lambda c: c.execute("UPDATE pager_pages SET tsv = NULL WHERE tsv IS NOT NULL"))
+        except StoreError as exc:
+            raise RecallIndexError(f"cannot clear the recall index: {exc}") from exc
+
+    def close(self) -> None:
+        """Nothing to release: the store owns the connections."""
+
+    def __len__(self) -> int:
+        return int(self._store._rows("SELECT count(*) FROM pager_pages WHERE tsv IS NOT NULL")[0][0])
+
+    # -- searching ------------------------------------------------------------------
+
+    def search(
+        self, query: str, *, session: str, k: int = 5, exclude: Collection[int] = (),
+        kinds: Collection[str] | None = None, cross_session: bool = False, min_score: float = 0.0,
+    ) -> list[Hit]:
+        """Return up to ``k`` pages matching free text ``query``, best first (never a syntax error)."""
+        q = _clean(query[:MAX_QUERY_CHARS])
+        return self._run(_TEXT_ANALYZER.analyze(q), _bigrams(q), q.split(), session, k, exclude, kinds,
+                         cross_session, min_score)
+
+    def search_terms(
+        self, terms: Iterable[str], *, session: str, k: int = 5, exclude: Collection[int] = (),
+        kinds: Collection[str] | None = None, cross_session: bool = False, min_score: float = 0.0,
+    ) -> list[Hit]:
+        """Return up to ``k`` pages matching pre-extracted ``terms``, best first."""
+        words: list[str] = []
+        grams: list[str] = []
+        chunks: list[str] = []
+        size = 0
+        for t in terms:
+            t = _clean(t[:MAX_QUERY_CHARS])
+            size += len(t)
+            if size > MAX_QUERY_CHARS or len(words) >= MAX_QUERY_TERMS:
+                break
+            words.extend(_TEXT_ANALYZER.analyze(t))
+            grams.extend(_bigrams(t))
+            chunks.append(t)
+        return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score)
+
+    def _run(
+        self, words: list[str], grams: list[str], chunks: list[str], session: str, k: int,
+        exclude: Collection[int], kinds: Collection[str] | None, cross_session: bool, min_score: float,
+    ) -> list[Hit]:
+        if k <= 0 or (kinds is not None and not kinds):
+            return []
+        words = list(dict.fromkeys(words))
+        kept = [w for w in words if w not in _STOPWORDS]
+        words = (kept or words)[:MAX_QUERY_TERMS]
+        grams = list(dict.fromkeys(grams))[:MAX_QUERY_TERMS]
+        keys = [c.strip(_CHUNK_STRIP).lower() for c in chunks[:MAX_KEY_CHUNKS]]
+        keys = list(dict.fromkeys("=" + c[:MAX_KEY_CHARS] for c in keys if c))
+        if not words and not grams:
+            return []
+        lexemes = [x for x in dict.fromkeys([*words, *grams, *keys]) if _fits(x)]
+        terms = [_quote(x) for x in lexemes]
+        vis = _CROSS if cross_session else _HOME
+        sql = _SEARCH.format(vis=vis)
+        excluded = set(exclude)
+        params: dict[str, Any] = {
+            "terms": terms, "any": " | ".join(terms), "w": _WEIGHTS, "s": _clean(session),
+            "limit": k + len(excluded) if kinds is None else k + len(excluded) + 64,
+        }
+        try:
+            ranked = self._store._rows(sql, params)
+        except StoreError as exc:
+            raise RecallIndexError(f"recall query failed: {exc}") from exc
+        ranked = [(int(pid), float(s)) for pid, s in ranked if pid not in excluded and s > 0.0 and s >= min_score]
+        if not ranked:
+            return []
+        return self._hits(ranked, k, kinds, sorted(set(words) | set(grams), key=len, reverse=True)[:16])
+
+    def _hits(
+        self, ranked: list[tuple[int, float]], k: int, kinds: Collection[str] | None, needles: list[str]
+    ) -> list[Hit]:
+        ids = [pid for pid, _ in ranked]
+        try:
+            rows = {r[0]: r for r in self._store._rows(
+                "SELECT id, session, step, kind, path, handle, message FROM pager_pages WHERE id = ANY(%s)", (ids,))}
+        except StoreError as exc:
+            raise RecallIndexError(f"recall query failed: {exc}") from exc
+        out: list[Hit] = []
+        for pid, score in ranked:
+            _id, session, step, kind, path, handle, message = rows[pid]
+            if kinds is not None and kind not in kinds:
+                continue
+            try:
+                text = message_text(orjson.loads(message))
+            except orjson.JSONDecodeError:
+                text = ""
+            out.append(Hit(page_id=pid, session=session, step=int(step), kind=kind, score=score, path=path,
+                           handle=handle, snippet=_snippet(text[:16_384], needles)))
+            if len(out) == k:
+                break
+        return out
+
