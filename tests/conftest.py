@@ -13,3 +13,33 @@ def traces_dir() -> Path:
     if not TRACES.is_dir():
         pytest.skip("../shared/traces is not present")
     return TRACES
+
+
+# -- PostgreSQL: one real server per test run, one fresh schema per test -----------------
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """Start a PostgreSQL server on 127.0.0.1 in a temporary directory; stop it at the end."""
+    from pager.testing_pg import start_server
+
+    server = start_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_dsn(pg_server):
+    """Return a DSN whose tables land in a schema of this test's own (dropped afterwards)."""
+    import uuid
+
+    import psycopg
+
+    schema = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    yield f"{pg_server.dsn}?options=-csearch_path%3D{schema}"
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import orjson
 
 from pager.errors import SchemaError, StoreError
-from pager.storage.base import Branch, Event, NewPage, PageRecord, StatUpdate, TimelineEntry, page_record
+from pager.storage.base import Branch, Event, NewPage, PageRecord, StatUpdate, TimelineEntry
 
 try:
     import psycopg
@@ -520,6 +520,17 @@ class PostgresStore:
             (session, kind, kind),
         )
         return [Event(kind=k, payload=orjson.loads(p) if p else None, created=float(c)) for k, p, c in rows]
+
+
+def page_record(r: dict[str, Any]) -> PageRecord:
+    """Return the ``PageRecord`` of a page row read with ``_PAGE_COLS``."""
+    return PageRecord(
+        id=int(r["id"]), session=r["session"], hash=r["hash"], kind=r["kind"], role=r["role"], seq=int(r["seq"]),
+        step=int(r["step"]), tokens=int(r["tokens"]), stub_tokens=int(r["stub_tokens"]), chars=int(r["chars"]),
+        call_id=r["call_id"], call_ids=tuple(r["call_ids"] or ()), tool_name=r["tool_name"], path=r["path"],
+        stale=bool(r["stale"]), labels=tuple(r["labels"] or ()), last_ref=int(r["last_ref"]),
+        ref_count=int(r["ref_count"]), scope=r["scope"], handle=r["handle"], owner=r["owner"],
+    )
 
 
 def _redact(dsn: str) -> str:

@@ -1,0 +1,270 @@
+"""The PostgreSQL store on a real server (started by the ``pg_server`` fixture): the store
+contract, many writers at once, the change feed, migrations and the full-text recall index."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import psycopg
+import pytest
+
+from pager.errors import RecallIndexError, SchemaError, StoreError
+from pager.storage.base import RecallIndex, StatUpdate
+from pager.storage.pg_index import PgIndex, page_vector
+from pager.storage.postgres import PostgresStore, open_store
+from pager.testing import StoreContract, new_page
+
+
+class TestPostgresStore(StoreContract):
+    @pytest.fixture
+    def make_store(self, pg_dsn):
+        return lambda: PostgresStore(pg_dsn, max_size=2)
+
+
+@pytest.fixture
+def store(pg_dsn):
+    s = open_store(pg_dsn, max_size=8)
+    yield s
+    s.close()
+
+
+# -- many writers -------------------------------------------------------------------------
+
+
+def _write_sessions(dsn: str, prefix: str, threads: int, batches: int) -> list[int]:
+    """Write ``threads`` sessions at once, ``batches`` transactions of 3 pages each; return ids."""
+    store = PostgresStore(dsn, max_size=threads)
+    out: list[int] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run(t: int) -> None:
+        session = f"{prefix}-{t}"
+        try:
+            branch = store.ensure_session(session)
+            for b in range(batches):
+                with store.transaction():
+                    branch, ids = store.record(
+                        session, branch, None, 3 * b, [new_page(100 * b + i, step=b) for i in range(3)]
+                    )
+                    store.update_stats([StatUpdate(ids[0], last_ref=b, ref_count=1, stale=False)])
+                    store.save_state(session, {"calls": b + 1})
+                with lock:
+                    out.extend(ids)
+        except BaseException as exc:  # collected: a worker thread must not die silently
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    store.close()
+    if errors:
+        raise errors[0]
+    return out
+
+
+def test_many_processes_and_threads_lose_and_duplicate_nothing(pg_dsn):
+    procs, threads, batches = 3, 4, 8
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(procs) as pool:
+        results = pool.starmap(_write_sessions, [(pg_dsn, f"p{p}", threads, batches) for p in range(procs)])
+    ids = [i for r in results for i in r]
+    expected = procs * threads * batches * 3
+    assert len(ids) == expected and len(set(ids)) == expected
+    store = PostgresStore(pg_dsn)
+    try:
+        assert store.count_pages() == expected
+        assert len(store.sessions()) == procs * threads
+        for session in store.sessions():
+            pages = store.load_pages(store.branch_page_ids(store.ensure_session(session)))
+            assert [p.seq for p in pages] == list(range(3 * batches))
+            assert {p.session for p in pages} == {session}
+            assert store.load_state(session) == {"calls": batches}
+        feed = store.changes(0, limit=10 * expected)
+        assert sorted(p.id for _seq, p, _m in feed) == sorted(ids)  # every page exactly once
+        assert [seq for seq, _p, _m in feed] == sorted({seq for seq, _p, _m in feed})
+    finally:
+        store.close()
+
+
+def test_change_feed_follows_commit_order_not_id_order(store):
+    """A page whose id is older but whose transaction commits later is not skipped."""
+    a, b = store.ensure_session("a"), store.ensure_session("b")
+    recorded, release = threading.Event(), threading.Event()
+    slow_ids: list[int] = []
+
+    def slow_writer() -> None:
+        with store.transaction():
+            slow_ids.extend(store.record("a", a, None, 0, [new_page(1)])[1])
+            recorded.set()
+            release.wait(30)
+
+    t = threading.Thread(target=slow_writer)
+    t.start()
+    assert recorded.wait(30)
+    _, fast_ids = store.record("b", b, None, 0, [new_page(2)])
+    assert fast_ids[0] > slow_ids[0]  # the later id commits first
+    first = store.changes(0)
+    assert [p.id for _s, p, _m in first] == fast_ids
+    release.set()
+    t.join()
+    # an id-based follower would now ask for ids > fast_ids[0] and miss slow_ids[0]
+    after = store.changes(first[-1][0])
+    assert [p.id for _s, p, _m in after] == slow_ids
+    assert after[0][0] > first[-1][0]
+
+
+def test_concurrent_opens_of_a_fresh_database_migrate_once(pg_dsn):
+    errors: list[BaseException] = []
+
+    def open_close() -> None:
+        try:
+            PostgresStore(pg_dsn, max_size=1).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_close) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with PostgresStore(pg_dsn) as s:
+        assert s.setting("schema_version") == "1"
+
+
+# -- schema, errors, parameters ------------------------------------------------------------
+
+
+def test_a_newer_schema_is_refused(pg_dsn):
+    with PostgresStore(pg_dsn) as s:
+        s.set_setting("schema_version", "99")
+    with pytest.raises(SchemaError, match="schema version 99"):
+        PostgresStore(pg_dsn)
+
+
+def test_unreachable_server_is_a_store_error():
+    with pytest.raises(StoreError):
+        PostgresStore("postgresql://pager@127.0.0.1:1/none?connect_timeout=1", timeout=1)
+
+
+def test_database_errors_are_translated(store):
+    b = store.ensure_session("s")
+    store.record("s", b, None, 0, [new_page(1)])
+    with pytest.raises(StoreError) as info:  # the same seq twice on one branch
+        store.record("s", b, None, 0, [new_page(2)])
+    assert isinstance(info.value.__cause__, psycopg.errors.UniqueViolation)
+    assert store.count_pages() == 1  # the failed record left nothing behind
+
+
+def test_hostile_strings_are_data(store):
+    name = "s'; DROP TABLE pager_pages; --"
+    b = store.ensure_session(name)
+    page = new_page(1, handle="pg:1-'\"\\", path="a'b/c\\d.py", labels=("x'y",))
+    _, (pid,) = store.record(name, b, None, 0, [page])
+    store.add_note(name, "it's 100% \\ fine", 0)
+    assert store.sessions() == [name] and store.page_by_handle(name, page.handle) == pid
+    assert store.load_pages([pid])[0].path == "a'b/c\\d.py" and store.notes(name) == ["it's 100% \\ fine"]
+    hits = store.open_index().search("'; DROP TABLE x -- a'b/c\\d.py \\ ' \" & | ! :*", session=name)
+    assert [h.page_id for h in hits] == [pid]
+
+
+# -- the recall index --------------------------------------------------------------------
+
+
+def _text_page(i: int, text: str, **kw):
+    import orjson
+
+    msg = orjson.dumps({"content": text, "role": "tool", "tool_call_id": f"c{i}"}, option=orjson.OPT_SORT_KEYS)
+    return new_page(i, kind="tool", message=msg, chars=len(text), **kw)
+
+
+def test_index_is_current_as_soon_as_pages_commit(store):
+    index = store.open_index()
+    assert isinstance(index, RecallIndex) and isinstance(index, PgIndex)
+    b = store.ensure_session("s")
+    _, ids = store.record("s", b, None, 0, [_text_page(1, "ValueError: bad frobnicator config")])
+    assert [h.page_id for h in index.search("frobnicator", session="s")] == ids
+    assert index.indexed_upto() == store.max_page_id() and len(index) == 1
+
+
+def test_rare_words_outrank_common_ones(store):
+    b = store.ensure_session("s")
+    pages = [_text_page(i, f"build log line {i} ok ok ok") for i in range(20)]
+    pages.append(_text_page(20, "build failed: zygomorphic linker error"))
+    _, ids = store.record("s", b, None, 0, pages)
+    hits = store.open_index().search_terms(["build", "zygomorphic"], session="s", k=3)
+    assert hits[0].page_id == ids[20] and "zygomorphic" in hits[0].snippet
+
+
+def test_exact_path_beats_a_mention(store):
+    b = store.ensure_session("s")
+    _, ids = store.record("s", b, None, 0, [
+        _text_page(1, "see src/app/config.py and other files"),
+        _text_page(2, "contents", path="src/app/config.py"),
+    ])
+    index = store.open_index()
+    assert index.search_terms(["src/app/config.py"], session="s")[0].page_id == ids[1]
+    assert index.search("config.py", session="s")[0].page_id == ids[1]  # the file name alone is a key
+
+
+def test_visibility_sessions_private_and_shared(store):
+    a, b = store.ensure_session("a"), store.ensure_session("b")
+    _, (pa,) = store.record("a", a, None, 0, [_text_page(1, "quokka in session a")])
+    _, (shared, private) = store.record("b", b, None, 0, [
+        _text_page(2, "quokka shared by b", scope="shared"),
+        _text_page(3, "quokka private to carol", scope="private", owner="carol"),
+    ])
+    index = store.open_index()
+    assert [h.page_id for h in index.search("quokka", session="a")] == [pa]
+    assert {h.page_id for h in index.search("quokka", session="a", cross_session=True)} == {pa, shared}
+    assert [h.page_id for h in index.search("quokka", session="b")] == [shared]  # carol's page is not b's
+    assert {h.page_id for h in index.search("quokka", session="carol", cross_session=True)} == {shared, private}
+
+
+def test_exclude_kinds_and_odd_queries(store):
+    b = store.ensure_session("s")
+    _, ids = store.record("s", b, None, 0, [_text_page(i, f"walrus number {i}") for i in range(4)])
+    index = store.open_index()
+    got = index.search_terms(["walrus"], session="s", k=2, exclude={ids[3]})
+    assert len(got) == 2 and ids[3] not in {h.page_id for h in got}
+    assert index.search("walrus", session="s", kinds=["user"]) == []
+    assert len(index.search("walrus", session="s", kinds=["tool"], k=10)) == 4
+    for q in ["", "   ", "the of and", "*:()&|!'", "x" * 10_000, "上下文换窗", "🙂"]:
+        assert isinstance(index.search(q, session="s"), list)
+    assert index.search("walrus", session="s", k=0) == []
+
+
+def test_cjk_is_matched_by_bigrams(store):
+    b = store.ensure_session("s")
+    _, (pid,) = store.record("s", b, None, 0, [_text_page(1, "我们讨论了上下文换窗的方案")])
+    assert [h.page_id for h in store.open_index().search("换窗", session="s")] == [pid]
+
+
+def test_clear_and_rebuild(store):
+    b = store.ensure_session("s")
+    _, ids = store.record("s", b, None, 0, [_text_page(i, f"narwhal {i}") for i in range(3)])
+    index = store.open_index()
+    index.clear()
+    assert len(index) == 0 and index.indexed_upto() == ids[0] - 1 and index.search("narwhal", session="s") == []
+    assert index.rebuild() == 3
+    assert len(index) == 3 and index.indexed_upto() == store.max_page_id()
+    assert len(index.search("narwhal", session="s", k=5)) == 3
+
+
+def test_index_errors_are_recall_index_errors(pg_dsn):
+    store = PostgresStore(pg_dsn)
+    index = store.open_index()
+    store.close()
+    with pytest.raises(RecallIndexError):
+        index.search("anything", session="s")
+
+
+def test_page_vector_is_bounded():
+    text = " ".join(f"w{i}" for i in range(60_000)) + " same" * 1000
+    vec = page_vector(text, labels=("task:1",), path="a/b.py", handle="pg:1")
+    assert len(vec.encode()) < 1_000_000
+    assert "'=a/b.py':1A" in vec and "'=b.py':1A" in vec and "'=pg:1':1A" in vec
