@@ -59,20 +59,29 @@ MAX_LEXEMES = 20_000  # keeps a huge tool output's vector far under the 1 MB tsv
 MAX_LEXEME_BYTES = 2046
 KEY_BOOST = 2.0
 _CHUNK_STRIP = "\"'`()[]{}<>,;!?"
-# ts_rank weights for {D, C, B, A}: words are D, exact keys A.
-_WEIGHTS = [0.5, 0.5, 0.5, 0.5 * KEY_BOOST]  # PostgreSQL wants each in [0, 1]
+BM25_K1 = 1.2  # Tantivy's (and Lucene's) defaults
+BM25_B = 0.75
 
 _SEARCH = """
-WITH q AS MATERIALIZED (SELECT t::tsquery AS tq, t FROM unnest(%(terms)s::text[]) AS t),
+WITH q AS MATERIALIZED (
+    SELECT t::tsquery AS tq, t, key FROM unnest(%(terms)s::text[], %(keys)s::bool[]) AS q(t, key)),
 cand AS MATERIALIZED (
-    SELECT p.id, p.tsv FROM pager_pages p
-    WHERE ({vis}) AND p.tsv @@ %(any)s::tsquery),
+    SELECT p.id, p.kind, p.chars::float8 AS chars, p.tsv || ''::tsvector AS tsv
+    FROM pager_pages p WHERE ({vis}) AND p.tsv @@ %(any)s::tsquery),
 pairs AS MATERIALIZED (
-    SELECT c.id, q.t, ts_rank(%(w)s::real[], c.tsv, q.tq, 1) AS r FROM cand c JOIN q ON c.tsv @@ q.tq),
-df AS (SELECT t, count(*) AS n FROM pairs GROUP BY t),
-n AS (SELECT count(*) AS n FROM pager_pages p WHERE {vis})
-SELECT pairs.id, sum(pairs.r * ln(1 + (n.n - df.n + 0.5) / (df.n + 0.5)))::float8 AS score
-FROM pairs JOIN df USING (t) CROSS JOIN n
+    SELECT c.id, c.kind, c.chars, q.t, q.key, ts_rank('{{1,1,1,1}}', c.tsv, q.tq, 0)::float8 AS r
+    FROM cand c JOIN q ON c.tsv @@ q.tq),
+df AS MATERIALIZED (SELECT t, count(*)::float8 AS n FROM pairs GROUP BY t),
+aud AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(p.chars), 1)::float8 AS avgdl FROM pager_pages p WHERE {vis})
+SELECT pairs.id, sum(
+    ln(1 + (aud.n - df.n + 0.5) / (df.n + 0.5))
+    * CASE WHEN pairs.key THEN %(boost)s::float8 ELSE 1.0::float8 END
+    * pairs.r * (%(k1)s::float8 + 1)
+    / (pairs.r + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * pairs.chars / aud.avgdl))
+) AS score
+FROM pairs JOIN df USING (t) CROSS JOIN aud
+WHERE NOT (pairs.id = ANY(%(exclude)s::bigint[]))
+  AND (%(kinds)s::text[] IS NULL OR pairs.kind = ANY(%(kinds)s::text[]))
 GROUP BY pairs.id
 ORDER BY score DESC, pairs.id DESC
 LIMIT %(limit)s
@@ -247,23 +256,22 @@ class PgIndex:
         terms = [_quote(x) for x in lexemes]
         vis = _CROSS if cross_session else _HOME
         sql = _SEARCH.format(vis=vis)
-        excluded = set(exclude)
         params: dict[str, Any] = {
-            "terms": terms, "any": " | ".join(terms), "w": _WEIGHTS, "s": _clean(session),
-            "limit": k + len(excluded) if kinds is None else k + len(excluded) + 64,
+            "terms": terms, "keys": [x.startswith("=") for x in lexemes], "any": " | ".join(terms), "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B,
+            "s": _clean(session),
+            "limit": k, "exclude": sorted(set(exclude)), "kinds": None if kinds is None else [_clean(x) for x in kinds],
         }
         try:
-            ranked = self._store._rows(sql, params)
+            # never prepared: a generic plan cannot see how common the terms are (2-4x slower)
+            ranked = self._store._rows(sql, params, prepare=False)
         except StoreError as exc:
             raise RecallIndexError(f"recall query failed: {exc}") from exc
-        ranked = [(int(pid), float(s)) for pid, s in ranked if pid not in excluded and s > 0.0 and s >= min_score]
+        ranked = [(int(pid), float(s)) for pid, s in ranked if s > 0.0 and s >= min_score]
         if not ranked:
             return []
-        return self._hits(ranked, k, kinds, sorted(set(words) | set(grams), key=len, reverse=True)[:16])
+        return self._hits(ranked, sorted(set(words) | set(grams), key=len, reverse=True)[:16])
 
-    def _hits(
-        self, ranked: list[tuple[int, float]], k: int, kinds: Collection[str] | None, needles: list[str]
-    ) -> list[Hit]:
+    def _hits(self, ranked: list[tuple[int, float]], needles: list[str]) -> list[Hit]:
         ids = [pid for pid, _ in ranked]
         try:
             rows = {r[0]: r for r in self._store._rows(
@@ -273,15 +281,11 @@ class PgIndex:
         out: list[Hit] = []
         for pid, score in ranked:
             _id, session, step, kind, path, handle, message = rows[pid]
-            if kinds is not None and kind not in kinds:
-                continue
             try:
                 text = message_text(orjson.loads(message))
             except orjson.JSONDecodeError:
                 text = ""
             out.append(Hit(page_id=pid, session=session, step=int(step), kind=kind, score=score, path=path,
                            handle=handle, snippet=_snippet(text[:16_384], needles)))
-            if len(out) == k:
-                break
         return out
 

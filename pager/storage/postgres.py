@@ -202,10 +202,12 @@ class PostgresStore:
         with self._pool.connection() as conn:
             yield conn
 
-    def _rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+    def _rows(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, prepare: bool | None = None
+    ) -> list[tuple[Any, ...]]:
         try:
             with self._conn() as conn:
-                return conn.execute(sql, params).fetchall()
+                return conn.execute(sql, params, prepare=prepare).fetchall()
         except (psycopg.Error, PoolTimeout) as exc:
             raise _translate(exc, "read failed") from exc
 
