@@ -28,7 +28,7 @@ caller's own pages elsewhere.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -47,9 +47,6 @@ from pager.storage.index import (
     _clean,
     _snippet,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pager.storage.postgres import PostgresStore
 
 __all__ = ["PgIndex", "page_vector"]
 
@@ -144,7 +141,7 @@ class PgIndex:
     recorded, so ``add`` only (re)builds vectors that ``clear`` dropped.
     """
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: Any) -> None:  # a PostgresStore (not imported: it imports this module)
         self._store = store
 
     # -- feeding (the store already did) ------------------------------------------
