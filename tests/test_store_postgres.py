@@ -268,3 +268,33 @@ def test_page_vector_is_bounded():
     vec = page_vector(text, labels=("task:1",), path="a/b.py", handle="pg:1")
     assert len(vec.encode()) < 1_000_000
     assert "'=a/b.py':1A" in vec and "'=b.py':1A" in vec and "'=pg:1':1A" in vec
+
+
+# -- through the facade ------------------------------------------------------------------
+
+
+def test_pager_open_on_a_postgresql_url(pg_dsn):
+    import pager
+
+    history = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test in src/flux_capacitor.py"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "src/flux_capacitor.py"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "def charge():\n    raise GigawattError('1.21 needed')\n"},
+        {"role": "assistant", "content": "The GigawattError comes from charge()."},
+        {"role": "user", "content": "Go on."},
+    ]
+    p = pager.open(pg_dsn, session="e2e", context_window=20_000)
+    try:
+        out = p.assemble({"model": "m", "messages": history})
+        assert [m["role"] for m in out["messages"]][:2] == ["system", "user"]
+        hits = p.search("GigawattError")
+        assert hits and hits[0].session == "e2e"
+    finally:
+        p.close()
+    p = pager.open(pg_dsn, session="e2e", context_window=20_000)
+    try:
+        assert p.stats()["pages"] == len(history)  # reloaded from PostgreSQL
+    finally:
+        p.close()
