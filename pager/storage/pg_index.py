@@ -63,18 +63,19 @@ _SEARCH = """
 WITH q AS MATERIALIZED (
     SELECT t::tsquery AS tq, t, key FROM unnest(%(terms)s::text[], %(keys)s::bool[]) AS q(t, key)),
 cand AS MATERIALIZED (
-    SELECT p.id, p.kind, p.chars::float8 AS chars, p.tsv || ''::tsvector AS tsv
+    SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl, p.tsv || ''::tsvector AS tsv
     FROM pager_pages p WHERE ({vis}) AND p.tsv @@ %(any)s::tsquery),
 pairs AS MATERIALIZED (
-    SELECT c.id, c.kind, c.chars, q.t, q.key, ts_rank('{{1,1,1,1}}', c.tsv, q.tq, 0)::float8 AS r
+    SELECT c.id, c.kind, c.dl, q.t, q.key,
+           1.0 / (1.6449340668482264 * (1.0 - ts_rank('{{1,1,1,1}}', c.tsv, q.tq, 0)::float8)) - 0.5 AS tf
     FROM cand c JOIN q ON c.tsv @@ q.tq),
 df AS MATERIALIZED (SELECT t, count(*)::float8 AS n FROM pairs GROUP BY t),
-aud AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(p.chars), 1)::float8 AS avgdl FROM pager_pages p WHERE {vis})
+aud AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(p.tokens), 1)::float8 AS avgdl FROM pager_pages p WHERE {vis})
 SELECT pairs.id, sum(
     ln(1 + (aud.n - df.n + 0.5) / (df.n + 0.5))
     * CASE WHEN pairs.key THEN %(boost)s::float8 ELSE 1.0::float8 END
-    * pairs.r * (%(k1)s::float8 + 1)
-    / (pairs.r + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * pairs.chars / aud.avgdl))
+    * pairs.tf * (%(k1)s::float8 + 1)
+    / (pairs.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * pairs.dl / aud.avgdl))
 ) AS score
 FROM pairs JOIN df USING (t) CROSS JOIN aud
 WHERE NOT (pairs.id = ANY(%(exclude)s::bigint[]))
