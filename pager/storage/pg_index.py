@@ -14,11 +14,16 @@ text words at weight D with their positions (so term frequency counts, capped
 at ``MAX_POSITIONS``), and exact keys — path, file name, handle, labels, each
 prefixed ``=`` — at weight A.
 
-Ranking is BM25 computed in one statement: the GIN index finds the pages the
-audience may see that hold any query term; per (page, term) ``ts_rank`` gives
-the saturated, length-normalised term weight (keys count ``KEY_BOOST`` times a
-word), and each term is weighted by its inverse document frequency over the
-audience's pages, as Tantivy's BM25 does. Ties go to the newer page.
+Ranking is BM25 (k1 = 1.2, b = 0.75, as Tantivy), computed in one statement.
+The GIN index finds the pages the audience may see that hold any query term;
+their vectors are detoasted once (``tsv || ''``: otherwise every per-term test
+decompresses the vector again, which cost 10x). For each (page, term) pair,
+``ts_rank`` with all weights 1 on a one-term query is ``sum(1/j^2, j=1..tf) /
+(pi^2/6)``, from which the term frequency is recovered exactly enough
+(``1 / (pi^2/6 * (1 - rank)) - 0.5``); the document length is the page's token
+count; a term's IDF counts the audience's pages that hold it; exact keys weigh
+``KEY_BOOST`` times a word. Ties go to the newer page. The statement is never
+prepared: a generic plan cannot see how common the terms are.
 
 Visibility: a session-scoped query sees the session's pages except private
 pages owned by someone else; ``cross_session=True`` adds shared pages and the
@@ -70,8 +75,8 @@ pairs AS MATERIALIZED (
            1.0 / (1.6449340668482264 * (1.0 - ts_rank('{{1,1,1,1}}', c.tsv, q.tq, 0)::float8)) - 0.5 AS tf
     FROM cand c JOIN q ON c.tsv @@ q.tq),
 df AS MATERIALIZED (SELECT t, count(*)::float8 AS n FROM pairs GROUP BY t),
-aud AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(p.tokens), 1)::float8 AS avgdl FROM pager_pages p WHERE {vis})
-SELECT pairs.id, sum(
+aud AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(p.tokens), 1)::float8 AS avgdl FROM pager_pages p WHERE {vis}),
+ranked AS (SELECT pairs.id, sum(
     ln(1 + (aud.n - df.n + 0.5) / (df.n + 0.5))
     * CASE WHEN pairs.key THEN %(boost)s::float8 ELSE 1.0::float8 END
     * pairs.tf * (%(k1)s::float8 + 1)
@@ -82,7 +87,11 @@ WHERE NOT (pairs.id = ANY(%(exclude)s::bigint[]))
   AND (%(kinds)s::text[] IS NULL OR pairs.kind = ANY(%(kinds)s::text[]))
 GROUP BY pairs.id
 ORDER BY score DESC, pairs.id DESC
-LIMIT %(limit)s
+LIMIT %(limit)s)
+SELECT r.id, r.score, p.session, p.step, p.kind, p.path, p.handle, p.message
+FROM ranked r JOIN pager_pages p ON p.id = r.id
+WHERE r.score > 0 AND r.score >= %(min_score)s
+ORDER BY r.score DESC, r.id DESC
 """
 _HOME = "p.session = %(s)s AND NOT (p.scope = 'private' AND p.owner IS NOT NULL AND p.owner <> p.session)"
 _CROSS = f"({_HOME}) OR p.scope = 'shared' OR p.owner = %(s)s"
@@ -152,6 +161,8 @@ class PgIndex:
         docs = list(docs)
         if not docs:
             return 0
+        if self._store.vectorized(d.page_id for d in docs):
+            return len(docs)  # the common case: this process just recorded them, with vectors
         try:
             missing = {r[0] for r in self._store._rows(
                 "SELECT id FROM pager_pages WHERE id = ANY(%s) AND tsv IS NULL", ([d.page_id for d in docs],))}
@@ -196,6 +207,7 @@ class PgIndex:
     def clear(self) -> None:
         """Drop every vector (``add`` or ``rebuild`` writes them again)."""
         try:
+            self._store.forget_vectorized()
             self._store._write(lambda c: c.execute("UPDATE pager_pages SET tsv = NULL WHERE tsv IS NOT NULL"))
         except StoreError as exc:
             raise RecallIndexError(f"cannot clear the recall index: {exc}") from exc
@@ -255,35 +267,23 @@ class PgIndex:
         vis = _CROSS if cross_session else _HOME
         sql = _SEARCH.format(vis=vis)
         params: dict[str, Any] = {
-            "terms": terms, "keys": [x.startswith("=") for x in lexemes], "any": " | ".join(terms), "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B,
-            "s": _clean(session),
-            "limit": k, "exclude": sorted(set(exclude)), "kinds": None if kinds is None else [_clean(x) for x in kinds],
+            "terms": terms, "keys": [x.startswith("=") for x in lexemes], "any": " | ".join(terms),
+            "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B, "s": _clean(session), "limit": k,
+            "min_score": float(min_score), "exclude": sorted(set(exclude)),
+            "kinds": None if kinds is None else [_clean(x) for x in kinds],
         }
         try:
             # never prepared: a generic plan cannot see how common the terms are (2-4x slower)
             ranked = self._store._rows(sql, params, prepare=False)
         except StoreError as exc:
             raise RecallIndexError(f"recall query failed: {exc}") from exc
-        ranked = [(int(pid), float(s)) for pid, s in ranked if s > 0.0 and s >= min_score]
-        if not ranked:
-            return []
-        return self._hits(ranked, sorted(set(words) | set(grams), key=len, reverse=True)[:16])
-
-    def _hits(self, ranked: list[tuple[int, float]], needles: list[str]) -> list[Hit]:
-        ids = [pid for pid, _ in ranked]
-        try:
-            rows = {r[0]: r for r in self._store._rows(
-                "SELECT id, session, step, kind, path, handle, message FROM pager_pages WHERE id = ANY(%s)", (ids,))}
-        except StoreError as exc:
-            raise RecallIndexError(f"recall query failed: {exc}") from exc
+        needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
         out: list[Hit] = []
-        for pid, score in ranked:
-            _id, session, step, kind, path, handle, message = rows[pid]
+        for pid, score, session_, step, kind, path, handle, message in ranked:
             try:
                 text = message_text(orjson.loads(message))
             except orjson.JSONDecodeError:
                 text = ""
-            out.append(Hit(page_id=pid, session=session, step=int(step), kind=kind, score=score, path=path,
-                           handle=handle, snippet=_snippet(text[:16_384], needles)))
+            out.append(Hit(page_id=int(pid), session=session_, step=int(step), kind=kind, score=float(score),
+                           path=path, handle=handle, snippet=_snippet(text[:16_384], needles)))
         return out
-

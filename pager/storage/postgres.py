@@ -30,11 +30,12 @@ with the page in ``record`` and searched by ``pager.storage.pg_index.PgIndex``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import threading
 import time
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import orjson
 
@@ -55,6 +56,7 @@ __all__ = ["SCHEMA_VERSION", "PostgresStore", "open_store"]
 
 SCHEMA_VERSION = 1
 _RETRIES = 8
+_RECENT_MAX = 100_000
 _T = TypeVar("_T")
 
 # Numbered migrations: a database at version n runs n+1, n+2, ... in one transaction.
@@ -144,10 +146,15 @@ class PostgresStore:
         self.path = None  # not a folder on this host: per-store files (report logs) have no home
         self._vector = page_vector
         self._local = threading.local()
+        # ids this process recorded (with their vectors), so the index's add() skips a query
+        self._recent: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._recent_lock = threading.Lock()
         try:
             self._pool = ConnectionPool(
                 dsn, min_size=min_size, max_size=max(min_size, max_size), timeout=timeout,
-                kwargs={"autocommit": True}, check=ConnectionPool.check_connection, open=False,
+                # no check on checkout: it costs a round trip per statement; the pool
+                # already drops connections returned broken, and a dead one fails loudly
+                kwargs={"autocommit": True}, open=False,
                 name="pager",
             )
             self._pool.open(wait=True, timeout=timeout)
@@ -233,21 +240,37 @@ class PostgresStore:
                         yield
                         self._stamp_feed(conn)
                 finally:
+                    committed, self._local.new_pages = self._local.new_pages, []
                     self._local.conn = None
-                    self._local.new_pages = []
+            if committed:
+                with self._recent_lock:
+                    self._recent.update(dict.fromkeys(committed))
+                    while len(self._recent) > _RECENT_MAX:
+                        self._recent.popitem(last=False)
         except (psycopg.Error, PoolTimeout) as exc:
             raise _translate(exc, "transaction failed") from exc
+
+    def vectorized(self, ids: Iterable[int]) -> bool:
+        """Return whether this process recorded every page of ``ids`` (so each has its vector)."""
+        with self._recent_lock:
+            return all(i in self._recent for i in ids)
+
+    def forget_vectorized(self) -> None:
+        """Forget which pages have vectors (the index was cleared)."""
+        with self._recent_lock:
+            self._recent.clear()
 
     def _stamp_feed(self, conn: psycopg.Connection[Any]) -> None:
         """Give the pages this transaction recorded their feed numbers, at commit."""
         pages = self._local.new_pages
         if not pages:
             return
-        # held until COMMIT returns: feed numbers become visible in order
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._feed_lock,))
+        # the lock is held until COMMIT returns, so feed numbers become visible in
+        # order; it is taken (the CTE's one row) before the first nextval runs
         conn.execute(
-            "INSERT INTO pager_feed (seq, page) SELECT nextval('pager_feed_seq'), p FROM unnest(%s::bigint[]) AS p",
-            (pages,),
+            "WITH lock AS (SELECT pg_advisory_xact_lock(%s)) INSERT INTO pager_feed (seq, page) "
+            "SELECT nextval('pager_feed_seq'), p FROM lock, unnest(%s::bigint[]) AS p",
+            (self._feed_lock, pages),
         )
 
     def _write(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
@@ -384,10 +407,10 @@ class PostgresStore:
                         ids.append(int(cur.fetchone()[0]))  # type: ignore[index]
                         if not cur.nextset():
                             break
-                    cur.executemany(
-                        "INSERT INTO pager_branch_pages VALUES (%s, %s, %s)",
-                        [(b, start_seq + i, pid) for i, pid in enumerate(ids)],
-                    )
+                conn.execute(
+                    "INSERT INTO pager_branch_pages SELECT %s, s, p FROM unnest(%s::int[], %s::bigint[]) AS u(s, p)",
+                    (b, list(range(start_seq, start_seq + len(ids))), ids),
+                )
                 self._local.new_pages.extend(ids)
             return b, ids
 
@@ -470,13 +493,15 @@ class PostgresStore:
         """Store what later messages changed of pages: last reference, count, staleness."""
         if not stats:
             return
-        params = [(s.last_ref, s.ref_count, bool(s.stale), s.page_id) for s in stats]
-
-        def write(conn: psycopg.Connection[Any]) -> None:
-            with conn.cursor() as cur:
-                cur.executemany("UPDATE pager_pages SET last_ref = %s, ref_count = %s, stale = %s WHERE id = %s", params)
-
-        self._write(write)
+        cols = (
+            [s.last_ref for s in stats], [s.ref_count for s in stats], [bool(s.stale) for s in stats],
+            [s.page_id for s in stats],
+        )
+        self._write(lambda c: c.execute(
+            "UPDATE pager_pages AS p SET last_ref = u.lr, ref_count = u.rc, stale = u.st "
+            "FROM unnest(%s::int[], %s::int[], %s::bool[], %s::bigint[]) AS u(lr, rc, st, id) WHERE p.id = u.id",
+            cols,
+        ))
 
     # -- pins, notes, events ----------------------------------------------------------------
 
