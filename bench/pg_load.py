@@ -128,37 +128,38 @@ def _pct(xs: list[float], q: float) -> float:
 
 def recall_quality(traces: Path, admin_dsn: str, limit: int | None) -> dict[str, dict[str, Any]]:
     sessions = [s for s in load_sessions([traces]) if len(_calls(list(s.messages))) >= 5][:limit]
-    out: dict[str, dict[str, Any]] = {}
-    for backend in ("sqlite", "postgres"):
-        searches: list[float] = []
-        assembles: list[float] = []
-        hits = useful = calls = 0
-        t0 = time.perf_counter()
-        for s in sessions:
+    backends = ("sqlite", "postgres")
+    searches: dict[str, list[float]] = {b: [] for b in backends}
+    assembles: dict[str, list[float]] = {b: [] for b in backends}
+    totals = {b: {"hits": 0, "useful": 0, "calls": 0} for b in backends}
+    # sessions outer, backends inner: both see the same machine load (the machine is shared)
+    for s in sessions:
+        msgs = [dict(m) for m in s.messages]
+        for backend in backends:
             tmp = tempfile.mkdtemp(prefix="pg-bench-")
             store = _sqlite_store(tmp) if backend == "sqlite" else _pg_store(_schema_dsn(admin_dsn), 2)
-            timed = TimedStore(store, searches)
-            p = pager.open(timed, session=str(s.id), context_window=WINDOW)
-            msgs = [dict(m) for m in s.messages]
+            p = pager.open(TimedStore(store, searches[backend]), session=str(s.id), context_window=WINDOW)
             for i in _calls(msgs):
                 t = time.perf_counter()
                 p.assemble({"model": "replay", "messages": msgs[:i]})
-                assembles.append((time.perf_counter() - t) * 1000)
-                calls += 1
+                assembles[backend].append((time.perf_counter() - t) * 1000)
+                totals[backend]["calls"] += 1
             st = p.stats()
-            hits += st["recall_hits"]
-            useful += st["recall_useful"]
+            totals[backend]["hits"] += st["recall_hits"]
+            totals[backend]["useful"] += st["recall_useful"]
             p.close()
             store.close()
             shutil.rmtree(tmp, ignore_errors=True)
-        out[backend] = {
-            "sessions": len(sessions), "calls": calls, "recall_hits": hits, "recall_useful": useful,
-            "precision": useful / hits if hits else None, "queries": len(searches),
-            "query_p50_ms": _pct(searches, 50), "query_p99_ms": _pct(searches, 99),
-            "assemble_p50_ms": _pct(assembles, 50), "assemble_p99_ms": _pct(assembles, 99),
-            "seconds": time.perf_counter() - t0,
+    out: dict[str, dict[str, Any]] = {}
+    for b in backends:
+        t = totals[b]
+        out[b] = {
+            "sessions": len(sessions), "calls": t["calls"], "recall_hits": t["hits"], "recall_useful": t["useful"],
+            "precision": t["useful"] / t["hits"] if t["hits"] else None, "queries": len(searches[b]),
+            "query_p50_ms": _pct(searches[b], 50), "query_p99_ms": _pct(searches[b], 99),
+            "assemble_p50_ms": _pct(assembles[b], 50), "assemble_p99_ms": _pct(assembles[b], 99),
         }
-        print(f"  recall {backend}: {out[backend]}", file=sys.stderr, flush=True)
+        print(f"  recall {b}: {out[b]}", file=sys.stderr, flush=True)
     return out
 
 
@@ -228,7 +229,9 @@ def scale(admin_dsn: str, n: int) -> dict[str, dict[str, Any]]:
 # -- part 2: many writers ---------------------------------------------------------------------
 
 
-def _worker(backend: str, where: str, proc: int, threads: int, deadline: float, traces: list[list[dict]]) -> dict:
+def _worker(
+    backend: str, where: str, proc: int, threads: int, deadline: float, traces: list[list[dict]], layout: str
+) -> dict:
     """One process: ``threads`` sessions at once until ``deadline``; return figures and counts."""
     assembles: list[float] = []
     searches: list[float] = []
@@ -244,7 +247,10 @@ def _worker(backend: str, where: str, proc: int, threads: int, deadline: float, 
             msgs = traces[(proc * threads + t + n) % len(traces)]
             n += 1
             mine: list[float] = []
-            store = shared if shared is not None else _sqlite_store(where)
+            if shared is not None:
+                store = shared
+            else:  # "shared": every writer opens the one folder; "per-session": a folder each
+                store = _sqlite_store(where if layout == "shared" else os.path.join(where, name))
             try:
                 p = pager.open(TimedStore(store, mine), session=name, context_window=WINDOW)
                 try:
@@ -279,23 +285,35 @@ def _worker(backend: str, where: str, proc: int, threads: int, deadline: float, 
     return {"assembles": assembles, "searches": searches, "recorded": recorded, "errors": errors}
 
 
-def load(backend: str, where: str, procs: int, threads: int, seconds: float, traces: list[list[dict]]) -> dict:
+def load(
+    backend: str, where: str, procs: int, threads: int, seconds: float, traces: list[list[dict]], layout: str = "shared"
+) -> dict:
+    rtt = _round_trip_ms(where) if backend == "postgres" else None
     ctx = multiprocessing.get_context("spawn")
     deadline = time.time() + seconds + 8  # the processes need a few seconds to import
     t0 = time.perf_counter()
     with ctx.Pool(procs) as pool:
-        results = pool.starmap(_worker, [(backend, where, p, threads, deadline, traces) for p in range(procs)])
+        results = pool.starmap(_worker, [(backend, where, p, threads, deadline, traces, layout) for p in range(procs)])
     wall = time.perf_counter() - t0
     assembles = [x for r in results for x in r["assembles"]]
     searches = [x for r in results for x in r["searches"]]
     recorded = {k: v for r in results for k, v in r["recorded"].items()}
     errors = [e for r in results for e in r["errors"]]
-    store = _pg_store(where) if backend == "postgres" else _sqlite_store(where)
-    try:
-        mismatched = [s for s, n in recorded.items() if store.count_pages(s) != n]
-        total = store.count_pages()
-    finally:
-        store.close()
+    if backend == "sqlite" and layout == "per-session":
+        counts = {}
+        for s in recorded:
+            st = _sqlite_store(os.path.join(where, s))
+            counts[s] = st.count_pages(s)
+            st.close()
+        total = sum(counts.values())
+    else:
+        st = _pg_store(where) if backend == "postgres" else _sqlite_store(where)
+        try:
+            counts = {s: st.count_pages(s) for s in recorded}
+            total = st.count_pages()
+        finally:
+            st.close()
+    mismatched = [s for s, n in recorded.items() if counts[s] != n]
     for e in errors[:3]:
         print(f"  {backend} error: {e}", file=sys.stderr)
     return {
@@ -304,7 +322,21 @@ def load(backend: str, where: str, procs: int, threads: int, seconds: float, tra
         "assembles": len(assembles), "assembles_per_s": len(assembles) / wall,
         "assemble_p50_ms": _pct(assembles, 50), "assemble_p99_ms": _pct(assembles, 99),
         "recall_p50_ms": _pct(searches, 50), "recall_p99_ms": _pct(searches, 99), "wall_s": wall,
+        "idle_round_trip_ms": rtt, "load_average": os.getloadavg()[0],
     }
+
+
+def _round_trip_ms(dsn: str) -> float:
+    """Return the median ``SELECT 1`` round trip before the load starts (context for the figures)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        xs = []
+        for _ in range(200):
+            t = time.perf_counter()
+            conn.execute("SELECT 1").fetchone()
+            xs.append((time.perf_counter() - t) * 1000)
+    return _pct(xs, 50)
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -330,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--sessions", type=int, default=8, help="threads (sessions at once) per process")
+    ap.add_argument("--sqlite-layout", default="shared,per-session",
+                    help="SQLite runs: 'shared' (one folder for all writers), 'per-session' (a folder each), or both")
     ap.add_argument("--dsn", default=None, help="an existing PostgreSQL (a fresh schema is created in it)")
     args = ap.parse_args(argv)
     if not args.traces.is_dir():
@@ -360,16 +394,18 @@ def main(argv: list[str] | None = None) -> int:
             rows = {}
             rows["PostgreSQL"] = load("postgres", _schema_dsn(admin), args.procs, args.sessions, args.seconds, traces)
             print(f"  load postgres: {rows['PostgreSQL']}", file=sys.stderr, flush=True)
-            folder = tempfile.mkdtemp(prefix="pg-bench-sqlite-")
-            try:
-                rows["SQLite"] = load("sqlite", folder, args.procs, args.sessions, args.seconds, traces)
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
-            print(f"  load sqlite: {rows['SQLite']}", file=sys.stderr, flush=True)
+            for layout in args.sqlite_layout.split(","):
+                folder = tempfile.mkdtemp(prefix="pg-bench-sqlite-")
+                try:
+                    row = load("sqlite", folder, args.procs, args.sessions, args.seconds, traces, layout)
+                finally:
+                    shutil.rmtree(folder, ignore_errors=True)
+                rows[f"SQLite ({layout})"] = row
+                print(f"  load sqlite {layout}: {row}", file=sys.stderr, flush=True)
             print(_table(f"{args.procs} processes x {args.sessions} sessions, {args.seconds:g} s, one store", rows,
                          ["writers", "sessions", "errors", "pages", "pages_expected", "count_mismatches",
                           "assembles", "assembles_per_s", "assemble_p50_ms", "assemble_p99_ms", "recall_p50_ms",
-                          "recall_p99_ms"]))
+                          "recall_p99_ms", "idle_round_trip_ms", "load_average"]))
     finally:
         if server is not None:
             server.stop()
