@@ -2,7 +2,7 @@
 
 Run (one command; starts and stops its own PostgreSQL unless ``--dsn`` is given)::
 
-    python bench/pg_load.py                       # both parts, ~4 minutes on 2 cores
+    python bench/pg_load.py                       # both parts: ~8 minutes on a busy 2-core machine
     python bench/pg_load.py --part recall         # recall quality and latency only
     python bench/pg_load.py --part load --seconds 60 --procs 8 --sessions 8
 
@@ -18,8 +18,12 @@ sessions, and the latency of the index queries made inside ``assemble``.
 ``--seconds``; a session cut by the deadline keeps what it recorded. At the
 end every session's page count in the store is checked against the pages its
 pager recorded. Reports errors, exact-count mismatches, assemble and recall
-p50 / p99 and throughput, for PostgreSQL and for SQLite (one store folder
-shared by all writers).
+p50 / p99 and throughput, for PostgreSQL and for SQLite, both with one store
+folder shared by all writers (``shared``: what a team would need; Tantivy's
+single-writer lock makes most of those sessions fail) and with a folder per
+session (``per-session``: today's deployment, nothing shared).
+
+Query latency as the store grows is ``bench/pg_scale.py``.
 """
 
 from __future__ import annotations
@@ -163,69 +167,6 @@ def recall_quality(traces: Path, admin_dsn: str, limit: int | None) -> dict[str,
     return out
 
 
-# -- part 1b: query latency at scale (synthetic pages, as bench/test_bench_recall.py makes them) ----
-
-
-def scale(admin_dsn: str, n: int) -> dict[str, dict[str, Any]]:
-    """Index ``n`` synthetic pages in both indexes; time the same 200 queries; compare top hits."""
-    import orjson
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_bench_recall import _queries, make_docs
-
-    from pager.core.pages import NewPage, hash_bytes
-    from pager.storage.index import PageIndex
-
-    docs = list(make_docs(n))
-    tantivy = PageIndex(None)
-    tantivy.add(docs)
-    tantivy.commit(n)
-    store = _pg_store(_schema_dsn(admin_dsn), 2)
-    seqs: dict[str, int] = {}
-    by_session: dict[str, list[Any]] = {}
-    for d in docs:
-        by_session.setdefault(d.session, []).append(d)
-    t0 = time.perf_counter()
-    for session, group in by_session.items():
-        branch = store.ensure_session(session)
-        for i in range(0, len(group), 500):
-            pages = []
-            for d in group[i : i + 500]:
-                msg = orjson.dumps({"content": d.text, "role": "tool", "tool_call_id": f"c{d.page_id}"},
-                                   option=orjson.OPT_SORT_KEYS)
-                pages.append(NewPage(
-                    hash=hash_bytes(msg), kind=d.kind, role="tool", step=d.step, tokens=max(1, len(d.text) // 4),
-                    stub_tokens=1, chars=len(d.text), handle=d.handle or "", message=msg, path=d.path,
-                    labels=d.labels, scope=d.scope))
-            branch, _ids = store.record(session, branch, None, seqs.get(session, 0), pages)
-            seqs[session] = seqs.get(session, 0) + len(pages)
-    build = time.perf_counter() - t0
-    pg = store.open_index()
-    # store ids were given in the docs' order per session: map them back for the comparison
-    ids = {r.handle: r.id for r, _m in store.iter_pages(0)}
-    out: dict[str, dict[str, Any]] = {}
-    for cross in (False, True):
-        lat: dict[str, list[float]] = {"tantivy": [], "postgres": []}
-        agree = total = 0
-        for q in _queries():
-            t = time.perf_counter()
-            a = tantivy.search(q, session="main", k=5, cross_session=cross)
-            lat["tantivy"].append((time.perf_counter() - t) * 1000)
-            t = time.perf_counter()
-            b = pg.search(q, session="main", k=5, cross_session=cross)
-            lat["postgres"].append((time.perf_counter() - t) * 1000)
-            total += 1
-            agree += bool(a and b and ids.get(a[0].handle) == b[0].page_id)
-        for name, xs in lat.items():
-            out[f"{name}{' cross' if cross else ''}"] = {
-                "pages": n, "query_p50_ms": _pct(xs, 50), "query_p99_ms": _pct(xs, 99),
-                "same_top1": agree / total}
-    out["postgres"]["build_pages_per_s"] = n / build
-    store.close()
-    tantivy.close()
-    return out
-
-
 # -- part 2: many writers ---------------------------------------------------------------------
 
 
@@ -355,8 +296,7 @@ def _table(title: str, rows: dict[str, dict[str, Any]], keys: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=["recall", "scale", "load", "both"], default="both")
-    ap.add_argument("--pages", type=int, default=20_000, help="synthetic pages for --part scale")
+    ap.add_argument("--part", choices=["recall", "load", "both"], default="both")
     ap.add_argument("--traces", type=Path, default=TRACES)
     ap.add_argument("--limit", type=int, default=None, help="replay at most this many sessions (recall part)")
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -384,17 +324,13 @@ def main(argv: list[str] | None = None) -> int:
                 ["sessions", "calls", "recall_hits", "recall_useful", "precision", "queries", "query_p50_ms",
                  "query_p99_ms", "assemble_p50_ms", "assemble_p99_ms"]))
             print()
-        if args.part == "scale":
-            rows = scale(admin, args.pages)
-            print(_table(f"query latency at {args.pages} synthetic pages (session 'main' holds half)", rows,
-                         ["pages", "query_p50_ms", "query_p99_ms", "same_top1", "build_pages_per_s"]))
         if args.part in ("load", "both"):
             traces = [[dict(m) for m in s.messages] for s in load_sessions([args.traces])
                       if len(_calls(list(s.messages))) >= 5]
             rows = {}
             rows["PostgreSQL"] = load("postgres", _schema_dsn(admin), args.procs, args.sessions, args.seconds, traces)
             print(f"  load postgres: {rows['PostgreSQL']}", file=sys.stderr, flush=True)
-            for layout in args.sqlite_layout.split(","):
+            for layout in [x for x in args.sqlite_layout.split(",") if x]:
                 folder = tempfile.mkdtemp(prefix="pg-bench-sqlite-")
                 try:
                     row = load("sqlite", folder, args.procs, args.sessions, args.seconds, traces, layout)
