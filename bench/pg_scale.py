@@ -53,6 +53,7 @@ def scale(admin_dsn: str, n: int) -> dict[str, dict[str, Any]]:
             branch, _ids = store.record(session, branch, None, seqs.get(session, 0), pages)
             seqs[session] = seqs.get(session, 0) + len(pages)
     build = time.perf_counter() - t0
+    store._write(lambda c: c.execute("ANALYZE pager_pages"))  # autovacuum would, a little later
     pg = store.open_index()
     # store ids were given in the docs' order per session: map them back for the comparison
     ids = {r.handle: r.id for r, _m in store.iter_pages(0)}

@@ -32,6 +32,7 @@ caller's own pages elsewhere.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
@@ -61,6 +62,15 @@ MAX_LEXEMES = 20_000  # keeps a huge tool output's vector far under the 1 MB tsv
 MAX_LEXEME_BYTES = 2046
 KEY_BOOST = 2.0
 _CHUNK_STRIP = "\"'`()[]{}<>,;!?"
+# As the Tantivy index: past PRUNE_MIN_ROWS pages, a word on more than
+# PRUNE_SHARE of them is dropped from the query (keeping the PRUNE_KEEP rarest
+# if all are): its weight is small and every page holding it is a candidate to
+# score. Frequencies come from ANALYZE's most common lexemes, re-read every
+# PRUNE_TTL seconds.
+PRUNE_SHARE = 0.2
+PRUNE_MIN_ROWS = 2000
+PRUNE_KEEP = 3
+PRUNE_TTL = 60.0
 BM25_K1 = 1.2  # Tantivy's (and Lucene's) defaults
 BM25_B = 0.75
 
@@ -153,6 +163,26 @@ class PgIndex:
 
     def __init__(self, store: Any) -> None:  # a PostgresStore (not imported: it imports this module)
         self._store = store
+        self._common: dict[str, float] = {}
+        self._common_at = -PRUNE_TTL
+
+    def _prune(self, words: list[str]) -> list[str]:
+        """Drop words on more than ``PRUNE_SHARE`` of the pages (per the planner's statistics)."""
+        now = time.monotonic()
+        if now - self._common_at > PRUNE_TTL:
+            self._common_at = now
+            rows = self._store._rows(
+                "SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, c.reltuples "
+                "FROM pg_stats s JOIN pg_class c ON c.oid = 'pager_pages'::regclass "
+                "WHERE s.schemaname = current_schema() AND s.tablename = 'pager_pages' AND s.attname = 'tsv'")
+            self._common = {}
+            if rows and rows[0][0] and rows[0][2] and rows[0][2] > PRUNE_MIN_ROWS:
+                elems, freqs, _n = rows[0]
+                self._common = {e: f for e, f in zip(elems, freqs) if f > PRUNE_SHARE}
+        if not self._common:
+            return words
+        kept = [w for w in words if w not in self._common]
+        return kept or sorted(words, key=lambda w: self._common.get(w, 0.0))[:PRUNE_KEEP]
 
     # -- feeding (the store already did) ------------------------------------------
 
@@ -257,6 +287,10 @@ class PgIndex:
         words = list(dict.fromkeys(words))
         kept = [w for w in words if w not in _STOPWORDS]
         words = (kept or words)[:MAX_QUERY_TERMS]
+        try:
+            words = self._prune(words)
+        except StoreError as exc:
+            raise RecallIndexError(f"recall query failed: {exc}") from exc
         grams = list(dict.fromkeys(grams))[:MAX_QUERY_TERMS]
         keys = [c.strip(_CHUNK_STRIP).lower() for c in chunks[:MAX_KEY_CHUNKS]]
         keys = list(dict.fromkeys("=" + c[:MAX_KEY_CHARS] for c in keys if c))
