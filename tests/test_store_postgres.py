@@ -298,3 +298,14 @@ def test_pager_open_on_a_postgresql_url(pg_dsn):
         assert p.stats()["pages"] == len(history)  # reloaded from PostgreSQL
     finally:
         p.close()
+
+
+def test_words_on_most_pages_are_dropped_from_big_queries(store):
+    b = store.ensure_session("s")
+    pages = [_text_page(i, f"common filler {i}") for i in range(2100)] + [_text_page(2100, "common okapi")]
+    _, ids = store.record("s", b, None, 0, pages)
+    store._write(lambda c: c.execute("ANALYZE pager_pages"))  # what autovacuum does after a bulk load
+    index = store.open_index()
+    assert index._prune(["common", "okapi"]) == ["okapi"]
+    assert sorted(index._prune(["common", "filler"])) == ["common", "filler"]  # all common: keep the rarest 3
+    assert [h.page_id for h in index.search("common okapi", session="s", k=1)] == [ids[-1]]
