@@ -133,7 +133,7 @@ def test_concurrent_opens_of_a_fresh_database_migrate_once(pg_dsn):
         t.join()
     assert errors == []
     with PostgresStore(pg_dsn) as s:
-        assert s.setting("schema_version") == "1"
+        assert s.setting("schema_version") == "2"
 
 
 # -- schema, errors, parameters ------------------------------------------------------------
@@ -309,3 +309,58 @@ def test_words_on_most_pages_are_dropped_from_big_queries(store):
     assert index._prune(["common", "okapi"]) == ["okapi"]
     assert sorted(index._prune(["common", "filler"])) == ["common", "filler"]  # all common: keep the rarest 3
     assert [h.page_id for h in index.search("common okapi", session="s", k=1)] == [ids[-1]]
+
+
+def test_two_processes_serving_one_session_on_postgresql(pg_dsn):
+    """Two proxy-like processes take turns on one conversation: each message recorded once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pager
+    from helpers import coding_session
+
+    root = Path(__file__).resolve().parents[1]
+    code = (
+        "import sys, pager\n"
+        f"sys.path.insert(0, {str(root / 'tests')!r})\n"
+        "from helpers import coding_session\n"
+        "history = coding_session(int(sys.argv[3]))\n"
+        "with pager.open(sys.argv[1], session=sys.argv[2], context_window=200_000, log_reports=False) as p:\n"
+        "    for line in sys.stdin:\n"
+        "        p.assemble({'messages': history[: int(line)]})\n"
+        "        print('ok', len(p.history), flush=True)\n"
+    )
+    steps = 10
+    history = coding_session(steps)
+    workers = [
+        subprocess.Popen([sys.executable, "-c", code, pg_dsn, "same", str(steps)], cwd=root,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        for n in range(3, len(history) + 1):
+            w = workers[n % 2]
+            w.stdin.write(f"{n}\n")
+            w.stdin.flush()
+            assert w.stdout.readline().split() == ["ok", str(n)], w.stderr.read()[-2000:]
+    finally:
+        for w in workers:
+            w.stdin.close()
+            w.wait(timeout=60)
+    with pager.open(pg_dsn, session="same") as p:
+        assert p.store.count_pages("same") == len(history) and len(p.store.branches("same")) == 1
+
+
+def test_two_pagers_of_one_session_interleave_on_postgresql(pg_dsn):
+    import pager
+    from helpers import coding_session
+
+    history = coding_session(6)
+    with pager.open(pg_dsn, session="s") as a, pager.open(pg_dsn, session="s") as b:
+        for n in range(3, len(history) + 1):
+            (a if n % 2 else b).assemble({"messages": history[:n]})
+        a.note("from a")
+        b.assemble({"messages": history})
+        assert "from a" in b.notes()
+        assert a.store.count_pages("s") == len(history) and len(a.store.branches("s")) == 1

@@ -54,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "open_store"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _RETRIES = 8
 _RECENT_MAX = 100_000
 _T = TypeVar("_T")
@@ -102,7 +102,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             kind TEXT NOT NULL, payload BYTEA, created DOUBLE PRECISION NOT NULL)""",
         "CREATE INDEX pager_events_session ON pager_events (session, id)",
     ),
+    # every write to a session raises its version (Store.lock_session)
+    2: ("ALTER TABLE pager_sessions ADD COLUMN version BIGINT NOT NULL DEFAULT 0",),
 }
+_BUMP = "UPDATE pager_sessions SET version = version + 1 WHERE name = %s"
 
 _PAGE_COLS = (
     "id, session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id, call_ids, "
@@ -362,13 +365,24 @@ class PostgresStore:
         return [int(r[0]) for r in self._rows(
             "SELECT page FROM pager_branch_pages WHERE branch = %s ORDER BY seq", (branch,))]
 
+    def lock_session(self, session: str) -> int:
+        """Return the session's version; inside a transaction, lock the session's row until commit.
+
+        A second writer of the same session waits here for the first to
+        commit, then reads the version the first one raised.
+        """
+        lock = " FOR UPDATE" if getattr(self._local, "conn", None) is not None else ""
+        rows = self._rows("SELECT version FROM pager_sessions WHERE name = %s" + lock, (session,))
+        return int(rows[0][0]) if rows else 0
+
     def load_state(self, session: str) -> Any:
         rows = self._rows("SELECT state FROM pager_sessions WHERE name = %s", (session,))
         return orjson.loads(rows[0][0]) if rows and rows[0][0] else None
 
     def save_state(self, session: str, state: Any) -> None:
         blob = orjson.dumps(state)
-        self._write(lambda c: c.execute("UPDATE pager_sessions SET state = %s WHERE name = %s", (blob, session)))
+        self._write(lambda c: c.execute(
+            "UPDATE pager_sessions SET state = %s, version = version + 1 WHERE name = %s", (blob, session)))
 
     # -- pages -----------------------------------------------------------------------------
 
@@ -412,6 +426,7 @@ class PostgresStore:
                     (b, list(range(start_seq, start_seq + len(ids))), ids),
                 )
                 self._local.new_pages.extend(ids)
+            conn.execute(_BUMP, (session,))
             return b, ids
 
         return self._write(write)
@@ -506,19 +521,24 @@ class PostgresStore:
     # -- pins, notes, events ----------------------------------------------------------------
 
     def add_note(self, session: str, text: str, step: int) -> None:
-        self._write(lambda c: c.execute(
-            "INSERT INTO pager_notes (session, text, step, created) VALUES (%s, %s, %s, %s)",
-            (session, text, step, time.time()),
-        ))
+        def write(c: psycopg.Connection[Any]) -> None:
+            c.execute("INSERT INTO pager_notes (session, text, step, created) VALUES (%s, %s, %s, %s)",
+                      (session, text, step, time.time()))
+            c.execute(_BUMP, (session,))
+
+        self._write(write)
 
     def notes(self, session: str) -> list[str]:
         """Return the session's notes, oldest first."""
         return [r[0] for r in self._rows("SELECT text FROM pager_notes WHERE session = %s ORDER BY id", (session,))]
 
     def add_pin(self, session: str, text: str) -> None:
-        self._write(lambda c: c.execute(
-            "INSERT INTO pager_pins (session, text, created) VALUES (%s, %s, %s)", (session, text, time.time())
-        ))
+        def write(c: psycopg.Connection[Any]) -> None:
+            c.execute("INSERT INTO pager_pins (session, text, created) VALUES (%s, %s, %s)",
+                      (session, text, time.time()))
+            c.execute(_BUMP, (session,))
+
+        self._write(write)
 
     def pins(self, session: str) -> list[str]:
         """Return the session's pinned goals, oldest first."""
