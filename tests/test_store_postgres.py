@@ -364,3 +364,15 @@ def test_two_pagers_of_one_session_interleave_on_postgresql(pg_dsn):
         b.assemble({"messages": history})
         assert "from a" in b.notes()
         assert a.store.count_pages("s") == len(history) and len(a.store.branches("s")) == 1
+
+
+def test_index_follows_a_rolled_back_transaction(store):
+    b = store.ensure_session("s")
+    index = store.open_index()
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            _, ids = store.record("s", b, None, 0, [_text_page(1, "ephemeral gnu")])
+            assert index.add([]) == 0 and [h.page_id for h in index.search("gnu", session="s")] == ids
+            raise RuntimeError("rolled back")
+    index.delete(ids)  # what the facade does after a rollback: nothing left to drop
+    assert index.search("gnu", session="s") == [] and index.page_ids() == set()

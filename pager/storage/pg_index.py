@@ -215,6 +215,16 @@ class PgIndex:
     def commit(self, upto_page_id: int | None = None) -> None:
         """Nothing to publish: vectors commit with their pages."""
 
+    def delete(self, page_ids: Iterable[int]) -> None:
+        """Nothing to drop: a page's vector lives and rolls back with its row, and ids are never reused."""
+
+    def page_ids(self) -> set[int]:
+        """Return the ids of the pages that have their vector."""
+        try:
+            return {int(r[0]) for r in self._store._rows("SELECT id FROM pager_pages WHERE tsv IS NOT NULL")}
+        except StoreError as exc:
+            raise RecallIndexError(f"cannot read the recall index: {exc}") from exc
+
     def indexed_upto(self) -> int:
         """Return the highest page id below which every page has its vector."""
         try:

@@ -254,9 +254,13 @@ class PostgresStore:
             raise _translate(exc, "transaction failed") from exc
 
     def vectorized(self, ids: Iterable[int]) -> bool:
-        """Return whether this process recorded every page of ``ids`` (so each has its vector)."""
+        """Return whether this process recorded every page of ``ids`` (so each has its vector).
+
+        Pages recorded by this thread's open transaction count too.
+        """
+        pending = set(getattr(self._local, "new_pages", None) or ())
         with self._recent_lock:
-            return all(i in self._recent for i in ids)
+            return all(i in self._recent or i in pending for i in ids)
 
     def forget_vectorized(self) -> None:
         """Forget which pages have vectors (the index was cleared)."""
