@@ -376,3 +376,40 @@ def test_index_follows_a_rolled_back_transaction(store):
             raise RuntimeError("rolled back")
     index.delete(ids)  # what the facade does after a rollback: nothing left to drop
     assert index.search("gnu", session="s") == [] and index.page_ids() == set()
+
+
+def test_a_tantivy_follower_sees_every_host_s_pages(pg_dsn):
+    from pager.storage.pg_follow import FeedIndex
+
+    writer, reader = PostgresStore(pg_dsn), PostgresStore(pg_dsn, index="tantivy")
+    try:
+        b = writer.ensure_session("s")
+        _, first = writer.record("s", b, None, 0, [_text_page(1, "axolotl habitat")])
+        follower = reader.open_index()
+        assert isinstance(follower, FeedIndex) and isinstance(follower, RecallIndex)
+        assert [h.page_id for h in follower.search("axolotl", session="s")] == first  # caught up at open
+        _, later = writer.record("s", b, None, 1, [_text_page(2, "axolotl diet", scope="shared")])
+        assert {h.page_id for h in follower.search("axolotl", session="s")} == {*first, *later}  # before a search
+        assert [h.page_id for h in follower.search("axolotl", session="t", cross_session=True)] == later
+        assert len(follower) == 2 and follower.indexed_upto() == later[0]
+        follower.close()
+    finally:
+        writer.close()
+        reader.close()
+    with pytest.raises(ValueError, match="index must be one of"):
+        PostgresStore(pg_dsn, index="elastic")
+
+
+def test_pager_on_postgresql_with_the_tantivy_follower(pg_dsn):
+    import pager
+    from helpers import coding_session
+
+    history = coding_session(6)
+    store = PostgresStore(pg_dsn, index="tantivy")
+    try:
+        with pager.open(store, session="f") as p:
+            for n in range(3, len(history) + 1):
+                p.assemble({"messages": history[:n]})
+            assert p.search("parse_config") and p.store.count_pages("f") == len(history)
+    finally:
+        store.close()

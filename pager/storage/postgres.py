@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import orjson
 
-from pager.errors import SchemaError, StoreError
+from pager.errors import ConfigError, SchemaError, StoreError
 from pager.storage.base import Branch, Event, NewPage, PageRecord, StatUpdate, TimelineEntry
 
 try:
@@ -55,6 +55,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "open_store"]
 
 SCHEMA_VERSION = 2
+# Recall indexes open_index() can give: the database's own full-text index of
+# record, or a per-process Tantivy index following the change feed.
+INDEXES = ("postgres", "tantivy")
 _RETRIES = 8
 _RECENT_MAX = 100_000
 _T = TypeVar("_T")
@@ -135,6 +138,7 @@ def _translate(exc: BaseException, what: str) -> StoreError:
 class PostgresStore:
     """Open the store in the PostgreSQL database at ``dsn`` (creating its tables if needed).
 
+    ``index`` picks what ``open_index`` returns (see ``INDEXES``).
     ``min_size`` / ``max_size`` bound the connection pool: one connection per
     thread that writes at once is enough (a transaction holds one for its
     length). ``timeout`` is how long a caller waits for a free connection.
@@ -142,9 +146,14 @@ class PostgresStore:
     unless the DSN says ``options=-csearch_path=...``).
     """
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0) -> None:
+    def __init__(
+        self, dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0, index: str = "postgres"
+    ) -> None:
         from pager.storage.pg_index import page_vector  # the index builds the tsv column
 
+        if index not in INDEXES:
+            raise ConfigError(f"index must be one of {', '.join(INDEXES)}, not {index!r}")
+        self.index_kind = index
         self.dsn = dsn
         self.path = None  # not a folder on this host: per-store files (report logs) have no home
         self._vector = page_vector
@@ -320,7 +329,12 @@ class PostgresStore:
         ))
 
     def open_index(self) -> Any:
-        """Return the recall index of record: PostgreSQL full-text search over this store's pages."""
+        """Return the recall index: full-text search in the database (``index="postgres"``, the
+        default), or a Tantivy index in this process following the change feed (``"tantivy"``)."""
+        if self.index_kind == "tantivy":
+            from pager.storage.pg_follow import FeedIndex
+
+            return FeedIndex(self)
         from pager.storage.pg_index import PgIndex
 
         return PgIndex(self)
