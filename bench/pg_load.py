@@ -7,9 +7,10 @@ Run (one command; starts and stops its own PostgreSQL unless ``--dsn`` is given)
     python bench/pg_load.py --part load --seconds 60 --procs 8 --sessions 8
 
 *recall*: every session under ``--traces`` is replayed open-loop (one
-``assemble`` per assistant message, as ``pager bench`` does) once on the
-default store (SQLite + Tantivy) and once on ``PostgresStore`` (its index of
-record: tsvector + GIN). It reports the pager's recall hits and precision
+``assemble`` per assistant message, as ``pager bench`` does) on the default
+store (SQLite + Tantivy), on ``PostgresStore`` with its index of record
+(tsvector + GIN) and on ``PostgresStore(index="tantivy")`` (a per-process
+Tantivy index following the change feed). It reports the pager's recall hits and precision
 (the share of recalled pages the next message referred to) summed over the
 sessions, and the latency of the index queries made inside ``assemble``.
 
@@ -112,10 +113,10 @@ def _sqlite_store(folder: str) -> Any:
     return SQLiteStore(folder)
 
 
-def _pg_store(dsn: str, max_size: int = 8) -> Any:
+def _pg_store(dsn: str, max_size: int = 8, index: str = "postgres") -> Any:
     from pager.storage.postgres import PostgresStore
 
-    return PostgresStore(dsn, min_size=1, max_size=max_size)
+    return PostgresStore(dsn, min_size=1, max_size=max_size, index=index)
 
 
 def _calls(messages: list[dict[str, Any]]) -> list[int]:
@@ -132,7 +133,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 def recall_quality(traces: Path, admin_dsn: str, limit: int | None) -> dict[str, dict[str, Any]]:
     sessions = [s for s in load_sessions([traces]) if len(_calls(list(s.messages))) >= 5][:limit]
-    backends = ("sqlite", "postgres")
+    backends = ("sqlite", "postgres", "postgres+tantivy")
     searches: dict[str, list[float]] = {b: [] for b in backends}
     assembles: dict[str, list[float]] = {b: [] for b in backends}
     totals = {b: {"hits": 0, "useful": 0, "calls": 0} for b in backends}
@@ -141,7 +142,11 @@ def recall_quality(traces: Path, admin_dsn: str, limit: int | None) -> dict[str,
         msgs = [dict(m) for m in s.messages]
         for backend in backends:
             tmp = tempfile.mkdtemp(prefix="pg-bench-")
-            store = _sqlite_store(tmp) if backend == "sqlite" else _pg_store(_schema_dsn(admin_dsn), 2)
+            if backend == "sqlite":
+                store = _sqlite_store(tmp)
+            else:
+                index = "tantivy" if backend.endswith("tantivy") else "postgres"
+                store = _pg_store(_schema_dsn(admin_dsn), 2, index)
             p = pager.open(TimedStore(store, searches[backend]), session=str(s.id), context_window=WINDOW)
             for i in _calls(msgs):
                 t = time.perf_counter()
@@ -172,14 +177,15 @@ def recall_quality(traces: Path, admin_dsn: str, limit: int | None) -> dict[str,
 
 def _worker(
     backend: str, where: str, proc: int, threads: int, deadline: float, traces: list[list[dict]], layout: str
-) -> dict:
+) -> dict:  # backend: "postgres", "postgres+tantivy" or "sqlite"
     """One process: ``threads`` sessions at once until ``deadline``; return figures and counts."""
     assembles: list[float] = []
     searches: list[float] = []
     recorded: dict[str, int] = {}
     errors: list[str] = []
     lock = threading.Lock()
-    shared = _pg_store(where, max_size=threads) if backend == "postgres" else None
+    index = "tantivy" if backend.endswith("tantivy") else "postgres"
+    shared = _pg_store(where, max_size=threads, index=index) if backend.startswith("postgres") else None
 
     def run(t: int) -> None:
         n = 0
@@ -229,7 +235,7 @@ def _worker(
 def load(
     backend: str, where: str, procs: int, threads: int, seconds: float, traces: list[list[dict]], layout: str = "shared"
 ) -> dict:
-    rtt = _round_trip_ms(where) if backend == "postgres" else None
+    rtt = _round_trip_ms(where) if backend.startswith("postgres") else None
     ctx = multiprocessing.get_context("spawn")
     deadline = time.time() + seconds + 8  # the processes need a few seconds to import
     t0 = time.perf_counter()
@@ -248,7 +254,7 @@ def load(
             st.close()
         total = sum(counts.values())
     else:
-        st = _pg_store(where) if backend == "postgres" else _sqlite_store(where)
+        st = _pg_store(where) if backend.startswith("postgres") else _sqlite_store(where)
         try:
             counts = {s: st.count_pages(s) for s in recorded}
             total = st.count_pages()
@@ -320,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.part in ("recall", "both"):
             rows = recall_quality(args.traces, admin, args.limit)
             print(_table("recall quality (same traces, open-loop replay)", {
-                "SQLite + Tantivy": rows["sqlite"], "PostgreSQL + tsvector/GIN": rows["postgres"]},
+                "SQLite + Tantivy": rows["sqlite"], "PostgreSQL + tsvector/GIN": rows["postgres"],
+                "PostgreSQL + Tantivy follower": rows["postgres+tantivy"]},
                 ["sessions", "calls", "recall_hits", "recall_useful", "precision", "queries", "query_p50_ms",
                  "query_p99_ms", "assemble_p50_ms", "assemble_p99_ms"]))
             print()
@@ -330,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
             rows = {}
             rows["PostgreSQL"] = load("postgres", _schema_dsn(admin), args.procs, args.sessions, args.seconds, traces)
             print(f"  load postgres: {rows['PostgreSQL']}", file=sys.stderr, flush=True)
+            rows["PostgreSQL + follower"] = load(
+                "postgres+tantivy", _schema_dsn(admin), args.procs, args.sessions, args.seconds, traces)
+            print(f"  load postgres+tantivy: {rows['PostgreSQL + follower']}", file=sys.stderr, flush=True)
             for layout in [x for x in args.sqlite_layout.split(",") if x]:
                 folder = tempfile.mkdtemp(prefix="pg-bench-sqlite-")
                 try:

@@ -4,7 +4,9 @@ Run: ``python bench/pg_scale.py --pages 20000`` (starts and stops its own Postgr
 Pages and queries are the synthetic ones of ``bench/test_bench_recall.py``:
 half the pages in one session ("main"), the rest over 50 sessions, every tenth
 shared. Reports query p50 / p99 for session-scoped and cross-session queries
-and how often both indexes put the same page first.
+and how often both indexes put the same page first, for Tantivy alone, the
+index of record (``PgIndex``) and the feed follower (``FeedIndex``: Tantivy
+plus a poll of the change feed per query; its catch-up time at open too).
 """
 
 from __future__ import annotations
@@ -55,12 +57,18 @@ def scale(admin_dsn: str, n: int) -> dict[str, dict[str, Any]]:
     build = time.perf_counter() - t0
     store._write(lambda c: c.execute("ANALYZE pager_pages"))  # autovacuum would, a little later
     pg = store.open_index()
+    t0 = time.perf_counter()
+    from pager.storage.pg_follow import FeedIndex
+
+    follower = FeedIndex(store)  # what PostgresStore(index="tantivy") opens: catches up from the feed
+    catch_up = time.perf_counter() - t0
     # store ids were given in the docs' order per session: map them back for the comparison
     ids = {r.handle: r.id for r, _m in store.iter_pages(0)}
     out: dict[str, dict[str, Any]] = {}
     for cross in (False, True):
-        lat: dict[str, list[float]] = {"tantivy": [], "postgres": []}
-        agree = total = 0
+        lat: dict[str, list[float]] = {"tantivy": [], "postgres": [], "follower": []}
+        agree = {"tantivy": 0, "postgres": 0, "follower": 0}
+        total = 0
         for q in _queries():
             t = time.perf_counter()
             a = tantivy.search(q, session="main", k=5, cross_session=cross)
@@ -68,13 +76,21 @@ def scale(admin_dsn: str, n: int) -> dict[str, dict[str, Any]]:
             t = time.perf_counter()
             b = pg.search(q, session="main", k=5, cross_session=cross)
             lat["postgres"].append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            c = follower.search(q, session="main", k=5, cross_session=cross)  # includes its feed poll
+            lat["follower"].append((time.perf_counter() - t) * 1000)
             total += 1
-            agree += bool(a and b and ids.get(a[0].handle) == b[0].page_id)
+            top = ids.get(a[0].handle) if a else None
+            agree["tantivy"] += bool(a)
+            agree["postgres"] += bool(b and b[0].page_id == top)
+            agree["follower"] += bool(c and c[0].page_id == top)
         for name, xs in lat.items():
             out[f"{name}{' cross' if cross else ''}"] = {
                 "pages": n, "query_p50_ms": _pct(xs, 50), "query_p99_ms": _pct(xs, 99),
-                "same_top1": agree / total}
+                "same_top1_as_tantivy": agree[name] / total}
     out["postgres"]["build_pages_per_s"] = n / build
+    out["follower"]["catch_up_s"] = catch_up
+    follower.shutdown()
     store.close()
     tantivy.close()
     return out
@@ -93,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows = scale(args.dsn or server.dsn, args.pages)  # type: ignore[union-attr]
         print(_table(f"recall query latency at {args.pages} pages (session 'main' holds half)", rows,
-                     ["pages", "query_p50_ms", "query_p99_ms", "same_top1", "build_pages_per_s"]))
+                     ["pages", "query_p50_ms", "query_p99_ms", "same_top1_as_tantivy", "build_pages_per_s", "catch_up_s"]))
     finally:
         if server is not None:
             server.stop()

@@ -389,10 +389,12 @@ def test_a_tantivy_follower_sees_every_host_s_pages(pg_dsn):
         assert isinstance(follower, FeedIndex) and isinstance(follower, RecallIndex)
         assert [h.page_id for h in follower.search("axolotl", session="s")] == first  # caught up at open
         _, later = writer.record("s", b, None, 1, [_text_page(2, "axolotl diet", scope="shared")])
+        assert follower.sync() == 1  # a search does this itself once its last poll is POLL_EVERY old
         assert {h.page_id for h in follower.search("axolotl", session="s")} == {*first, *later}  # before a search
         assert [h.page_id for h in follower.search("axolotl", session="t", cross_session=True)] == later
         assert len(follower) == 2 and follower.indexed_upto() == later[0]
-        follower.close()
+        follower.close()  # shared by the store's sessions: still usable, the store shuts it down
+        assert reader.open_index() is follower and len(follower) == 2
     finally:
         writer.close()
         reader.close()

@@ -154,6 +154,7 @@ class PostgresStore:
         if index not in INDEXES:
             raise ConfigError(f"index must be one of {', '.join(INDEXES)}, not {index!r}")
         self.index_kind = index
+        self._follower: Any = None
         self.dsn = dsn
         self.path = None  # not a folder on this host: per-store files (report logs) have no home
         self._vector = page_vector
@@ -309,7 +310,10 @@ class PostgresStore:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
-        """Close the pool (idempotent)."""
+        """Close the pool and the index follower, if any (idempotent)."""
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.shutdown()
         self._pool.close()
 
     def __enter__(self) -> PostgresStore:
@@ -334,7 +338,12 @@ class PostgresStore:
         if self.index_kind == "tantivy":
             from pager.storage.pg_follow import FeedIndex
 
-            return FeedIndex(self)
+            # one follower per store, shared by its sessions: each would
+            # otherwise index the whole store again when it opens
+            with self._recent_lock:
+                if self._follower is None:
+                    self._follower = FeedIndex(self)
+                return self._follower
         from pager.storage.pg_index import PgIndex
 
         return PgIndex(self)
