@@ -110,6 +110,7 @@ class FeedIndex:
             self._index.delete(page_ids)
 
     def page_ids(self) -> set[int]:
+        self.sync()
         return self._index.page_ids()
 
     def clear(self) -> None:
@@ -126,4 +127,6 @@ class FeedIndex:
         self._index.close()
 
     def __len__(self) -> int:
+        """Return the pages indexed, after catching up (so it is never behind a count taken before)."""
+        self.sync()
         return len(self._index)
