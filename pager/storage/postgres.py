@@ -1,141 +1,39 @@
 """The PostgreSQL store: one database shared by many processes, threads and hosts.
 
-Theory of operation
--------------------
-A ``PostgresStore`` holds a ``psycopg_pool.ConnectionPool``. Connections run
-in autocommit; ``transaction()`` checks one out for the calling thread and
-opens a transaction on it, and every store call made by that thread inside it
-joins it (re-entrant, per thread), so one ``assemble`` commits or rolls back
-as a whole. Calls outside a transaction borrow a connection for one statement
-(reads) or run in a transaction of their own (writes), retried on a deadlock
-or serialization failure, which PostgreSQL resolves by aborting one side.
+``PostgresStore`` implements the ``Store`` protocol over the connections,
+transactions and change feed of ``pager.storage.pg_conn`` and the schema of
+``pager.storage.pg_schema``. Every statement is parameterised; the only SQL
+built from strings is fixed column lists. Errors of the database surface as
+``StoreError`` (the psycopg error is its ``__cause__``).
 
-Page ids come from an identity column: unique and growing with insertion
-order, but *not* with commit order (a transaction that took id 10 may commit
-after one that took id 11). Whoever follows the store page by page (a per-host
-index, a replica) reads the change feed instead: ``pager_feed.seq`` is
-assigned at commit, under a transaction-scoped advisory lock held through the
-commit, so feed numbers become visible in order and a reader that has seen
-``seq = n`` has seen every page with a smaller one (``changes``).
-
-Every statement is parameterised; the only SQL built from strings is fixed
-column lists. Schema changes are numbered migrations applied in order under
-an advisory lock (two processes opening a fresh database do not race); a
-database migrated by a newer pager is refused with ``SchemaError``.
-
-Every page row carries ``owner`` and ``scope`` (pools and their ACL build on them).
-The recall index of record lives in the same rows: the ``tsv`` column, written
-with the page in ``record`` and searched by ``pager.storage.pg_index.PgIndex``.
+Every page row carries ``owner`` and ``scope`` (pools and their ACL build on
+them). The recall index of record lives in the same rows: the ``tsv`` column,
+written with the page in ``record`` and searched by
+``pager.storage.pg_index.PgIndex``; ``index="tantivy"`` gives a per-process
+Tantivy index following the change feed instead (``pager.storage.pg_follow``).
 """
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import hashlib
-import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Iterator, Sequence
 
 import orjson
 
-from pager.errors import ConfigError, SchemaError, StoreError
+from pager.errors import ConfigError, StoreError
 from pager.storage.base import Branch, Event, NewPage, PageRecord, StatUpdate, TimelineEntry
+from pager.storage.pg_conn import PgConnection  # imported first: without the extra it names the install line
 
-try:
-    import psycopg
-    from psycopg import errors as pg_errors
-    from psycopg.rows import dict_row
-    from psycopg_pool import ConnectionPool, PoolTimeout
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the PostgreSQL store needs psycopg 3 and its pool: pip install 'pager[postgres]'"
-    ) from exc
+import psycopg  # noqa: E402,I001 - after pg_conn (see above)
+
+from pager.storage.pg_schema import (  # noqa: E402
+    _BUMP, _INSERT_PAGE, _PAGE_COLS, INDEXES, SCHEMA_VERSION, lock_key, page_record,
+)
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "open_store"]
 
-SCHEMA_VERSION = 2
-# Recall indexes open_index() can give: the database's own full-text index of
-# record, or a per-process Tantivy index following the change feed.
-INDEXES = ("postgres", "tantivy")
-_RETRIES = 8
-_RECENT_MAX = 100_000
-_T = TypeVar("_T")
 
-# Numbered migrations: a database at version n runs n+1, n+2, ... in one transaction.
-MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: (
-        """CREATE TABLE pager_sessions (
-            name TEXT PRIMARY KEY, head_branch BIGINT NOT NULL, created DOUBLE PRECISION NOT NULL,
-            state BYTEA)""",
-        """CREATE TABLE pager_branches (
-            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, session TEXT NOT NULL, parent BIGINT,
-            fork_seq INTEGER NOT NULL, created DOUBLE PRECISION NOT NULL)""",
-        "CREATE INDEX pager_branches_session ON pager_branches (session, id)",
-        """CREATE TABLE pager_pages (
-            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, session TEXT NOT NULL,
-            hash TEXT NOT NULL, kind TEXT NOT NULL, role TEXT NOT NULL, seq INTEGER NOT NULL,
-            step INTEGER NOT NULL, tokens INTEGER NOT NULL, stub_tokens INTEGER NOT NULL,
-            chars INTEGER NOT NULL, call_id TEXT, call_ids TEXT[] NOT NULL DEFAULT '{}',
-            tool_name TEXT, path TEXT, stale BOOLEAN NOT NULL DEFAULT false,
-            labels TEXT[] NOT NULL DEFAULT '{}', last_ref INTEGER NOT NULL,
-            ref_count INTEGER NOT NULL DEFAULT 0, scope TEXT NOT NULL DEFAULT 'session', owner TEXT,
-            handle TEXT NOT NULL, message BYTEA NOT NULL, tsv TSVECTOR)""",
-        "CREATE INDEX pager_pages_session ON pager_pages (session, id)",
-        "CREATE INDEX pager_pages_handle ON pager_pages (handle, session)",
-        "CREATE INDEX pager_pages_owner ON pager_pages (owner) WHERE owner IS NOT NULL",
-        "CREATE INDEX pager_pages_shared ON pager_pages (id) WHERE scope = 'shared'",
-        "CREATE INDEX pager_pages_tsv ON pager_pages USING GIN (tsv)",
-        "CREATE INDEX pager_pages_unindexed ON pager_pages (id) WHERE tsv IS NULL",
-        """CREATE TABLE pager_branch_pages (
-            branch BIGINT NOT NULL, seq INTEGER NOT NULL, page BIGINT NOT NULL,
-            PRIMARY KEY (branch, seq))""",
-        "CREATE SEQUENCE pager_feed_seq",
-        "CREATE TABLE pager_feed (seq BIGINT PRIMARY KEY, page BIGINT NOT NULL)",
-        """CREATE TABLE pager_notes (
-            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, session TEXT NOT NULL,
-            text TEXT NOT NULL, step INTEGER, created DOUBLE PRECISION NOT NULL)""",
-        "CREATE INDEX pager_notes_session ON pager_notes (session, id)",
-        """CREATE TABLE pager_pins (
-            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, session TEXT NOT NULL,
-            text TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)""",
-        "CREATE INDEX pager_pins_session ON pager_pins (session, id)",
-        """CREATE TABLE pager_events (
-            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, session TEXT NOT NULL,
-            kind TEXT NOT NULL, payload BYTEA, created DOUBLE PRECISION NOT NULL)""",
-        "CREATE INDEX pager_events_session ON pager_events (session, id)",
-    ),
-    # every write to a session raises its version (Store.lock_session)
-    2: ("ALTER TABLE pager_sessions ADD COLUMN version BIGINT NOT NULL DEFAULT 0",),
-}
-_BUMP = "UPDATE pager_sessions SET version = version + 1 WHERE name = %s"
-
-_PAGE_COLS = (
-    "id, session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id, call_ids, "
-    "tool_name, path, stale, labels, last_ref, ref_count, scope, handle, owner"
-)
-_INSERT_PAGE = (
-    "INSERT INTO pager_pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id,"
-    " call_ids, tool_name, path, labels, last_ref, scope, owner, handle, message, tsv)"
-    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector) RETURNING id"
-)
-# SQLSTATEs PostgreSQL resolves by aborting one transaction: retrying it is the cure.
-_RETRYABLE = ("40001", "40P01")
-
-
-def _lock_key(*parts: str) -> int:
-    """Return a signed 64-bit advisory-lock key for ``parts``."""
-    digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-def _translate(exc: BaseException, what: str) -> StoreError:
-    if isinstance(exc, PoolTimeout):
-        return StoreError(f"PostgreSQL store: {what}: no connection free in the pool ({exc})")
-    return StoreError(f"PostgreSQL store: {what}: {exc}")
-
-
-class PostgresStore:
+class PostgresStore(PgConnection):
     """Open the store in the PostgreSQL database at ``dsn`` (creating its tables if needed).
 
     ``index`` picks what ``open_index`` returns (see ``INDEXES``).
@@ -155,172 +53,19 @@ class PostgresStore:
             raise ConfigError(f"index must be one of {', '.join(INDEXES)}, not {index!r}")
         self.index_kind = index
         self._follower: Any = None
-        self.dsn = dsn
         self.path = None  # not a folder on this host: per-store files (report logs) have no home
         self._vector = page_vector
-        self._local = threading.local()
-        # ids this process recorded (with their vectors), so the index's add() skips a query
-        self._recent: collections.OrderedDict[int, None] = collections.OrderedDict()
-        self._recent_lock = threading.Lock()
-        try:
-            self._pool = ConnectionPool(
-                dsn, min_size=min_size, max_size=max(min_size, max_size), timeout=timeout,
-                # no check on checkout: it costs a round trip per statement; the pool
-                # already drops connections returned broken, and a dead one fails loudly
-                kwargs={"autocommit": True}, open=False,
-                name="pager",
-            )
-            self._pool.open(wait=True, timeout=timeout)
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"cannot connect to PostgreSQL store {_redact(dsn)}: {exc}") from exc
-        try:
-            self._migrate()
-        except BaseException:
-            self._pool.close()
-            raise
-
-    # -- plumbing ---------------------------------------------------------------------
-
-    def _migrate(self) -> None:
-        try:
-            with self._pool.connection() as conn, conn.transaction():
-                schema = conn.execute("SELECT current_schema()").fetchone()
-                if schema is None or schema[0] is None:
-                    raise StoreError("PostgreSQL store: the search_path names no existing schema")
-                self._schema = str(schema[0])
-                self._feed_lock = _lock_key(self._schema, "pager-feed")
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self._schema, "pager-migrate"),))
-                conn.execute("CREATE TABLE IF NOT EXISTS pager_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                row = conn.execute("SELECT value FROM pager_settings WHERE key = 'schema_version'").fetchone()
-                version = int(row[0]) if row else 0
-                if version > SCHEMA_VERSION:
-                    raise SchemaError(
-                        f"PostgreSQL store {_redact(self.dsn)} has schema version {version}, this pager "
-                        f"reads up to {SCHEMA_VERSION}; upgrade pager"
-                    )
-                for v in range(version + 1, SCHEMA_VERSION + 1):
-                    for stmt in MIGRATIONS[v]:
-                        conn.execute(stmt)
-                if version < SCHEMA_VERSION:
-                    conn.execute(
-                        "INSERT INTO pager_settings VALUES ('schema_version', %s) "
-                        "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                        (str(SCHEMA_VERSION),),
-                    )
-        except StoreError:
-            raise
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise _translate(exc, "cannot create or migrate the schema") from exc
-
-    @contextlib.contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
-        """Yield this thread's transaction connection, or a pooled one for one statement."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            yield conn
-            return
-        with self._pool.connection() as conn:
-            yield conn
-
-    def _rows(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, prepare: bool | None = None
-    ) -> list[tuple[Any, ...]]:
-        try:
-            with self._conn() as conn:
-                return conn.execute(sql, params, prepare=prepare).fetchall()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise _translate(exc, "read failed") from exc
-
-    def _dicts(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
-        try:
-            with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
-                return cur.execute(sql, params).fetchall()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise _translate(exc, "read failed") from exc
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        """Run one write transaction; inside one already open on this thread, join it."""
-        if getattr(self._local, "conn", None) is not None:
-            yield
-            return
-        try:
-            with self._pool.connection() as conn:
-                self._local.conn = conn
-                self._local.new_pages = []
-                try:
-                    with conn.transaction():
-                        yield
-                        self._stamp_feed(conn)
-                finally:
-                    committed, self._local.new_pages = self._local.new_pages, []
-                    self._local.conn = None
-            if committed:
-                with self._recent_lock:
-                    self._recent.update(dict.fromkeys(committed))
-                    while len(self._recent) > _RECENT_MAX:
-                        self._recent.popitem(last=False)
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise _translate(exc, "transaction failed") from exc
-
-    def vectorized(self, ids: Iterable[int]) -> bool:
-        """Return whether this process recorded every page of ``ids`` (so each has its vector).
-
-        Pages recorded by this thread's open transaction count too.
-        """
-        pending = set(getattr(self._local, "new_pages", None) or ())
-        with self._recent_lock:
-            return all(i in self._recent or i in pending for i in ids)
-
-    def forget_vectorized(self) -> None:
-        """Forget which pages have vectors (the index was cleared)."""
-        with self._recent_lock:
-            self._recent.clear()
-
-    def _stamp_feed(self, conn: psycopg.Connection[Any]) -> None:
-        """Give the pages this transaction recorded their feed numbers, at commit."""
-        pages = self._local.new_pages
-        if not pages:
-            return
-        # the lock is held until COMMIT returns, so feed numbers become visible in
-        # order; it is taken (the CTE's one row) before the first nextval runs
-        conn.execute(
-            "WITH lock AS (SELECT pg_advisory_xact_lock(%s)) INSERT INTO pager_feed (seq, page) "
-            "SELECT nextval('pager_feed_seq'), p FROM lock, unnest(%s::bigint[]) AS p",
-            (self._feed_lock, pages),
-        )
-
-    def _write(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
-        """Run ``fn(conn)`` in the open transaction, or in its own one, retried on deadlock."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            try:
-                return fn(conn)
-            except psycopg.Error as exc:
-                raise _translate(exc, "write failed") from exc
-        for attempt in range(_RETRIES):
-            try:
-                with self.transaction():
-                    return fn(self._local.conn)
-            except StoreError as exc:
-                cause = exc.__cause__
-                if not (isinstance(cause, psycopg.Error) and cause.sqlstate in _RETRYABLE) or attempt == _RETRIES - 1:
-                    raise
-                time.sleep(0.005 * 2**attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+        super().__init__(dsn, min_size=min_size, max_size=max_size, timeout=timeout)
 
     def close(self) -> None:
-        """Close the pool and the index follower, if any (idempotent)."""
+        """Close the index follower, if any, and the pool (idempotent)."""
         follower, self._follower = self._follower, None
         if follower is not None:
             follower.shutdown()
-        self._pool.close()
+        super().close()
 
     def __enter__(self) -> PostgresStore:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def setting(self, key: str, default: str | None = None) -> str | None:
         rows = self._rows("SELECT value FROM pager_settings WHERE key = %s", (key,))
@@ -365,7 +110,7 @@ class PostgresStore:
 
         def create(conn: psycopg.Connection[Any]) -> int:
             # two processes opening the same new session: the second waits, then finds it
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self._schema, "session", session),))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self._schema, "session", session),))
             row = conn.execute("SELECT head_branch FROM pager_sessions WHERE name = %s", (session,)).fetchone()
             if row:
                 return int(row[0])
@@ -595,27 +340,6 @@ class PostgresStore:
             (session, kind, kind),
         )
         return [Event(kind=k, payload=orjson.loads(p) if p else None, created=float(c)) for k, p, c in rows]
-
-
-def page_record(r: dict[str, Any]) -> PageRecord:
-    """Return the ``PageRecord`` of a page row read with ``_PAGE_COLS``."""
-    return PageRecord(
-        id=int(r["id"]), session=r["session"], hash=r["hash"], kind=r["kind"], role=r["role"], seq=int(r["seq"]),
-        step=int(r["step"]), tokens=int(r["tokens"]), stub_tokens=int(r["stub_tokens"]), chars=int(r["chars"]),
-        call_id=r["call_id"], call_ids=tuple(r["call_ids"] or ()), tool_name=r["tool_name"], path=r["path"],
-        stale=bool(r["stale"]), labels=tuple(r["labels"] or ()), last_ref=int(r["last_ref"]),
-        ref_count=int(r["ref_count"]), scope=r["scope"], handle=r["handle"], owner=r["owner"],
-    )
-
-
-def _redact(dsn: str) -> str:
-    """Return ``dsn`` without its password (for error messages)."""
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return "<unparsable DSN>"
-    info.pop("password", None)
-    return psycopg.conninfo.make_conninfo(**info)
 
 
 def open_store(dsn: str, **pool: Any) -> PostgresStore:

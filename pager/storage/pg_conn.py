@@ -1,0 +1,219 @@
+"""Connections for the PostgreSQL store: the pool, re-entrant transactions, migrations, the feed stamp.
+
+Theory of operation
+-------------------
+A ``PgConnection`` holds a ``psycopg_pool.ConnectionPool``. Connections run
+in autocommit; ``transaction()`` checks one out for the calling thread and
+opens a transaction on it, and every store call made by that thread inside it
+joins it (re-entrant, per thread), so one ``assemble`` commits or rolls back
+as a whole. Calls outside a transaction borrow a connection for one statement
+(reads) or run in a transaction of their own (writes), retried on a deadlock
+or serialization failure, which PostgreSQL resolves by aborting one side.
+
+Page ids come from an identity column: unique and growing with insertion
+order, but *not* with commit order (a transaction that took id 10 may commit
+after one that took id 11). Whoever follows the store page by page (a per-host
+index, a replica) reads the change feed instead: ``pager_feed.seq`` is
+assigned at commit (``_stamp_feed``), under a transaction-scoped advisory
+lock held through the commit, so feed numbers become visible in order and a
+reader that has seen ``seq = n`` has seen every page with a smaller one.
+
+Schema changes are the numbered ``MIGRATIONS`` of ``pg_schema``, applied in
+order at open under an advisory lock (two processes opening a fresh database
+do not race); a database migrated by a newer pager is refused with
+``SchemaError``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+try:
+    import psycopg
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the PostgreSQL store needs psycopg 3 and its pool: pip install 'llm-context-pager[postgres]'"
+    ) from exc
+
+from pager.errors import SchemaError, StoreError
+from pager.storage.pg_schema import _RETRYABLE, MIGRATIONS, SCHEMA_VERSION, lock_key, redact, translate
+
+__all__ = ["PgConnection"]
+
+_RETRIES = 8
+_RECENT_MAX = 100_000
+_T = TypeVar("_T")
+
+
+class PgConnection:
+    """A pool of connections to one database, with the store's transactions (see the module docstring)."""
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0) -> None:
+        self.dsn = dsn
+        self._local = threading.local()
+        # ids this process recorded (with their vectors), so the index's add() skips a query
+        self._recent: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._recent_lock = threading.Lock()
+        try:
+            self._pool = ConnectionPool(
+                dsn, min_size=min_size, max_size=max(min_size, max_size), timeout=timeout,
+                # no check on checkout: it costs a round trip per statement; the pool
+                # already drops connections returned broken, and a dead one fails loudly
+                kwargs={"autocommit": True}, open=False,
+                name="pager",
+            )
+            self._pool.open(wait=True, timeout=timeout)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"cannot connect to PostgreSQL store {redact(dsn)}: {exc}") from exc
+        try:
+            self._migrate()
+        except BaseException:
+            self._pool.close()
+            raise
+
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                schema = conn.execute("SELECT current_schema()").fetchone()
+                if schema is None or schema[0] is None:
+                    raise StoreError("PostgreSQL store: the search_path names no existing schema")
+                self._schema = str(schema[0])
+                self._feed_lock = lock_key(self._schema, "pager-feed")
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self._schema, "pager-migrate"),))
+                conn.execute("CREATE TABLE IF NOT EXISTS pager_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                row = conn.execute("SELECT value FROM pager_settings WHERE key = 'schema_version'").fetchone()
+                version = int(row[0]) if row else 0
+                if version > SCHEMA_VERSION:
+                    raise SchemaError(
+                        f"PostgreSQL store {redact(self.dsn)} has schema version {version}, this pager "
+                        f"reads up to {SCHEMA_VERSION}; upgrade pager"
+                    )
+                for v in range(version + 1, SCHEMA_VERSION + 1):
+                    for stmt in MIGRATIONS[v]:
+                        conn.execute(stmt)
+                if version < SCHEMA_VERSION:
+                    conn.execute(
+                        "INSERT INTO pager_settings VALUES ('schema_version', %s) "
+                        "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                        (str(SCHEMA_VERSION),),
+                    )
+        except StoreError:
+            raise
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc, "cannot create or migrate the schema") from exc
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        """Yield this thread's transaction connection, or a pooled one for one statement."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self._pool.connection() as conn:
+            yield conn
+
+    def _rows(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, prepare: bool | None = None
+    ) -> list[tuple[Any, ...]]:
+        try:
+            with self._conn() as conn:
+                return conn.execute(sql, params, prepare=prepare).fetchall()
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc, "read failed") from exc
+
+    def _dicts(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
+        try:
+            with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
+                return cur.execute(sql, params).fetchall()
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc, "read failed") from exc
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Run one write transaction; inside one already open on this thread, join it."""
+        if getattr(self._local, "conn", None) is not None:
+            yield
+            return
+        try:
+            with self._pool.connection() as conn:
+                self._local.conn = conn
+                self._local.new_pages = []
+                try:
+                    with conn.transaction():
+                        yield
+                        self._stamp_feed(conn)
+                finally:
+                    committed, self._local.new_pages = self._local.new_pages, []
+                    self._local.conn = None
+            if committed:
+                with self._recent_lock:
+                    self._recent.update(dict.fromkeys(committed))
+                    while len(self._recent) > _RECENT_MAX:
+                        self._recent.popitem(last=False)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc, "transaction failed") from exc
+
+    def vectorized(self, ids: Iterable[int]) -> bool:
+        """Return whether this process recorded every page of ``ids`` (so each has its vector).
+
+        Pages recorded by this thread's open transaction count too.
+        """
+        pending = set(getattr(self._local, "new_pages", None) or ())
+        with self._recent_lock:
+            return all(i in self._recent or i in pending for i in ids)
+
+    def forget_vectorized(self) -> None:
+        """Forget which pages have vectors (the index was cleared)."""
+        with self._recent_lock:
+            self._recent.clear()
+
+    def _stamp_feed(self, conn: psycopg.Connection[Any]) -> None:
+        """Give the pages this transaction recorded their feed numbers, at commit."""
+        pages = self._local.new_pages
+        if not pages:
+            return
+        # the lock is held until COMMIT returns, so feed numbers become visible in
+        # order; it is taken (the CTE's one row) before the first nextval runs
+        conn.execute(
+            "WITH lock AS (SELECT pg_advisory_xact_lock(%s)) INSERT INTO pager_feed (seq, page) "
+            "SELECT nextval('pager_feed_seq'), p FROM lock, unnest(%s::bigint[]) AS p",
+            (self._feed_lock, pages),
+        )
+
+    def _write(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """Run ``fn(conn)`` in the open transaction, or in its own one, retried on deadlock."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            try:
+                return fn(conn)
+            except psycopg.Error as exc:
+                raise translate(exc, "write failed") from exc
+        for attempt in range(_RETRIES):
+            try:
+                with self.transaction():
+                    return fn(self._local.conn)
+            except StoreError as exc:
+                cause = exc.__cause__
+                if not (isinstance(cause, psycopg.Error) and cause.sqlstate in _RETRYABLE) or attempt == _RETRIES - 1:
+                    raise
+                time.sleep(0.005 * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        """Close the pool (idempotent)."""
+        self._pool.close()
+
+    def __enter__(self) -> PgConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
