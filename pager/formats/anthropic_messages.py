@@ -1,0 +1,552 @@
+"""Anthropic Messages: ``system`` + ``messages`` of content blocks in, the same out, with cache marks.
+
+Conversion (``to_messages``), one Anthropic message at a time:
+
+- the top-level ``system`` (a string or text blocks) becomes one neutral
+  ``system`` message: L1, counted like any page;
+- an assistant turn becomes one neutral assistant message: its ``tool_use``
+  blocks become ``tool_calls`` (arguments as JSON text), and the whole block
+  list is kept verbatim as ``native`` (thinking and redacted thinking with
+  their signatures, server tool blocks, unknown blocks: nothing dropped, and a
+  thinking block never leaves its turn);
+- a user turn's ``tool_result`` blocks become neutral ``tool`` messages, one
+  per result, in order (each keeps its block as ``native``: ``is_error``,
+  image content), and its other blocks one neutral user message after them.
+
+Every block chat has no word for is given a text rendition in ``content``
+(see ``pager.formats._convert``), so it is counted against the budget.
+
+Rendering (``render``) merges neutral messages back into turns: leading
+system messages into ``system``; a tool message and any user message pager
+inserted (the task-state card, recalled pages) into the user turn after the
+assistant turn, ``tool_result`` blocks first and in the order of the calls;
+a stub keeps its ``tool_use_id``. Then it places the cache breakpoints
+(``pager.formats.breakpoints``).
+
+Malformed input raises ``MessageError`` naming the message and the block
+(``messages[3]: content[1] ...``); nothing is recorded for such a request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from pager.errors import InputError, MessageError, ToolError
+from pager.formats import breakpoints as bp
+from pager.formats._convert import ConversionMemo, as_plain, json_text, strip_key, text_part
+from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
+from pager.formats.usage import parse_usage
+
+__all__ = ["DEFAULT_CACHE_MARKS", "EPHEMERAL", "FORMAT", "AnthropicMessages", "block_text"]
+
+EPHEMERAL = {"type": "ephemeral"}
+# the cache_marks mode when the caller gives none (see pager.formats.breakpoints)
+DEFAULT_CACHE_MARKS = "pager"
+
+# Block types only Anthropic has: one in a request's content claims it.
+ANTHROPIC_ONLY = frozenset(
+    {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document",
+     "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "search_result",
+     "code_execution_tool_result", "mcp_tool_use", "mcp_tool_result", "container_upload"}
+)
+CHAT_ROLES = frozenset({"system", "developer", "tool"})
+CHAT_PARTS = frozenset({"image_url", "input_audio", "file", "refusal"})
+UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+# A turn's role owns these blocks; the other role may not send them.
+ASSISTANT_ONLY = frozenset({"tool_use", "thinking", "redacted_thinking", "server_tool_use"})
+
+
+def block_text(block: Mapping[str, Any]) -> str:
+    """Return the text a block is counted and searched by (its JSON for unknown types)."""
+    btype = block.get("type")
+    if btype == "text":
+        return str(block.get("text", ""))
+    if btype == "thinking":
+        return str(block.get("thinking", ""))
+    if btype == "redacted_thinking":
+        return "[redacted thinking]"
+    if btype == "document":
+        src = block.get("source")
+        if isinstance(src, Mapping) and src.get("type") == "text":
+            return str(src.get("data", ""))
+        return "[document]"
+    return json_text(block)
+
+
+def _counted(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], bool]:
+    """Return the countable parts of ``blocks`` and whether they are ``blocks`` themselves."""
+    parts: list[Mapping[str, Any]] = []
+    same = True
+    for b in blocks:
+        btype = b.get("type")
+        if btype in ("text", "image") and "cache_control" not in b:
+            parts.append(b)
+        elif btype == "text":
+            parts.append(text_part(str(b.get("text", ""))))
+            same = False
+        elif btype == "image":
+            parts.append({"type": "image"})
+            same = False
+        elif btype == "tool_use":
+            same = False  # counted as the message's tool call
+        else:
+            parts.append(text_part(block_text(b)))
+            same = False
+    return parts, same
+
+
+def _check_block(i: int, j: int, role: str, block: Any) -> Mapping[str, Any]:
+    block = as_plain(block)
+    if not isinstance(block, Mapping):
+        raise MessageError(i, f"content[{j}] must be an object, got {type(block).__name__}")
+    btype = block.get("type")
+    if not isinstance(btype, str) or not btype:
+        raise MessageError(i, f"content[{j}] has no 'type'")
+    if btype == "text" and not isinstance(block.get("text"), str):
+        raise MessageError(i, f"content[{j}] (text) needs a string 'text'")
+    if btype == "tool_use":
+        if not isinstance(block.get("id"), str) or not block["id"]:
+            raise MessageError(i, f"content[{j}] (tool_use) has no id")
+        if not isinstance(block.get("name"), str):
+            raise MessageError(i, f"content[{j}] (tool_use) needs a string 'name'")
+        if not isinstance(block.get("input", {}), Mapping):
+            raise MessageError(i, f"content[{j}] (tool_use) 'input' must be an object")
+    elif btype == "tool_result":
+        if not isinstance(block.get("tool_use_id"), str) or not block["tool_use_id"]:
+            raise MessageError(i, f"content[{j}] (tool_result) has no tool_use_id")
+        inner = block.get("content")
+        if inner is not None and not isinstance(inner, (str, list)):
+            raise MessageError(i, f"content[{j}] (tool_result) content must be a string or blocks")
+        if isinstance(inner, list):
+            for k, part in enumerate(inner):
+                if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+                    raise MessageError(i, f"content[{j}].content[{k}] must be a block with a 'type'")
+        if "is_error" in block and not isinstance(block["is_error"], bool):
+            raise MessageError(i, f"content[{j}] (tool_result) is_error must be true or false")
+    elif btype == "thinking" and not isinstance(block.get("thinking"), str):
+        raise MessageError(i, f"content[{j}] (thinking) needs a string 'thinking'")
+    elif btype == "redacted_thinking" and not isinstance(block.get("data"), str):
+        raise MessageError(i, f"content[{j}] (redacted_thinking) needs a string 'data'")
+    if role == "user" and btype in ASSISTANT_ONLY:
+        raise MessageError(i, f"content[{j}]: a user turn cannot carry a {btype} block")
+    if role == "assistant" and btype == "tool_result":
+        raise MessageError(i, f"content[{j}]: an assistant turn cannot carry a tool_result block")
+    return block
+
+
+def _tool_message(block: Mapping[str, Any]) -> dict[str, Any]:
+    inner = block.get("content")
+    if inner is None:
+        content: Any = ""
+    elif isinstance(inner, str):
+        content = inner
+    else:
+        parts = [as_plain(p) for p in inner]
+        content, same = _counted(parts)
+        if same and all(a is b for a, b in zip(parts, inner)):
+            content = inner
+    return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content, "native": block}
+
+
+def convert_message(i: int, msg: Any) -> tuple[dict[str, Any], ...]:
+    """Return the neutral messages of Anthropic message ``i``; ``MessageError`` when malformed."""
+    sdk = not isinstance(msg, Mapping)
+    plain = as_plain(msg)
+    if not isinstance(plain, Mapping):
+        raise MessageError(i, f"must be an object, got {type(msg).__name__}")
+    role = plain.get("role")
+    if role not in ("user", "assistant"):
+        hint = " (a system prompt goes in the top-level 'system')" if role == "system" else ""
+        raise MessageError(i, f"role must be 'user' or 'assistant', got {role!r}{hint}")
+    content = plain.get("content")
+    if isinstance(content, str):
+        return ({"role": role, "content": content},)
+    if not isinstance(content, list):
+        raise MessageError(i, f"content must be a string or a list of blocks, got {type(content).__name__}")
+    blocks = [_check_block(i, j, role, b) for j, b in enumerate(content)]
+    native = content if not sdk and all(a is b for a, b in zip(blocks, content)) else blocks
+    if role == "assistant":
+        calls = [
+            {"id": b["id"], "type": "function",
+             "function": {"name": b["name"], "arguments": json_text(b.get("input", {}))}}
+            for b in blocks if b["type"] == "tool_use"
+        ]
+        parts, same = _counted(blocks)
+        out: dict[str, Any] = {"role": "assistant", "content": native if same else (parts or None)}
+        if calls:
+            out["tool_calls"] = calls
+        if not same:
+            out["native"] = native
+        return (out,)
+    results = [_tool_message(b) for b in blocks if b["type"] == "tool_result"]
+    rest = [b for b in blocks if b["type"] != "tool_result"]
+    if not rest:
+        return tuple(results)
+    if not results:
+        parts, same = _counted(rest)
+        user = {"role": "user", "content": native if same else parts}
+        if not same:
+            user["native"] = native
+        return (user,)
+    parts, same = _counted(rest)
+    user = {"role": "user", "content": rest if same else parts}
+    if not same:
+        user["native"] = rest
+    return (*results, user)
+
+
+def _system_message(system: Any) -> dict[str, Any]:
+    if isinstance(system, str):
+        return {"role": "system", "content": system}
+    if not isinstance(system, list):
+        raise InputError(f"request['system'] must be a string or a list of text blocks, got {type(system).__name__}")
+    blocks = [as_plain(b) for b in system]
+    for j, b in enumerate(blocks):
+        if not isinstance(b, Mapping) or b.get("type") != "text" or not isinstance(b.get("text"), str):
+            raise InputError(f"request['system'][{j}] must be a text block")
+    parts, same = _counted(blocks)
+    out = {"role": "system", "content": system if same and blocks == system else parts}
+    if not same or blocks != system:
+        out["native"] = blocks
+    return out
+
+
+class AnthropicMessages:
+    """Anthropic Messages API requests (``system``, ``messages`` of blocks, ``tools``).
+
+    ``cache_marks`` is the default breakpoint mode (``pager`` / ``merge`` /
+    ``caller``, see ``pager.formats.breakpoints``); ``render`` takes one per call.
+    """
+
+    name = "anthropic-messages"
+
+    def __init__(self, cache_marks: str = DEFAULT_CACHE_MARKS) -> None:
+        self.cache_marks = bp.check_mode(cache_marks)
+        self._memo = ConversionMemo()
+        self._system: tuple[Any, dict[str, Any]] | None = None
+
+    # -- detection and conversion ----------------------------------------------------
+
+    def detect(self, request: Mapping[str, Any]) -> bool:
+        if "messages" not in request:
+            return False
+        if "system" in request:
+            return True
+        for tool in request.get("tools") or ():
+            if isinstance(tool, Mapping):
+                if "function" in tool:
+                    return False
+                if "input_schema" in tool or tool.get("type", "custom") != "function":
+                    return True
+        messages = request.get("messages")
+        if not isinstance(messages, (list, tuple)):
+            return False
+        for msg in messages:
+            m = as_plain(msg) if not isinstance(msg, Mapping) else msg
+            if not isinstance(m, Mapping):
+                continue
+            if m.get("role") in CHAT_ROLES or "tool_calls" in m or "tool_call_id" in m:
+                return False
+            content = m.get("content")
+            if isinstance(content, list):
+                for b in content:
+                    t = b.get("type") if isinstance(b, Mapping) else getattr(b, "type", None)
+                    if t in ANTHROPIC_ONLY:
+                        return True
+                    if t in CHAT_PARTS:
+                        return False
+        # a plain user/assistant history: max_tokens is required by Anthropic, optional in chat
+        model = str(request.get("model") or "")
+        return "max_tokens" in request and not model.startswith(("gpt", "o1", "o3", "o4", "chatgpt"))
+
+    def validate(self, request: Mapping[str, Any]) -> None:
+        self.to_messages(request)
+
+    def to_messages(self, request: Mapping[str, Any]) -> Converted:
+        messages = request.get("messages")
+        if not isinstance(messages, (list, tuple)):
+            raise InputError(f"request['messages'] must be a list, got {type(messages).__name__}")
+        out: list[Mapping[str, Any]] = []
+        system = request.get("system")
+        if system is not None and system != "" and system != []:
+            out.append(self._system_neutral(system))
+        memo = self._memo
+        open_calls: dict[str, int] = {}
+        for i, msg in enumerate(messages):
+            sig = (msg.get("content"),) if isinstance(msg, Mapping) else ()
+            neutral = memo.get(msg, sig)
+            fresh = neutral is None
+            if fresh:
+                neutral = convert_message(i, msg)
+            first = neutral[0]["role"] if neutral else None
+            if first == "assistant":
+                if fresh and open_calls:
+                    pass  # an unanswered call gets a synthetic result on output
+                open_calls = {c["id"]: i for c in neutral[0].get("tool_calls") or ()}
+            else:
+                for n in neutral:
+                    if n["role"] == "tool":
+                        cid = n["tool_call_id"]
+                        if cid not in open_calls and fresh:
+                            raise MessageError(
+                                i, f"tool_result for {cid!r} answers no tool_use of the assistant turn before it"
+                            )
+                        open_calls.pop(cid, None)
+                open_calls = {}
+            if fresh:
+                memo.put(msg, sig, neutral)
+            out.extend(neutral)
+        tools = request.get("tools") or ()
+        if not isinstance(tools, (list, tuple)):
+            raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")
+        return Converted(messages=out, tools=[as_plain(t) for t in tools])
+
+    def _system_neutral(self, system: Any) -> dict[str, Any]:
+        last = self._system
+        # by value: a harness often rebuilds the same system prompt each call
+        if last is not None and (last[0] is system or last[0] == system):
+            return last[1]
+        neutral = _system_message(system)
+        self._system = (system, neutral)
+        return neutral
+
+    # -- rendering -------------------------------------------------------------------
+
+    def render(
+        self,
+        request: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Any] | None,
+        hints: RenderHints,
+        cache_marks: str | None = None,
+    ) -> dict[str, Any]:
+        mode = bp.check_mode(cache_marks or self.cache_marks)
+        out = dict(request)
+        system_blocks: list[Any] = []
+        system_str: list[str] = []
+        turns: list[dict[str, Any]] = []
+        # per turn: [(source index, block)], tool results kept apart until the turn closes
+        pending: list[tuple[int, Any]] = []
+        pending_results: list[tuple[int, Any]] = []
+        call_order: dict[str, int] = {}
+        n_sys = 0
+        turn_src: list[list[int]] = []
+
+        def close_user() -> None:
+            if not pending and not pending_results:
+                return
+            results = sorted(pending_results, key=lambda r: call_order.get(r[1]["tool_use_id"], 1 << 30))
+            items = results + pending
+            if len(items) == 1 and isinstance(items[0][1], str):
+                turns.append({"role": "user", "content": items[0][1]})
+            else:
+                turns.append({"role": "user", "content": [
+                    text_part(b) if isinstance(b, str) else b for _k, b in items]})
+            turn_src.append([k for k, _b in items])
+            pending.clear()
+            pending_results.clear()
+
+        for k, m in enumerate(messages):
+            role = m.get("role")
+            if role in ("system", "developer"):
+                n_sys = k + 1 if n_sys == k else n_sys
+                native = m.get("native")
+                content = native if native is not None else m.get("content")
+                if isinstance(content, str):
+                    system_str.append(content)
+                    system_blocks.append((k, text_part(content)))
+                else:
+                    system_blocks.extend((k, as_plain(b)) for b in content or ())
+            elif role == "assistant":
+                close_user()
+                blocks = _assistant_blocks(m)
+                turns.append({"role": "assistant", "content": blocks})
+                turn_src.append([k] * (len(blocks) if isinstance(blocks, list) else 1))
+                call_order = {c["id"]: n for n, c in enumerate(m.get("tool_calls") or ())}
+            elif role == "tool":
+                pending_results.append((k, _result_block(m)))
+            else:
+                content = m.get("native")
+                if content is None:
+                    content = m.get("content")
+                if isinstance(content, str):
+                    pending.append((k, content))
+                else:
+                    pending.extend((k, as_plain(b)) for b in content or ())
+        close_user()
+        system_out: Any = None
+        if system_blocks:
+            if len(system_str) == 1 and len(system_blocks) == 1:
+                system_out = system_str[0]
+            else:
+                system_out = [b for _k, b in system_blocks]
+        tools_out = list(tools) if tools is not None else list(request.get("tools") or ())
+        self._mark(tools_out, system_blocks, system_out, turns, turn_src, n_sys, hints, mode, out)
+        if tools is not None or "tools" in request:
+            out["tools"] = tools_out
+        out["messages"] = turns
+        return out
+
+    def _mark(
+        self, tools: list[Any], system_blocks: list[tuple[int, Any]], system_out: Any,
+        turns: list[dict[str, Any]], turn_src: list[list[int]], n_sys: int, hints: RenderHints,
+        mode: str, out: dict[str, Any],
+    ) -> None:
+        """Place the cache breakpoints (``pager.formats.breakpoints``), writing ``out['system']``."""
+        refs: list[tuple[Any, Any]] = []  # (container, key) per slot
+        slots: list[bp.Slot] = []
+        for t, tool in enumerate(tools):
+            tool = as_plain(tool)
+            tools[t] = tool
+            slots.append(bp.Slot(-1, isinstance(tool, Mapping), _has_mark(tool)))
+            refs.append((tools, t))
+        sys_list = None
+        if system_out is not None:
+            sys_list = [b for _k, b in system_blocks]
+            for j, (k, b) in enumerate(system_blocks):
+                slots.append(bp.Slot(k, _markable(b), _has_mark(b)))
+                refs.append((sys_list, j))
+        for turn, src in zip(turns, turn_src):
+            content = turn["content"]
+            if isinstance(content, str):
+                slots.append(bp.Slot(src[0], bool(content)))
+                refs.append((turn, None))
+                continue
+            for j, b in enumerate(content):
+                slots.append(bp.Slot(src[j] if j < len(src) else src[-1], _markable(b), _has_mark(b)))
+                refs.append((content, j))
+        l1 = n_sys if (n_sys or tools) else hints.l1
+        chosen = set(bp.place(slots, l1=l1, stable=hints.stable, previous=hints.previous, mode=mode))
+        touched_system = False
+        for idx, (slot, (container, key)) in enumerate(zip(slots, refs)):
+            want = idx in chosen
+            if key is None:  # a string-content turn
+                if want:
+                    container["content"] = [{**text_part(container["content"]), "cache_control": EPHEMERAL}]
+                continue
+            block = container[key]
+            if want and not slot.caller:
+                container[key] = {**block, "cache_control": EPHEMERAL}
+            elif slot.caller and not want:
+                container[key] = _unmark(block)
+            else:
+                continue
+            touched_system |= container is sys_list
+        if system_out is not None:
+            out["system"] = sys_list if touched_system or not isinstance(system_out, str) else system_out
+
+    # -- tools and usage ---------------------------------------------------------------
+
+    def tool_specs(self, specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for s in specs:
+            fn = s.get("function") or {}
+            spec = {"name": fn.get("name"), "input_schema": fn.get("parameters") or {"type": "object"}}
+            if fn.get("description"):
+                spec["description"] = fn["description"]
+            out.append(spec)
+        return out
+
+    def tool_name(self, tool: Any) -> str | None:
+        tool = as_plain(tool)
+        if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+            return tool["name"]
+        return None
+
+    def parse_tool_call(self, call: Any) -> ToolCallRequest:
+        call = as_plain(call)
+        if not isinstance(call, Mapping):
+            raise ToolError(f"a tool_use block must be a mapping, got {type(call).__name__}")
+        if call.get("type", "tool_use") != "tool_use":
+            raise ToolError(f"expected a tool_use block, got type {call.get('type')!r}")
+        args = call.get("input")
+        if args is None:
+            args = {}
+        if not isinstance(args, (Mapping, str)):
+            raise ToolError(f"tool_use input must be an object, got {type(args).__name__}")
+        return ToolCallRequest(id=str(call.get("id") or ""), name=str(call.get("name") or ""), arguments=args)
+
+    def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": text}
+        if is_error:
+            block["is_error"] = True
+        return block
+
+    def parse_usage(self, response: Any) -> Usage:
+        return parse_usage(response)
+
+
+def _assistant_blocks(m: Mapping[str, Any]) -> Any:
+    native = m.get("native")
+    calls = m.get("tool_calls") or ()
+    if native is not None:
+        ids = [b.get("id") for b in native if isinstance(b, Mapping) and b.get("type") == "tool_use"]
+        if ids == [c.get("id") for c in calls]:
+            return list(native)
+        keep = [b for b in native if not (isinstance(b, Mapping) and b.get("type") == "tool_use")]
+    else:
+        content = m.get("content")
+        if isinstance(content, str) or content is None:
+            if not calls:
+                return content if content is not None else ""
+            keep = [text_part(content)] if content else []
+        else:
+            keep = list(content)
+    for c in calls:
+        fn = c.get("function") or {}
+        keep.append({"type": "tool_use", "id": c.get("id"), "name": fn.get("name"), "input": _args(fn.get("arguments"))})
+    return keep
+
+
+def _args(raw: Any) -> Any:
+    if isinstance(raw, Mapping):
+        return raw
+    try:
+        import orjson
+
+        value = orjson.loads(raw or "{}")
+    except (TypeError, ValueError):
+        return {"arguments": raw}
+    return value if isinstance(value, Mapping) else {"arguments": value}
+
+
+def _result_block(m: Mapping[str, Any]) -> Mapping[str, Any]:
+    native = m.get("native")
+    if native is not None and native.get("tool_use_id") == m.get("tool_call_id"):
+        return native
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.get("tool_call_id"), "content": m.get("content")}
+    if block["content"] is None:
+        block["content"] = ""
+    if m.get("is_error"):
+        block["is_error"] = True
+    return block
+
+
+def _markable(block: Any) -> bool:
+    if not isinstance(block, Mapping):
+        return False
+    btype = block.get("type")
+    if btype in UNMARKABLE:
+        return False
+    return not (btype == "text" and not block.get("text"))
+
+
+def _has_mark(block: Any) -> bool:
+    if not isinstance(block, Mapping):
+        return False
+    if "cache_control" in block:
+        return True
+    inner = block.get("content")
+    return isinstance(inner, list) and any(isinstance(b, Mapping) and "cache_control" in b for b in inner)
+
+
+def _unmark(block: Mapping[str, Any]) -> Mapping[str, Any]:
+    out = strip_key(block, "cache_control")
+    inner = out.get("content")
+    if isinstance(inner, list) and any(isinstance(b, Mapping) and "cache_control" in b for b in inner):
+        out = {**out, "content": [strip_key(b, "cache_control") if isinstance(b, Mapping) else b for b in inner]}
+    return out
+
+
+FORMAT = register_format(AnthropicMessages())
