@@ -37,6 +37,10 @@ from pager.formats._convert import ConversionMemo, as_plain, json_text, strip_ke
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats.usage import parse_usage
 
+# chat registers first whatever the import order: detection tries the newest
+# format first, and chat claims any request with 'messages'
+from pager.formats import openai_chat as _chat  # noqa: E402,F401  isort: skip
+
 __all__ = ["DEFAULT_CACHE_MARKS", "EPHEMERAL", "FORMAT", "AnthropicMessages", "block_text"]
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -426,8 +430,8 @@ class AnthropicMessages:
                     container["content"] = [{**text_part(container["content"]), "cache_control": EPHEMERAL}]
                 continue
             block = container[key]
-            if want and not slot.caller:
-                container[key] = {**block, "cache_control": EPHEMERAL}
+            if want and (not slot.caller or mode == "pager"):
+                container[key] = {**_unmark(block), "cache_control": EPHEMERAL}
             elif slot.caller and not want:
                 container[key] = _unmark(block)
             else:

@@ -5,9 +5,10 @@ mapping; SDK objects through ``model_dump()``):
 
 =====================  ==================================================================
 OpenAI chat            ``prompt_tokens`` (all of the prompt), ``completion_tokens``,
-                       ``prompt_tokens_details.cached_tokens``
+                       ``prompt_tokens_details.cached_tokens`` (and ``cache_write_tokens``
+                       where the model reports writes)
 OpenAI Responses       ``input_tokens`` (all of the prompt), ``output_tokens``,
-                       ``input_tokens_details.cached_tokens``
+                       ``input_tokens_details.cached_tokens`` (and ``cache_write_tokens``)
 Anthropic Messages     ``input_tokens`` (only the uncached part after the last
                        breakpoint), ``cache_read_input_tokens``,
                        ``cache_creation_input_tokens``, ``output_tokens``: the prompt
@@ -105,12 +106,14 @@ def parse_usage(response: Any) -> Usage:
             prompt_tokens=_int(usage, "prompt_tokens", "chat"),
             completion_tokens=_int(usage, "completion_tokens", "chat"),
             cached_tokens=_opt(usage.get("prompt_tokens_details"), "cached_tokens"),
+            cache_write_tokens=_opt(usage.get("prompt_tokens_details"), "cache_write_tokens"),
         )
     if shape == "responses":
         return Usage(
             prompt_tokens=_int(usage, "input_tokens", "Responses"),
             completion_tokens=_int(usage, "output_tokens", "Responses"),
             cached_tokens=_opt(usage.get("input_tokens_details"), "cached_tokens"),
+            cache_write_tokens=_opt(usage.get("input_tokens_details"), "cache_write_tokens"),
         )
     if shape == "langchain":
         details = usage.get("input_token_details")
