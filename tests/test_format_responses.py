@@ -48,7 +48,7 @@ def test_conversion_groups_a_model_turn():
     assert asst["tool_calls"][1]["function"]["arguments"] == "*** x"
     # the reasoning item stays with its turn, encrypted content verbatim
     assert asst["native"][0]["encrypted_content"] == "ENC0"
-    assert {"type": "output_text", "text": "reading 0", "annotations": []} in asst["content"]
+    assert {"type": "text", "text": "reading 0"} in asst["content"]
 
 
 def test_round_trip_and_same_objects():

@@ -83,13 +83,14 @@ def _counted(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any
     same = True
     for b in blocks:
         btype = b.get("type")
-        if btype in ("text", "image") and "cache_control" not in b:
+        if btype == "text" and "cache_control" not in b:
             parts.append(b)
         elif btype == "text":
             parts.append(text_part(str(b.get("text", ""))))
             same = False
         elif btype == "image":
-            parts.append({"type": "image"})
+            # chat-valid parts only, so the neutral message is a chat message
+            parts.append(text_part("[image]"))
             same = False
         elif btype == "tool_use":
             same = False  # counted as the message's tool call

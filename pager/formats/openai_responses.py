@@ -107,8 +107,15 @@ def _parts(i: int, content: Any) -> Any:
             raise ItemError(i, f"content[{j}] must be a part with a 'type'")
         if p["type"] in TEXT_PARTS and not isinstance(p.get("text"), str):
             raise ItemError(i, f"content[{j}] ({p['type']}) needs a string 'text'")
-        if p["type"] in TEXT_PARTS or p["type"] == "input_image":
+        # chat-valid text parts only, so the neutral message is a chat message
+        if p["type"] == "text" and set(p) <= {"type", "text"}:
             parts.append(p)
+        elif p["type"] in TEXT_PARTS:
+            parts.append(text_part(p["text"]))
+            same = False
+        elif p["type"] == "input_image":
+            parts.append(text_part("[image]"))
+            same = False
         else:
             parts.append(text_part(json_text(p)))
             same = False

@@ -1,0 +1,177 @@
+"""Native formats through a real pager: the store stays neutral, prompts keep every invariant.
+
+Requests go through ``pager.replay.native.NativePager``: the facade's format
+seam when it has one (``assemble(request, format=...)``), else the same steps
+(convert, schedule, render) done beside it.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pager.formats.anthropic_messages import AnthropicMessages
+from pager.formats.export import export_request, to_chat
+from pager.formats.openai_chat import validate as validate_chat
+from pager.formats.openai_responses import OpenAIResponses
+from pager.replay.native import NativePager
+
+from tests.test_format_anthropic import request as anthropic_request
+from tests.test_format_responses import request as responses_request
+
+
+def stored(np: NativePager) -> list[dict]:
+    p = np.p
+    return [p.store.message(pid)[1] for pid in p.history.page]
+
+
+def test_anthropic_round_trips_through_the_store():
+    np = NativePager("rt-a", "anthropic-messages")
+    try:
+        req = anthropic_request()
+        np.assemble(req)
+        pages = stored(np)
+        back = export_request(pages, "anthropic-messages", request={"model": req["model"]})
+        assert back["system"] == req["system"]
+        assert back["messages"] == req["messages"]
+        # and the same pages in another format: a valid chat history
+        validate_chat(to_chat(pages))
+        again = export_request(pages, "openai-responses", request={"model": "gpt-5"})
+        OpenAIResponses().to_messages(again)
+    finally:
+        np.close()
+
+
+def test_responses_round_trips_through_the_store():
+    np = NativePager("rt-r", "openai-responses")
+    try:
+        req = responses_request()
+        np.assemble(req)
+        pages = stored(np)
+        back = export_request(pages, "openai-responses", request={"model": "gpt-5"})
+        assert back["instructions"] == req["instructions"]
+        assert back["input"] == req["input"]
+        validate_chat(to_chat(pages))
+        AnthropicMessages().to_messages(export_request(pages, "anthropic-messages", request={}))
+    finally:
+        np.close()
+
+
+def test_bad_block_stores_nothing():
+    np = NativePager("bad", "anthropic-messages")
+    try:
+        req = anthropic_request()
+        np.assemble(req)
+        before = len(np.p.history)
+        broken = [*req["messages"], {"role": "assistant", "content": [{"type": "tool_use", "name": "x"}]}]
+        with pytest.raises(ValueError, match=r"messages\[\d+\]: content\[0\]"):
+            np.assemble({**req, "messages": broken})
+        assert len(np.p.history) == before
+    finally:
+        np.close()
+
+
+WORDS = st.lists(st.sampled_from(["alpha", "beta", "src/app.py", "42", "TODO", "error", "def", "x"]),
+                 min_size=1, max_size=12).map(" ".join)
+
+
+@st.composite
+def anthropic_histories(draw):
+    msgs: list[dict] = [{"role": "user", "content": "goal: " + draw(WORDS)}]
+    for t in range(draw(st.integers(1, 14))):
+        calls = draw(st.integers(0, 3))
+        content: list[dict] = []
+        if draw(st.booleans()):
+            content.append({"type": "thinking", "thinking": draw(WORDS), "signature": f"sig{t}"})
+        if draw(st.booleans()) or not calls:
+            content.append({"type": "text", "text": draw(WORDS)})
+        ids = [f"tu{t}_{k}" for k in range(calls)]
+        content += [{"type": "tool_use", "id": i, "name": "read", "input": {"path": draw(WORDS)}} for i in ids]
+        msgs.append({"role": "assistant", "content": content})
+        user: list[dict] = [{"type": "tool_result", "tool_use_id": i, "is_error": draw(st.booleans()),
+                             "content": (draw(WORDS) + "\n") * draw(st.sampled_from([1, 20, 400]))} for i in ids]
+        if draw(st.booleans()) or not ids:
+            user.append({"type": "text", "text": draw(WORDS)})
+        msgs.append({"role": "user", "content": user})
+    return msgs
+
+
+def _check_anthropic(out: dict, req: dict) -> None:
+    assert out["system"], "L1: the system prompt is present"
+    marks = orjson.dumps(out).count(b'"cache_control"')
+    assert marks <= 4
+    AnthropicMessages().to_messages(out)  # pairing and block shapes hold
+    msgs = out["messages"]
+    first = msgs[0]["content"]
+    first_text = first if isinstance(first, str) else first[0]["text"]
+    assert first_text == req["messages"][0]["content"], "L1: the first user message is present"
+    originals = {orjson.dumps([b.get("id") for b in m["content"] if b.get("type") == "tool_use"]): m["content"]
+                 for m in req["messages"] if m["role"] == "assistant"}
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant" or isinstance(m["content"], str):
+            continue
+        blocks = [{k: v for k, v in b.items() if k != "cache_control"} for b in m["content"]]
+        key = orjson.dumps([b.get("id") for b in blocks if b.get("type") == "tool_use"])
+        if key != b"[]":
+            assert blocks == originals[key], "an assistant turn is sent whole, thinking included"
+        ids = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+        if ids:
+            nxt = msgs[i + 1]["content"]
+            answered = [b["tool_use_id"] for b in nxt if b.get("type") == "tool_result"]
+            assert answered == ids, "every tool_use answered in the next turn, in order"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(anthropic_histories())
+def test_anthropic_invariants_hold(history):
+    np = NativePager("prop-a", "anthropic-messages", context_window=6000)
+    try:
+        for end in range(2, len(history) + 1, 2):
+            req = anthropic_request(history[:end])
+            out = np.assemble(req)
+            rep = np.p.last_report
+            assert rep.tokens <= rep.budget
+            _check_anthropic(out, req)
+    finally:
+        np.close()
+
+
+@st.composite
+def responses_histories(draw):
+    items: list[dict] = [{"role": "user", "content": "goal: " + draw(WORDS)}]
+    for t in range(draw(st.integers(1, 12))):
+        if draw(st.booleans()):
+            items.append({"type": "reasoning", "id": f"rs_{t}", "summary": [], "encrypted_content": f"ENC{t}"})
+        calls = [f"c{t}_{k}" for k in range(draw(st.integers(0, 3)))]
+        if draw(st.booleans()) or not calls:
+            items.append({"type": "message", "role": "assistant",
+                          "content": [{"type": "output_text", "text": draw(WORDS)}]})
+        items += [{"type": "function_call", "call_id": c, "name": "read", "arguments": "{}"} for c in calls]
+        items += [{"type": "function_call_output", "call_id": c,
+                   "output": (draw(WORDS) + "\n") * draw(st.sampled_from([1, 20, 400]))} for c in calls]
+        items.append({"role": "user", "content": draw(WORDS)})
+    return items
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(responses_histories())
+def test_responses_invariants_hold(history):
+    np = NativePager("prop-r", "openai-responses", context_window=6000)
+    try:
+        req = responses_request(history)
+        out = np.assemble(req)
+        rep = np.p.last_report
+        assert rep.tokens <= rep.budget
+        assert out["instructions"] == req["instructions"]
+        assert out["input"][0] == history[0]
+        OpenAIResponses().to_messages(out)  # every output answers a call in input
+        reasoning = {it["id"]: it for it in history if it.get("type") == "reasoning"}
+        for k, it in enumerate(out["input"]):
+            if it.get("type") == "reasoning":
+                assert it == reasoning[it["id"]]
+                nxt = out["input"][k + 1]
+                assert nxt.get("type") == "function_call" or nxt.get("role") == "assistant"
+    finally:
+        np.close()
