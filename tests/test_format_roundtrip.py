@@ -123,7 +123,7 @@ def _check_anthropic(out: dict, req: dict) -> None:
             assert answered == ids, "every tool_use answered in the next turn, in order"
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(anthropic_histories())
 def test_anthropic_invariants_hold(history):
     np = NativePager("prop-a", "anthropic-messages", context_window=6000)
@@ -155,7 +155,7 @@ def responses_histories(draw):
     return items
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(responses_histories())
 def test_responses_invariants_hold(history):
     np = NativePager("prop-r", "openai-responses", context_window=6000)
