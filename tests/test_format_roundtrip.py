@@ -175,3 +175,41 @@ def test_responses_invariants_hold(history):
                 assert nxt.get("type") == "function_call" or nxt.get("role") == "assistant"
     finally:
         np.close()
+
+
+def test_facade_speaks_anthropic_end_to_end(tmp_path):
+    import anthropic.types as at
+
+    import pager
+
+    with pager.open(tmp_path / "ctx", session="a", context_window=200_000, expose_tools=True) as p:
+        req = anthropic_request()
+        out = p.assemble(req)
+        assert out["system"][0]["text"] == req["system"]
+        assert {t["name"] for t in out["tools"]} >= {"read", "recall"}  # pager's tools in Anthropic shape
+        assert out["messages"][1] == req["messages"][1]
+        assert orjson.dumps(out).count(b'"cache_control"') <= 4
+        block = at.ToolUseBlock(type="tool_use", id="tu_r", name="recall", input={"query": "src/app.py"})
+        answer = p.call_tool(block, format="anthropic-messages")
+        assert answer["type"] == "tool_result" and answer["tool_use_id"] == "tu_r"
+        resp = at.Message.model_validate({
+            "id": "m", "type": "message", "role": "assistant", "model": "claude", "content": [],
+            "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 9, "cache_read_input_tokens": 800,
+                      "cache_creation_input_tokens": 40}})
+        assert p.observe(resp) == {"prompt_tokens": 843, "completion_tokens": 9, "cached_tokens": 800,
+                                   "cache_write_tokens": 40}
+
+
+def test_facade_speaks_responses_end_to_end(tmp_path):
+    import pager
+
+    with pager.open(tmp_path / "ctx", session="r", context_window=200_000) as p:
+        req = responses_request()
+        out = p.assemble(req)
+        assert out["input"] == req["input"] and out["instructions"] == req["instructions"]
+        with pytest.raises(ValueError, match="send the full input"):
+            p.assemble({**req, "previous_response_id": "resp_1"})
+        answer = p.call_tool({"type": "function_call", "call_id": "c9", "name": "recall",
+                              "arguments": '{"query": "docs"}'}, format="openai-responses")
+        assert answer["type"] == "function_call_output" and answer["call_id"] == "c9"
