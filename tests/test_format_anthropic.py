@@ -76,6 +76,10 @@ def test_repeated_calls_return_the_same_neutral_objects():
     b = f.to_messages(request(msgs)).messages
     assert len(b) == len(a) + 1
     assert all(x is y for x, y in zip(a, b))
+    # a system prompt rebuilt each call, and another session's in between: still the same object
+    other = f.to_messages(request(msgs, system="another session")).messages
+    rebuilt = f.to_messages(request(msgs, system="You are a careful " + "engineer.")).messages
+    assert rebuilt[0] is a[0] and other[0] is not a[0]
 
 
 def test_round_trip_is_unchanged():

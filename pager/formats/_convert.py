@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-__all__ = ["ConversionMemo", "as_plain", "json_text", "text_part"]
+__all__ = ["ConversionMemo", "ValueMemo", "as_plain", "json_text", "text_part"]
 
 
 def as_plain(obj: Any) -> Any:
@@ -59,7 +59,7 @@ class ConversionMemo:
     entries go past ``capacity``. Thread-safe.
     """
 
-    def __init__(self, capacity: int = 200_000) -> None:
+    def __init__(self, capacity: int = 20_000) -> None:
         self.capacity = capacity
         self._d: OrderedDict[int, tuple[Any, tuple[Any, ...], Any]] = OrderedDict()
         self._lock = threading.Lock()
@@ -91,6 +91,34 @@ class ConversionMemo:
 
     def __len__(self) -> int:
         return len(self._d)
+
+
+class ValueMemo:
+    """Remember the neutral message made from a value (a system prompt), by its JSON bytes.
+
+    A harness often rebuilds its system prompt for every call; equal values
+    must give the same neutral object, whichever session asks. Thread-safe.
+    """
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = capacity
+        self._d: OrderedDict[bytes, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_make(self, value: Any, make: Any) -> Any:
+        """Return the object remembered for ``value``, making it with ``make(value)`` the first time."""
+        key = orjson.dumps(as_plain(value) if not isinstance(value, list) else [as_plain(v) for v in value])
+        with self._lock:
+            hit = self._d.get(key)
+            if hit is not None:
+                self._d.move_to_end(key)
+                return hit
+        made = make(value)
+        with self._lock:
+            self._d[key] = made
+            while len(self._d) > self.capacity:
+                self._d.popitem(last=False)
+        return made
 
 
 def strip_key(block: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -35,7 +35,7 @@ import orjson
 
 from pager.errors import InputError, MessageError, ToolError
 from pager.formats import breakpoints as bp
-from pager.formats._convert import ConversionMemo, as_plain, strip_key, text_part
+from pager.formats._convert import ConversionMemo, ValueMemo, as_plain, strip_key, text_part
 from pager.formats.anthropic_blocks import (
     ANTHROPIC_ONLY,
     CHAT_PARTS,
@@ -71,7 +71,7 @@ class AnthropicMessages:
     def __init__(self, cache_marks: str = DEFAULT_CACHE_MARKS) -> None:
         self.cache_marks = bp.check_mode(cache_marks)
         self._memo = ConversionMemo()
-        self._system: tuple[Any, dict[str, Any]] | None = None
+        self._systems = ValueMemo()
 
     # -- detection and conversion ----------------------------------------------------
 
@@ -149,13 +149,8 @@ class AnthropicMessages:
         return Converted(messages=out, tools=[as_plain(t) for t in tools])
 
     def _system_neutral(self, system: Any) -> dict[str, Any]:
-        last = self._system
         # by value: a harness often rebuilds the same system prompt each call
-        if last is not None and (last[0] is system or last[0] == system):
-            return last[1]
-        neutral = system_message(system)
-        self._system = (system, neutral)
-        return neutral
+        return self._systems.get_or_make(system, system_message)
 
     # -- rendering -------------------------------------------------------------------
 

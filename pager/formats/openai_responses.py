@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from pager.errors import InputError, MessageError, ToolError
-from pager.formats._convert import ConversionMemo, as_plain, json_text, text_part
+from pager.formats._convert import ConversionMemo, ValueMemo, as_plain, json_text, text_part
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats.usage import parse_usage
 
@@ -188,7 +188,7 @@ class OpenAIResponses:
 
     def __init__(self) -> None:
         self._memo = ConversionMemo()
-        self._instructions: tuple[Any, dict[str, Any]] | None = None
+        self._instructions = ValueMemo()
 
     def detect(self, request: Mapping[str, Any]) -> bool:
         return "input" in request and "messages" not in request
@@ -265,12 +265,7 @@ class OpenAIResponses:
     def _instructions_neutral(self, ins: Any) -> dict[str, Any]:
         if not isinstance(ins, str):
             raise InputError(f"request['instructions'] must be a string, got {type(ins).__name__}")
-        last = self._instructions
-        if last is not None and last[0] == ins:
-            return last[1]
-        neutral = {"role": "system", "content": ins}
-        self._instructions = (ins, neutral)
-        return neutral
+        return self._instructions.get_or_make(ins, lambda text: {"role": "system", "content": text})
 
     def render(
         self,
