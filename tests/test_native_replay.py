@@ -119,3 +119,16 @@ def test_claude_code_session_replays_in_both_formats(traces_dir):
     assert all(f["calls"] == 5 for f in figures.values())
     assert figures["anthropic/pager"]["marks_max"] <= 4
     assert figures["anthropic/full+tail-mark"]["prompt"] >= figures["anthropic/pager"]["prompt"]
+
+
+def test_replay_reads_original_logs_as_chat_sessions(tmp_path):
+    from pager.formats.openai_chat import validate
+    from pager.replay.session import load_session
+
+    s = load_session(claude_log(tmp_path))
+    assert s.source == "claude-code" and s.n_assistant == 2
+    assert s.messages[1]["reasoning_content"] == "plan"
+    validate(list(s.messages))
+    (tmp_path / "junk.jsonl").write_text('{"hello": 1}\n')
+    with pytest.raises(ValueError, match="not a session file"):
+        load_session(tmp_path / "junk.jsonl")
