@@ -6,7 +6,8 @@ import orjson
 import pytest
 
 from pager.replay.importers import claude_code, detect_log, load_native, responses_log
-from pager.replay.native import AnthropicPricing, OpenAIPricing, Prompt, bill, replay_session
+from pager.replay.cache_model import AnthropicPricing, OpenAIPricing, Prompt, bill
+from pager.replay.native import replay_session
 from pager.core.tokens import default_counter
 
 
@@ -132,3 +133,13 @@ def test_replay_reads_original_logs_as_chat_sessions(tmp_path):
     (tmp_path / "junk.jsonl").write_text('{"hello": 1}\n')
     with pytest.raises(ValueError, match="not a session file"):
         load_session(tmp_path / "junk.jsonl")
+
+
+def test_bench_native_prints_both_formats(tmp_path, capsys):
+    from pager.cli import main
+
+    status = main(["bench", "--native", str(claude_log(tmp_path)), "--min-assistant", "1"])
+    out = capsys.readouterr().out
+    assert status == 0
+    for name in ("anthropic/pager", "anthropic/full+tail-mark", "chat/pager", "chat/full"):
+        assert f"| {name} |" in out
