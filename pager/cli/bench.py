@@ -299,6 +299,6 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "native", False):
         from pager.replay.native import bench_main
 
-        return bench_main(args, sys.stdout, sys.stderr)
+        return bench_main(args, sys.stdout, sys.stderr, args.paths or default_paths())
     result = run_bench(args, sys.stdout, sys.stderr)
     return 0 if result is not None else 1

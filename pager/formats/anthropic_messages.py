@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 import orjson
 
 from pager.errors import InputError, MessageError, ToolError
-from pager.formats import breakpoints as bp
+import pager.formats.breakpoints as bp
 from pager.formats._convert import ConversionMemo, ValueMemo, as_plain, strip_key, text_part
 from pager.formats.anthropic_blocks import (
     ANTHROPIC_ONLY,
@@ -47,10 +47,6 @@ from pager.formats.anthropic_blocks import (
 )
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats.usage import parse_usage
-
-# chat registers first whatever the import order: detection tries the newest
-# format first, and chat claims any request with 'messages'
-from pager.formats import openai_chat as _chat  # noqa: E402,F401  isort: skip
 
 __all__ = ["DEFAULT_CACHE_MARKS", "EPHEMERAL", "FORMAT", "AnthropicMessages", "block_text", "convert_message"]
 

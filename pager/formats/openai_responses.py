@@ -34,10 +34,6 @@ from pager.formats._convert import ConversionMemo, ValueMemo, as_plain, json_tex
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats.usage import parse_usage
 
-# chat registers first whatever the import order: detection tries the newest
-# format first, and chat claims any request with 'messages'
-from pager.formats import openai_chat as _chat  # noqa: E402,F401  isort: skip
-
 __all__ = ["FORMAT", "ItemError", "OpenAIResponses", "item_text"]
 
 USER_ROLES = frozenset({"user", "system", "developer"})

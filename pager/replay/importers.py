@@ -32,7 +32,7 @@ import orjson
 
 from pager.errors import InputError
 
-__all__ = ["NativeSession", "claude_code", "detect_log", "load_native", "responses_log"]
+__all__ = ["NativeSession", "chat_messages", "claude_code", "detect_log", "load_native", "responses_log"]
 
 
 @attrs.frozen
@@ -198,8 +198,8 @@ def load_native(path: str | os.PathLike[str]) -> NativeSession:
     raise InputError(f"{path} is a chat session file: load it with pager.replay.load_session")
 
 
-def chat_session(native: NativeSession) -> Any:
-    """Return an imported session as a chat ``pager.replay.Session`` (what ``pager replay`` / ``bench`` read).
+def chat_messages(native: NativeSession) -> list[dict[str, Any]]:
+    """Return an imported history as plain chat messages (what ``pager replay`` / ``bench`` read).
 
     The history goes through its wire format to neutral messages, then to
     plain chat messages (``pager.formats.export.to_chat``): thinking as
@@ -207,16 +207,9 @@ def chat_session(native: NativeSession) -> Any:
     """
     from pager.formats.base import get_format
     from pager.formats.export import to_chat
-    from pager.replay.session import Session
 
     fmt = get_format(native.format)
     request: dict[str, Any] = {native.key: list(native.history)}
     if native.format == "anthropic-messages":
         request["max_tokens"] = 1
-    messages = to_chat(fmt.to_messages(request).messages)
-    return Session(id=native.id, header=dict(native.header), messages=tuple(messages), path=native.path)
-
-
-def import_session(path: str | os.PathLike[str]) -> Any:
-    """Import an original log (Claude Code, Responses) as a chat ``Session``; ``InputError`` if it is neither."""
-    return chat_session(load_native(path))
+    return to_chat(fmt.to_messages(request).messages)

@@ -213,11 +213,9 @@ def table(results: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     return "\n".join(rows)
 
 
-def bench_main(args: Any, out: TextIO, err: TextIO) -> int:
-    """Run ``pager bench --native`` (paths, ``--min-assistant``, ``--cache-discount``, ``--json``)."""
-    from pager.cli.bench import default_paths
-
-    paths = [str(p) for p in (args.paths or default_paths())]
+def bench_main(args: Any, out: TextIO, err: TextIO, paths: Sequence[Any]) -> int:
+    """Run ``pager bench --native`` over ``paths`` (``--min-assistant``, ``--cache-discount``, ``--json``)."""
+    paths = [str(p) for p in paths]
     discount = args.cache_discount if args.cache_discount is not None else 0.5
     res = run_native(paths, openai=OpenAIPricing(discount=discount), min_turns=args.min_assistant,
                      context_window=args.context_window)

@@ -110,12 +110,13 @@ def load_session(path: str | os.PathLike[str]) -> Session:
         return parse_session(data.splitlines(), name=str(p))
     except InputError as exc:
         # an original agent log (Claude Code, OpenAI Responses): import it (pager.replay.importers)
-        from pager.replay.importers import import_session
+        from pager.replay.importers import chat_messages, load_native
 
         try:
-            return import_session(p)
+            native = load_native(p)
         except InputError:
             raise exc from None
+        return Session(id=native.id, header=dict(native.header), messages=tuple(chat_messages(native)), path=str(p))
 
 
 def discover(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
