@@ -213,3 +213,18 @@ def test_facade_speaks_responses_end_to_end(tmp_path):
         answer = p.call_tool({"type": "function_call", "call_id": "c9", "name": "recall",
                               "arguments": '{"query": "docs"}'}, format="openai-responses")
         assert answer["type"] == "function_call_output" and answer["call_id"] == "c9"
+
+
+def test_inspect_exports_a_session_in_another_format(tmp_path, capsys):
+    import pager
+    from pager.cli import main
+
+    with pager.open(tmp_path / "ctx", session="a") as p:
+        p.assemble(anthropic_request())
+    assert main(["inspect", str(tmp_path / "ctx"), "--format", "anthropic-messages"]) == 0
+    line = orjson.loads(capsys.readouterr().out.splitlines()[0])
+    assert line["request"]["messages"] == anthropic_request()["messages"]
+    assert main(["inspect", str(tmp_path / "ctx"), "--format", "openai-chat"]) == 0
+    chat = orjson.loads(capsys.readouterr().out.splitlines()[0])["request"]["messages"]
+    validate_chat(chat)
+    assert chat[0] == {"role": "system", "content": "You are a careful engineer."}
