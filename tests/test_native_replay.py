@@ -143,3 +143,14 @@ def test_bench_native_prints_both_formats(tmp_path, capsys):
     assert status == 0
     for name in ("anthropic/pager", "anthropic/full+tail-mark", "chat/pager", "chat/full"):
         assert f"| {name} |" in out
+
+
+def test_a_marked_string_turn_is_the_same_prefix():
+    from pager.replay.cache_model import Digests, anthropic_prompt
+
+    d = Digests(default_counter())
+    plain = {"messages": [{"role": "user", "content": "fix the bug in src/app.py"}]}
+    marked = {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "fix the bug in src/app.py", "cache_control": {"type": "ephemeral"}}]}]}
+    a, b = anthropic_prompt(plain, d), anthropic_prompt(marked, d)
+    assert a.chain == b.chain and a.tokens == b.tokens and b.marks == (0,)

@@ -94,7 +94,9 @@ class Digests:
         plain = block
         if isinstance(block, Mapping) and "cache_control" in block:
             plain = {k: v for k, v in block.items() if k != "cache_control"}  # marks are not content
-        raw = orjson.dumps(plain, option=orjson.OPT_SORT_KEYS)
+        # string content is one text block to the provider: marking it (as a list) changes nothing
+        canonical = {"text": block, "type": "text"} if isinstance(block, str) and text is None else plain
+        raw = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)
         digest = hashlib.blake2b(raw, digest_size=16).digest()
         n = self.counter.count(text if text is not None else _text(block))
         if plain is block:
