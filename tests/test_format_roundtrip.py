@@ -1,14 +1,15 @@
 """Native formats through a real pager: the store stays neutral, prompts keep every invariant.
 
-Requests go through ``pager.replay.native.NativePager``: the facade's format
-seam when it has one (``assemble(request, format=...)``), else the same steps
-(convert, schedule, render) done beside it.
+Requests go through the public ``pager.open(...).assemble(request)``, the
+format detected from the request.
 """
 
 from __future__ import annotations
 
 import orjson
 import pytest
+
+import pager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,23 +17,20 @@ from pager.formats.anthropic_messages import AnthropicMessages
 from pager.formats.export import export_request, to_chat
 from pager.formats.openai_chat import validate as validate_chat
 from pager.formats.openai_responses import OpenAIResponses
-from pager.replay.native import NativePager
 
 from tests.test_format_anthropic import request as anthropic_request
 from tests.test_format_responses import request as responses_request
 
 
-def stored(np: NativePager) -> list[dict]:
-    p = np.p
+def stored(p) -> list[dict]:
     return [p.store.message(pid)[1] for pid in p.history.page]
 
 
 def test_anthropic_round_trips_through_the_store():
-    np = NativePager("rt-a", "anthropic-messages")
-    try:
+    with pager.open(":memory:", session="rt-a") as p:
         req = anthropic_request()
-        np.assemble(req)
-        pages = stored(np)
+        p.assemble(req)
+        pages = stored(p)
         back = export_request(pages, "anthropic-messages", request={"model": req["model"]})
         assert back["system"] == req["system"]
         assert back["messages"] == req["messages"]
@@ -40,37 +38,30 @@ def test_anthropic_round_trips_through_the_store():
         validate_chat(to_chat(pages))
         again = export_request(pages, "openai-responses", request={"model": "gpt-5"})
         OpenAIResponses().to_messages(again)
-    finally:
-        np.close()
 
 
 def test_responses_round_trips_through_the_store():
-    np = NativePager("rt-r", "openai-responses")
-    try:
+    with pager.open(":memory:", session="rt-r") as p:
         req = responses_request()
-        np.assemble(req)
-        pages = stored(np)
+        p.assemble(req)
+        pages = stored(p)
         back = export_request(pages, "openai-responses", request={"model": "gpt-5"})
         assert back["instructions"] == req["instructions"]
         assert back["input"] == req["input"]
         validate_chat(to_chat(pages))
         AnthropicMessages().to_messages(export_request(pages, "anthropic-messages", request={}))
-    finally:
-        np.close()
 
 
 def test_bad_block_stores_nothing():
-    np = NativePager("bad", "anthropic-messages")
-    try:
+    with pager.open(":memory:", session="bad") as p:
         req = anthropic_request()
-        np.assemble(req)
-        before = len(np.p.history)
+        p.assemble(req)
+        before = len(p.history)
         broken = [*req["messages"], {"role": "assistant", "content": [{"type": "tool_use", "name": "x"}]}]
         with pytest.raises(ValueError, match=r"messages\[\d+\]: content\[0\]"):
-            np.assemble({**req, "messages": broken})
-        assert len(np.p.history) == before
-    finally:
-        np.close()
+            p.assemble({**req, "messages": broken})
+        assert len(p.history) == before
+        assert p.assemble(req)["messages"] == p.assemble(req)["messages"]  # still works
 
 
 WORDS = st.lists(st.sampled_from(["alpha", "beta", "src/app.py", "42", "TODO", "error", "def", "x"]),
@@ -126,16 +117,12 @@ def _check_anthropic(out: dict, req: dict) -> None:
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(anthropic_histories())
 def test_anthropic_invariants_hold(history):
-    np = NativePager("prop-a", "anthropic-messages", context_window=6000)
-    try:
+    with pager.open(":memory:", session="prop-a", context_window=6000) as p:
         for end in range(2, len(history) + 1, 2):
             req = anthropic_request(history[:end])
-            out = np.assemble(req)
-            rep = np.p.last_report
-            assert rep.tokens <= rep.budget
+            out = p.assemble(req)
+            assert p.last_report.tokens <= p.last_report.budget
             _check_anthropic(out, req)
-    finally:
-        np.close()
 
 
 @st.composite
@@ -158,12 +145,10 @@ def responses_histories(draw):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(responses_histories())
 def test_responses_invariants_hold(history):
-    np = NativePager("prop-r", "openai-responses", context_window=6000)
-    try:
+    with pager.open(":memory:", session="prop-r", context_window=6000) as p:
         req = responses_request(history)
-        out = np.assemble(req)
-        rep = np.p.last_report
-        assert rep.tokens <= rep.budget
+        out = p.assemble(req)
+        assert p.last_report.tokens <= p.last_report.budget
         assert out["instructions"] == req["instructions"]
         assert out["input"][0] == history[0]
         OpenAIResponses().to_messages(out)  # every output answers a call in input
@@ -173,8 +158,6 @@ def test_responses_invariants_hold(history):
                 assert it == reasoning[it["id"]]
                 nxt = out["input"][k + 1]
                 assert nxt.get("type") == "function_call" or nxt.get("role") == "assistant"
-    finally:
-        np.close()
 
 
 def test_facade_speaks_anthropic_end_to_end(tmp_path):
