@@ -159,7 +159,8 @@ class AnthropicMessages:
         hints: RenderHints,
         cache_marks: str | None = None,
     ) -> dict[str, Any]:
-        mode = bp.check_mode(cache_marks or self.cache_marks)
+        # per call, else RenderHints.cache_marks once the facade passes the option, else the default
+        mode = bp.check_mode(cache_marks or getattr(hints, "cache_marks", None) or self.cache_marks)
         out = dict(request)
         system_blocks: list[Any] = []
         system_str: list[str] = []
