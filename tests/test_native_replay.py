@@ -154,3 +154,24 @@ def test_a_marked_string_turn_is_the_same_prefix():
         {"type": "text", "text": "fix the bug in src/app.py", "cache_control": {"type": "ephemeral"}}]}]}
     a, b = anthropic_prompt(plain, d), anthropic_prompt(marked, d)
     assert a.chain == b.chain and a.tokens == b.tokens and b.marks == (0,)
+
+
+@pytest.mark.traces
+def test_usage_of_real_claude_code_responses_is_read_exactly(traces_dir):
+    from pager.formats.usage import parse_usage
+
+    path = traces_dir / "raw" / "claude-code" / "test" / "fixtures" / "transcripts" / "tool_heavy.jsonl"
+    if not path.exists():
+        pytest.skip("tool_heavy.jsonl is not in ../shared/traces")
+    seen = 0
+    for line in path.read_bytes().splitlines():
+        obj = orjson.loads(line)
+        usage = (obj.get("message") or {}).get("usage") if obj.get("type") == "assistant" else None
+        if usage:
+            u = parse_usage(obj["message"])
+            assert u.prompt_tokens == (usage["input_tokens"] + usage["cache_read_input_tokens"]
+                                       + usage["cache_creation_input_tokens"])
+            assert (u.cached_tokens, u.cache_write_tokens) == (
+                usage["cache_read_input_tokens"], usage["cache_creation_input_tokens"])
+            seen += 1
+    assert seen > 0

@@ -179,8 +179,7 @@ def _chat_text(m: Mapping[str, Any]) -> str:
         parts.append(c)
     elif isinstance(c, list):
         parts.extend(str(p.get("text", "")) for p in c if isinstance(p, Mapping))
-    if m.get("reasoning_content"):
-        parts.append(str(m["reasoning_content"]))
+    # reasoning_content is not counted: chat providers do not take it back (as the chat bench counts)
     for call in m.get("tool_calls") or ():
         fn = call.get("function") or {}
         parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
