@@ -187,6 +187,7 @@ def test_lookback_fills_spare_marks():
          "user turn cannot carry a thinking"),
         ([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "is_error": "yes"}]}], 0, "is_error"),
         ([{"role": "user", "content": ["plain"]}], 0, "content[0] must be an object"),
+        ([{"role": "user", "content": []}], 0, "at least one block"),
     ],
 )
 def test_malformed_blocks_name_message_and_block(msgs, index, fragment):

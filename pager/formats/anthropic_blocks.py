@@ -134,6 +134,8 @@ def convert_message(i: int, msg: Any) -> tuple[dict[str, Any], ...]:
         return ({"role": role, "content": content},)
     if not isinstance(content, list):
         raise MessageError(i, f"content must be a string or a list of blocks, got {type(content).__name__}")
+    if not content and role == "user":
+        raise MessageError(i, "a user turn needs at least one block")
     blocks = [_check_block(i, j, role, b) for j, b in enumerate(content)]
     native = content if not sdk and all(a is b for a, b in zip(blocks, content)) else blocks
     if role == "assistant":
