@@ -223,6 +223,7 @@ def test_sdk_objects_are_accepted():
     msgs = [{"role": "user", "content": "go"}, resp,
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu1", "content": "A"}]}]
     f = fmt()
+    assert detect({"model": "m", "messages": msgs[:2]}).name == "anthropic-messages"  # by the SDK blocks
     conv = f.to_messages(request(msgs)).messages
     assert conv[2]["tool_calls"][0]["id"] == "tu1"
     out = f.render(request(msgs), conv, tools=None, hints=RenderHints())

@@ -85,13 +85,15 @@ class AnthropicMessages:
         messages = request.get("messages")
         if not isinstance(messages, (list, tuple)):
             return False
-        for msg in messages:
-            m = as_plain(msg) if not isinstance(msg, Mapping) else msg
-            if not isinstance(m, Mapping):
-                continue
-            if m.get("role") in CHAT_ROLES or "tool_calls" in m or "tool_call_id" in m:
-                return False
-            content = m.get("content")
+        for m in messages:
+            if isinstance(m, Mapping):
+                if m.get("role") in CHAT_ROLES or "tool_calls" in m or "tool_call_id" in m:
+                    return False
+                content = m.get("content")
+            else:  # an SDK object: read its attributes, no dump on this hot path
+                if getattr(m, "role", None) in CHAT_ROLES or getattr(m, "tool_calls", None):
+                    return False
+                content = getattr(m, "content", None)
             if isinstance(content, list):
                 for b in content:
                     t = b.get("type") if isinstance(b, Mapping) else getattr(b, "type", None)
