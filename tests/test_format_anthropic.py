@@ -162,6 +162,19 @@ def test_never_more_than_four_marks_and_caller_marks_by_mode():
         f.render(req, conv, tools=None, hints=hints, cache_marks="everywhere")
 
 
+def test_merge_keeps_long_ttl_marks_first():
+    f = fmt()
+    msgs = history(4)
+    msgs[-1]["content"][0]["cache_control"] = {"type": "ephemeral", "ttl": "1h"}  # the caller's, at the end
+    req = request(msgs)
+    conv = f.to_messages(req).messages
+    out = f.render(req, conv, tools=None, hints=RenderHints(l1=2, stable=6, previous=None), cache_marks="merge")
+    ttls = [b["cache_control"].get("ttl", "5m") for m in out["messages"] if isinstance(m["content"], list)
+            for b in m["content"] if "cache_control" in b]
+    ttls = ([out["system"][0]["cache_control"].get("ttl", "5m")] if isinstance(out["system"], list) else []) + ttls
+    assert len(ttls) >= 2 and ttls == sorted(ttls, key=lambda t: t != "1h")  # every 1h mark before any 5m
+
+
 def test_marks_skip_thinking_blocks():
     slots = [bp.Slot(0), bp.Slot(1, markable=False), bp.Slot(1, markable=False)]
     assert bp.place(slots, l1=1, stable=1, previous=None) == [0]

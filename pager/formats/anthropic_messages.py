@@ -259,16 +259,24 @@ class AnthropicMessages:
                 refs.append((content, j))
         l1 = n_sys if (n_sys or tools) else hints.l1
         chosen = set(bp.place(slots, l1=l1, stable=hints.stable, previous=hints.previous, mode=mode))
+        # the API wants longer-lived marks before shorter ones: in merge mode a mark of
+        # pager's before a kept 1-hour mark of the caller's lives an hour too
+        long_until = -1
+        if mode == "merge":
+            for idx, (slot, (container, key)) in enumerate(zip(slots, refs)):
+                if idx in chosen and slot.caller and _ttl(container[key]) == "1h":
+                    long_until = idx
         touched_system = False
         for idx, (slot, (container, key)) in enumerate(zip(slots, refs)):
             want = idx in chosen
+            mark = EPHEMERAL if idx > long_until else {**EPHEMERAL, "ttl": "1h"}
             if key is None:  # a string-content turn
                 if want:
-                    container["content"] = [{**text_part(container["content"]), "cache_control": EPHEMERAL}]
+                    container["content"] = [{**text_part(container["content"]), "cache_control": mark}]
                 continue
             block = container[key]
             if want and (not slot.caller or mode == "pager"):
-                container[key] = {**_unmark(block), "cache_control": EPHEMERAL}
+                container[key] = {**_unmark(block), "cache_control": mark}
             elif slot.caller and not want:
                 container[key] = _unmark(block)
             else:
@@ -370,6 +378,11 @@ def _markable(block: Any) -> bool:
     if btype in UNMARKABLE:
         return False
     return not (btype == "text" and not block.get("text"))
+
+
+def _ttl(block: Any) -> str | None:
+    mark = block.get("cache_control") if isinstance(block, Mapping) else None
+    return mark.get("ttl") if isinstance(mark, Mapping) else None
 
 
 def _has_mark(block: Any) -> bool:
