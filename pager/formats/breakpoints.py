@@ -26,6 +26,9 @@ the nearest markable block before it.
 Modes (``cache_marks``): ``"pager"`` (default) strips the caller's marks and
 places pager's; ``"merge"`` keeps the caller's (their last four, if more) and
 adds pager's in the free slots; ``"caller"`` keeps the caller's and adds none.
+pager's marks are 5-minute entries (``{"type": "ephemeral"}``), except in
+``merge`` mode before a kept 1-hour mark of the caller's: the API wants
+longer-lived marks first, so those live an hour too.
 """
 
 from __future__ import annotations
