@@ -12,7 +12,7 @@ import pytest
 from pager.errors import RecallIndexError, SchemaError, StoreError
 from pager.storage.base import RecallIndex, StatUpdate
 from pager.storage.pg_index import PgIndex, page_vector
-from pager.storage.postgres import PostgresStore, open_store
+from pager.storage.postgres import SCHEMA_VERSION, PostgresStore, open_store
 from pager.testing import StoreContract, new_page
 
 
@@ -133,7 +133,7 @@ def test_concurrent_opens_of_a_fresh_database_migrate_once(pg_dsn):
         t.join()
     assert errors == []
     with PostgresStore(pg_dsn) as s:
-        assert s.setting("schema_version") == "2"
+        assert s.setting("schema_version") == str(SCHEMA_VERSION)
 
 
 # -- schema, errors, parameters ------------------------------------------------------------

@@ -92,18 +92,20 @@ class FeedIndex:
     def search(
         self, query: str, *, session: str, k: int = 5, exclude: Collection[int] = (),
         kinds: Collection[str] | None = None, cross_session: bool = False, min_score: float = 0.0,
+        audiences: Collection[str] = (),
     ) -> list[Hit]:
         self._maybe_sync()
         return self._index.search(query, session=session, k=k, exclude=exclude, kinds=kinds,
-                                  cross_session=cross_session, min_score=min_score)
+                                  cross_session=cross_session, min_score=min_score, audiences=audiences)
 
     def search_terms(
         self, terms: Iterable[str], *, session: str, k: int = 5, exclude: Collection[int] = (),
         kinds: Collection[str] | None = None, cross_session: bool = False, min_score: float = 0.0,
+        audiences: Collection[str] = (),
     ) -> list[Hit]:
         self._maybe_sync()
         return self._index.search_terms(terms, session=session, k=k, exclude=exclude, kinds=kinds,
-                                        cross_session=cross_session, min_score=min_score)
+                                        cross_session=cross_session, min_score=min_score, audiences=audiences)
 
     def delete(self, page_ids: Iterable[int]) -> None:
         with self._lock:

@@ -31,9 +31,10 @@ so a query grows with the session (a few ms at the traces' ~500 pages,
 ~400 ms at 10,000 on a busy 2-core machine; ``bench/pg_scale.py``). The statement is never
 prepared: a generic plan cannot see how common the terms are.
 
-Visibility: a session-scoped query sees the session's pages except private
-pages owned by someone else; ``cross_session=True`` adds shared pages and the
-caller's own pages elsewhere.
+Visibility is the Tantivy index's, as a ``WHERE`` clause (``_VISIBLE``): a
+query reads its session's pages (a private page only by its owner), the
+private pages of the owners and the project pools named in ``audiences``, and
+with ``cross_session=True`` every shared page.
 """
 
 from __future__ import annotations
@@ -109,8 +110,17 @@ FROM ranked r JOIN pager_pages p ON p.id = r.id
 WHERE r.score > 0 AND r.score >= %(min_score)s
 ORDER BY r.score DESC, r.id DESC
 """
-_HOME = "p.session = %(s)s AND NOT (p.scope = 'private' AND p.owner IS NOT NULL AND p.owner <> p.session)"
-_CROSS = f"({_HOME}) OR p.scope = 'shared' OR p.owner = %(s)s"
+# Who reads a page, by scope (as the Tantivy index's audiences): ``private`` its
+# owner (its session when it has none); ``project`` its session and readers of
+# its pool ("pool:<name>"); ``shared`` its session, and everyone cross-session;
+# ``session`` its session. %(readers)s is the session and the caller's audiences.
+_VISIBLE = (
+    "(p.scope = 'private' AND coalesce(p.owner, p.session) = ANY(%(readers)s))"
+    " OR (p.scope <> 'private' AND p.session = %(s)s)"
+    " OR (p.scope = 'project' AND 'pool:' || p.pool = ANY(%(readers)s))"
+)
+_HOME = _VISIBLE
+_CROSS = _VISIBLE + " OR p.scope = 'shared'"
 
 
 def _quote(lexeme: str) -> str:
@@ -269,15 +279,22 @@ class PgIndex:
     def search(
         self, query: str, *, session: str, k: int = 5, exclude: Collection[int] = (),
         kinds: Collection[str] | None = None, cross_session: bool = False, min_score: float = 0.0,
+        audiences: Collection[str] = (),
     ) -> list[Hit]:
-        """Return up to ``k`` pages matching free text ``query``, best first (never a syntax error)."""
+        """Return up to ``k`` pages matching free text ``query``, best first (never a syntax error).
+
+        A query reads its session's pages, the pages of each name in
+        ``audiences`` (an owner's private pages, ``"pool:<name>"`` for a
+        project pool), and shared pages with ``cross_session``.
+        """
         q = _clean(query[:MAX_QUERY_CHARS])
         return self._run(_TEXT_ANALYZER.analyze(q), _bigrams(q), q.split(), session, k, exclude, kinds,
-                         cross_session, min_score)
+                         cross_session, min_score, audiences)
 
     def search_terms(
         self, terms: Iterable[str], *, session: str, k: int = 5, exclude: Collection[int] = (),
         kinds: Collection[str] | None = None, cross_session: bool = False, min_score: float = 0.0,
+        audiences: Collection[str] = (),
     ) -> list[Hit]:
         """Return up to ``k`` pages matching pre-extracted ``terms``, best first."""
         words: list[str] = []
@@ -292,11 +309,12 @@ class PgIndex:
             words.extend(_TEXT_ANALYZER.analyze(t))
             grams.extend(_bigrams(t))
             chunks.append(t)
-        return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score)
+        return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score, audiences)
 
     def _run(
         self, words: list[str], grams: list[str], chunks: list[str], session: str, k: int,
         exclude: Collection[int], kinds: Collection[str] | None, cross_session: bool, min_score: float,
+        audiences: Collection[str] = (),
     ) -> list[Hit]:
         if k <= 0 or (kinds is not None and not kinds):
             return []
@@ -319,6 +337,7 @@ class PgIndex:
         params: dict[str, Any] = {
             "terms": terms, "keys": [x.startswith("=") for x in lexemes], "any": " | ".join(terms),
             "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B, "s": _clean(session), "limit": k,
+            "readers": [_clean(session), *(_clean(a) for a in audiences if a)],
             "min_score": float(min_score), "exclude": sorted(set(exclude)),
             "kinds": None if kinds is None else [_clean(x) for x in kinds],
         }

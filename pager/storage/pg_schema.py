@@ -17,7 +17,7 @@ from pager.storage.base import PageRecord
 
 __all__ = ["INDEXES", "MIGRATIONS", "SCHEMA_VERSION", "page_record"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Recall indexes open_index() can give: the database's own full-text index of
 # record, or a per-process Tantivy index following the change feed.
 INDEXES = ("postgres", "tantivy")
@@ -67,17 +67,25 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # every write to a session raises its version (Store.lock_session)
     2: ("ALTER TABLE pager_sessions ADD COLUMN version BIGINT NOT NULL DEFAULT 0",),
+    # shared pools: a project page's pool, who may read and write each pool; the page's terms
+    3: (
+        "ALTER TABLE pager_pages ADD COLUMN pool TEXT, ADD COLUMN terms TEXT[]",
+        "CREATE INDEX pager_pages_pool ON pager_pages (pool) WHERE pool IS NOT NULL",
+        """CREATE TABLE pager_pools (
+            name TEXT PRIMARY KEY, readers TEXT[] NOT NULL, writers TEXT[] NOT NULL,
+            updated DOUBLE PRECISION NOT NULL)""",
+    ),
 }
 _BUMP = "UPDATE pager_sessions SET version = version + 1 WHERE name = %s"
 
 _PAGE_COLS = (
     "id, session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id, call_ids, "
-    "tool_name, path, stale, labels, last_ref, ref_count, scope, handle, owner"
+    "tool_name, path, stale, labels, last_ref, ref_count, scope, handle, owner, pool, terms"
 )
 _INSERT_PAGE = (
     "INSERT INTO pager_pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id,"
-    " call_ids, tool_name, path, labels, last_ref, scope, owner, handle, message, tsv)"
-    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector) RETURNING id"
+    " call_ids, tool_name, path, labels, last_ref, scope, owner, pool, terms, handle, message, tsv)"
+    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector) RETURNING id"
 )
 # SQLSTATEs PostgreSQL resolves by aborting one transaction: retrying it is the cure.
 _RETRYABLE = ("40001", "40P01")
@@ -103,7 +111,8 @@ def page_record(r: dict[str, Any]) -> PageRecord:
         step=int(r["step"]), tokens=int(r["tokens"]), stub_tokens=int(r["stub_tokens"]), chars=int(r["chars"]),
         call_id=r["call_id"], call_ids=tuple(r["call_ids"] or ()), tool_name=r["tool_name"], path=r["path"],
         stale=bool(r["stale"]), labels=tuple(r["labels"] or ()), last_ref=int(r["last_ref"]),
-        ref_count=int(r["ref_count"]), scope=r["scope"], handle=r["handle"], owner=r["owner"],
+        ref_count=int(r["ref_count"]), scope=r["scope"], handle=r["handle"], owner=r["owner"], pool=r["pool"],
+        terms=None if r["terms"] is None else tuple(r["terms"]),
     )
 
 

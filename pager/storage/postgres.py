@@ -20,6 +20,7 @@ from typing import Any, Iterator, Sequence
 
 import orjson
 
+from pager.core.pools import PoolAcl
 from pager.errors import ConfigError, StoreError
 from pager.storage.base import Branch, Event, NewPage, PageRecord, StatUpdate, TimelineEntry
 from pager.storage.pg_conn import PgConnection  # imported first: without the extra it names the install line
@@ -213,8 +214,8 @@ class PostgresStore(PgConnection):
         vector = self._vector(text, p.labels, p.path, p.handle)
         return (
             session, p.hash, p.kind, p.role, seq, p.step, p.tokens, p.stub_tokens, p.chars, p.call_id,
-            list(p.call_ids), p.tool_name, p.path, list(p.labels), p.step, p.scope, p.owner, p.handle,
-            p.message, vector,
+            list(p.call_ids), p.tool_name, p.path, list(p.labels), p.step, p.scope, p.owner, p.pool,
+            list(p.terms), p.handle, p.message, vector,
         )
 
     def load_pages(self, ids: Sequence[int]) -> list[PageRecord]:
@@ -234,6 +235,35 @@ class PostgresStore(PgConnection):
         """Return the newest page id with ``handle`` in ``session`` (None when unknown)."""
         rows = self._rows("SELECT max(id) FROM pager_pages WHERE handle = %s AND session = %s", (handle, session))
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def pages_by_handle(self, handle: str) -> list[int]:
+        """Return the ids of the pages with ``handle`` in any session, newest first (callers check access)."""
+        return [int(r[0]) for r in self._rows(
+            "SELECT id FROM pager_pages WHERE handle = %s ORDER BY id DESC", (handle,))]
+
+    def set_scope(self, page_id: int, scope: str, pool: str | None) -> None:
+        """Move a page to another scope and pool (its session's version rises)."""
+        def write(conn: psycopg.Connection[Any]) -> None:
+            row = conn.execute(
+                "UPDATE pager_pages SET scope = %s, pool = %s WHERE id = %s RETURNING session", (scope, pool, page_id)
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"PostgreSQL store: no page with id {page_id}")
+            conn.execute(_BUMP, (row[0],))
+
+        self._write(write)
+
+    def set_pool_acl(self, pool: str, readers: Sequence[str], writers: Sequence[str]) -> None:
+        """Say who may read and who may write ``pool`` (replacing what was said before)."""
+        self._write(lambda c: c.execute(
+            "INSERT INTO pager_pools VALUES (%s, %s, %s, %s) ON CONFLICT (name) DO UPDATE "
+            "SET readers = EXCLUDED.readers, writers = EXCLUDED.writers, updated = EXCLUDED.updated",
+            (pool, sorted(readers), sorted(writers), time.time()),
+        ))
+
+    def pool_acls(self) -> dict[str, PoolAcl]:
+        return {name: PoolAcl(readers=r, writers=w)
+                for name, r, w in self._rows("SELECT name, readers, writers FROM pager_pools")}
 
     def message(self, page_id: int) -> tuple[str, dict[str, Any]]:
         """Return ``(session, original message)`` of a page; ``StoreError`` when unknown."""
