@@ -415,3 +415,16 @@ def test_pager_on_postgresql_with_the_tantivy_follower(pg_dsn):
             assert p.search("parse_config") and p.store.count_pages("f") == len(history)
     finally:
         store.close()
+
+
+# -- the pools' leak suite, on PostgreSQL ------------------------------------------------
+
+from test_pools import test_the_visible_set_is_exactly_the_specified_one  # noqa: E402,F401 - run here too
+
+
+@pytest.fixture
+def store_factory(pg_dsn):
+    """The leak suite's store (tests/test_pools.py), here a PostgresStore."""
+    s = PostgresStore(pg_dsn, max_size=2)
+    yield s
+    s.close()
