@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from pager import tools as agent_tools
 from pager.core.handoff import parse_handoff
+from pager.core.l1guard import item_text as l1_item_text
 from pager.core.messages import message_text, validate
 from pager.core.render import line_range
 from pager.core.tokens import TokenCounter, ToolTokens, default_counter
@@ -221,11 +222,14 @@ class Pager(Session):
         """Return the original text behind ``handle`` (optionally lines start..end, 1-based)."""
         with self._lock:
             self._check_open()
-            if not isinstance(handle, str) or not handle.startswith("pg:"):
-                raise HandleError(f"{handle!r} is not a pager handle (they look like pg:12-a1b2c3)")
             for name, v in (("start_line", start_line), ("end_line", end_line)):
                 if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                     raise ToolError(f"{name} must be a positive integer, got {v!r}")
+            moved = l1_item_text(handle, self._pins, self._notes)  # issue 14: L1 guard pointers pin:N / note:N
+            if moved is not None:
+                return line_range(moved, start_line, end_line)
+            if not isinstance(handle, str) or not handle.startswith("pg:"):
+                raise HandleError(f"{handle!r} is not a pager handle (they look like pg:12-a1b2c3)")
             pid = self.store.page_by_handle(self.session, handle)
             if pid is None:
                 raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")

@@ -57,6 +57,7 @@ reopened session keeps its window, its claimed notices and a pending handoff.
 from __future__ import annotations
 
 import bisect
+import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -68,23 +69,28 @@ from pager.core.budget import (
     BudgetConfig,
     BudgetState,
     blocked_text,
+    due_notice,
     evaluate_budget,
     fallback_text,
     hard_limit,
     prune_tools,
     reminder_text,
+    usage_text,
+    window_open_text,
 )
+from pager.core.l1guard import guard_card, items
 from pager.errors import BudgetError
 from pager.core.handoff import (
     NEW_CONTEXT_TOOL,
     Handoff,
+    check_promotion,
     confirmation_text,
     forced_checkpoint,
     render_checkpoint,
     render_new_window_message,
 )
 from pager.core.pages import TOOL_KINDS
-from pager.core.render import card_text, stub_message
+from pager.core.render import stub_message
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, ToolTokens, content_text
 from pager.formats.base import RenderHints
 from pager.schedulers.base import ScheduleResult
@@ -147,11 +153,21 @@ class RolloverController:
             output_reserve=options.reserve,
             fallback_reserve=options.fallback_reserve,
             reminder_threshold=options.reminder_threshold,
+            effective_window_percent=options.effective_window_percent,
+            auto_compact_ratio=options.auto_compact_ratio,
+            notice_percents=tuple(options.notice_percents),
+            max_steps=options.max_steps,
         )
         self.workspace = Path(options.workspace) if options.workspace else None
         self.window = Window()
         self.pending: Intent | None = None
         self.last_handoff: Mapping[str, Any] | None = None
+        # inferences of every committed handoff: never accepted back as requirements
+        self.inferences: tuple[str, ...] = ()
+        self.triggers: tuple[str, ...] = ()  # message_uuids of earlier handoffs
+        # the checkpoint files read back (``state_dir``), set by the facade: the next card carries them
+        self.state_text = ""
+        self.resume_pending = False  # a reopened session: show the state files once, at the tail
         self._count_tools = ToolTokens(counter)
         self._events: list[tuple[str, Any]] = []
         if state:
@@ -163,7 +179,13 @@ class RolloverController:
         w = dict(data["window"])
         w["carried"] = tuple(w.get("carried", ()))
         w["notices"] = tuple(Notice(**n) for n in w.get("notices", ()))
+        for key in ("notices_claimed", "moved"):
+            w[key] = tuple(w.get(key, ()))
+        if "opened" not in w:
+            w["opened"] = True  # a window saved before the notice existed is not announced again
         self.window = Window(**w)
+        self.inferences = tuple(data.get("inferences", ()))
+        self.triggers = tuple(data.get("triggers", ()))
         p = data.get("pending")
         self.pending = Intent(p["arguments"], p["call_id"]) if p else None
         self.last_handoff = data.get("last_handoff")
@@ -175,6 +197,8 @@ class RolloverController:
             "window": attrs.asdict(self.window, recurse=True),
             "pending": attrs.asdict(self.pending) if self.pending else None,
             "last_handoff": self.last_handoff,
+            "inferences": list(self.inferences),
+            "triggers": list(self.triggers),
         }
 
     def take_events(self) -> tuple[tuple[str, Any], ...]:
@@ -190,6 +214,7 @@ class RolloverController:
         Phase one of two: nothing in the window changes here. A second call
         before the switch replaces the first (the latest handoff wins).
         """
+        check_promotion(handoff, self.inferences, self.triggers)
         args = handoff.to_arguments()
         self.pending = Intent(args, call_id)
         self._events.append(("rollover_intent", {"call_id": call_id, **args}))
@@ -332,6 +357,9 @@ class RolloverController:
             first = render_new_window_message(self.session, trigger, handoff, keep_notes)
             payload: dict[str, Any] = {"handoff": dict(intent.arguments)}
             self.last_handoff = intent.arguments
+            # committed: its inferences stay inferences in every later window
+            self.inferences = (*self.inferences, *(i for i in handoff.inferences if i not in self.inferences))
+            self.triggers = (*self.triggers, trigger)
         else:
             trigger = h.handle[end - 1] if end > 0 else ""
             cp = forced_checkpoint(self._objective(h, messages, pins), keep_notes,
@@ -343,7 +371,8 @@ class RolloverController:
         carried = tuple(
             h.page[r] for r in range(pinned, end) if h.kind[r] == "system"
         )
-        card = card_text(list(pins), [])
+        guard = self._guard(h, pins, carried)
+        card = guard.card
         self.window = Window(
             generation=old.generation + 1,
             start=end,
@@ -351,6 +380,7 @@ class RolloverController:
             carried=carried,
             card=card,
             card_tokens=self._text_tokens(card) if card else 0,
+            moved=guard.moved,
             first=first,
             first_tokens=self._text_tokens(first),
             pins_shown=len(pins),
@@ -373,6 +403,27 @@ class RolloverController:
     def _notice(self, kind: str, text: str, pos: int) -> None:
         n = Notice(pos=pos, kind=kind, text=text, tokens=self._text_tokens(text))
         self.window = attrs.evolve(self.window, notices=(*self.window.notices, n))
+        self._events.append(("notice", {"kind": kind, "generation": self.window.generation}))
+
+    def _guard(self, h: "History", pins: Sequence[str], carried: Sequence[int]):
+        """Return the new window's card under the L1 cap: pins (oldest move out first) and the state files."""
+        pinned = min(h.pinned_count(), len(h))
+        fixed = sum(h.tokens[:pinned]) + sum(h.tokens[h.row_of[p]] for p in carried)
+        if not pins and not self.state_text:
+            return guard_card(fixed, [], [], 0, self.counter.count)
+        return guard_card(
+            fixed, items("pin", pins), [], self.options.l1_cap, self.counter.count,
+            overhead=MESSAGE_OVERHEAD, state=self.state_text,
+        )
+
+    def window_id(self) -> str:
+        """Return the current window's id: its number and a digest of the session and its start."""
+        w = self.window
+        digest = hashlib.sha1(f"{self.session}\0{w.generation}\0{w.anchor}".encode()).hexdigest()[:8]
+        return f"w{w.generation + 1}-{digest}"
+
+    def _steps(self, h: "History") -> int:
+        return sum(1 for r in range(self._start(h), len(h)) if h.role[r] == "assistant")
 
     def assemble(
         self,
@@ -392,13 +443,16 @@ class RolloverController:
         forked = self._sync(h)
         n = len(h)
         hard = hard_limit(self.config)
+        labels: list[str] = []
         if self.window.card is None:
             # the first window's card is fixed when it opens, like every later one's
-            card = card_text(list(pins), [])
+            guard = self._guard(h, pins, self.window.carried)
             self.window = attrs.evolve(
-                self.window, card=card, card_tokens=self._text_tokens(card) if card else 0,
-                pins_shown=len(pins),
+                self.window, card=guard.card, card_tokens=self._text_tokens(guard.card) if guard.card else 0,
+                pins_shown=len(pins), moved=guard.moved,
             )
+            labels.extend(f"l1-moved:{ref}" for ref in guard.moved)
+            self.resume_pending = False  # the card already carries the state files
         last_assistant, open_ids = _open_calls(messages)
         boundary = not open_ids
         tools_tokens = self._count_tools(tools)
@@ -407,7 +461,6 @@ class RolloverController:
             changed.append(0)  # conservative: a rewind is rare and re-bills anyway
         if self.window.synthetic_at is not None:
             changed.append(self.window.synthetic_at)
-        labels: list[str] = []
         demoted: tuple[int, ...] = ()
         reason = ""
 
@@ -423,6 +476,7 @@ class RolloverController:
             changed.append(min(h.pinned_count(), n) + len(old.carried))
             reason = f"rollover: {why}"
             labels.append(f"rollover:{why}")
+            labels.extend(f"l1-moved:{ref}" for ref in self.window.moved)
             if size() > hard:
                 raise BudgetError(size() - tools_tokens, hard - tools_tokens,
                                   "L1 and the new window's first message do not fit")
@@ -433,6 +487,7 @@ class RolloverController:
             explicit_rollover_declared=self.pending is not None and boundary,
             reminder_claimed=self.window.reminder_claimed,
             fallback_claimed=self.window.fallback_claimed,
+            steps=self._steps(h),
         ))
         if action.type == "rollover":
             if boundary:
@@ -457,6 +512,34 @@ class RolloverController:
                 self.window = attrs.evolve(self.window, fallback_claimed=True)
             labels.append(action.type)
             reason = reason or action.type
+        if boundary and not self.window.opened:
+            # the window-open notice: which window, its id, the tokens left (seed 004)
+            now = size()
+            self.window = attrs.evolve(self.window, opened=True, prefix_tokens=now)
+            if self.options.window_notice:
+                wid = self.window_id()
+                self._notice("window", window_open_text(
+                    self.config, BudgetState(now), self.window.generation + 1, wid, self.session), n)
+                self._events.append(("window_opened", {"generation": self.window.generation, "id": wid,
+                                                       "tokens_left": hard - now}))
+                labels.append("window")
+        if boundary and self.resume_pending and self.state_text:
+            # a reopened session: the checkpoint files once, at the tail (the window's prefix stays)
+            self._notice("resume", "[pager] Checkpoint files of this task, read back on reopen:\n"
+                         + self.state_text, n)
+            labels.append("resume")
+        self.resume_pending = False
+        if boundary and self.config.notice_percents:
+            w = self.window
+            pct = due_notice(self.config, BudgetState(size(), prefix_tokens=w.prefix_tokens,
+                                                      notices_claimed=w.notices_claimed),
+                             self.options.body_after_prefix)
+            if pct is not None:
+                self._notice(f"usage-{pct}", usage_text(self.config, BudgetState(size()), pct), n)
+                claimed = (*w.notices_claimed, *(q for q in self.config.notice_percents
+                                                 if q <= pct and q not in w.notices_claimed))
+                self.window = attrs.evolve(self.window, notices_claimed=claimed)
+                labels.append(f"usage-{pct}")
         if boundary and len(pins) > self.window.pins_shown:
             # a pin added mid-window is shown once at the tail; the card is fixed until the next window
             added = "\n".join(f"- {p}" for p in pins[self.window.pins_shown :])
