@@ -32,6 +32,7 @@ from pager.report import Report, ReportLog
 from pager.schedulers.base import ScheduleResult
 from pager.schedulers.window import handoff_from_events, task_state
 from pager.session import Session, open_store
+from pager.statedir import attach_state_dir
 from pager.statefiles import TaskState
 from pager.storage.base import Store
 
@@ -89,6 +90,7 @@ class Pager(Session):
         self._recorder = Recorder(self.session, self.history, self.options.scope)
         self.reports = ReportLog(self.store.path, enabled=self.options.log_reports)
         self.last_report: Report | None = None
+        self._state_dir = attach_state_dir(self)  # issue 14: live checkpoint files (no-op without state_dir)
 
     # -- assemble -----------------------------------------------------------------------
 
@@ -141,6 +143,7 @@ class Pager(Session):
                 self._feeder.forget([d.page_id for d in docs])
                 self._reload()
                 raise
+            self._state_dir.after_assemble(result.events)  # issue 14: after the commit, WAL then files
             if result.flush_index:
                 self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
             self._prev_out = result.messages
@@ -208,6 +211,7 @@ class Pager(Session):
             text = _clean_text("pin", text)
             self.store.add_pin(self.session, text)
             self._add_pin(text)
+            self._state_dir.record(f"pin p={len(self._pins)}")  # issue 14
 
     def note(self, text: str) -> int:
         """Keep a short note in the task-state card; return how many notes the card shows."""
@@ -216,6 +220,7 @@ class Pager(Session):
             text = _clean_text("note", text)[: agent_tools.NOTE_MAX_CHARS]
             self.store.add_note(self.session, text, self.history.clock)
             self._notes.append(text)
+            self._state_dir.record(f"note n={len(self._notes)}")  # issue 14
             return min(len(self._notes), self.options.max_notes)
 
     def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
@@ -314,6 +319,7 @@ class Pager(Session):
             text = self._rollover.declare(parse_handoff(args, self._rollover.workspace), cid)
             with self.store.transaction():
                 self._save_rollover(self._rollover.to_state(), self._rollover.take_events())
+            self._state_dir.record(f"handoff-intent call={cid}")  # issue 14
             return text
 
     def task_state(self) -> TaskState:

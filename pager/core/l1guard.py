@@ -123,9 +123,14 @@ def guard_card(
     over = bool(cap) and size(card) > cap
     if state:
         room = cap - size(card) - (0 if card else overhead) if cap else count(state)
-        block = _cut(state, room, count, state_where)
-        if block:
-            card = _render(kept_pins, kept_notes, pointers, block)
+        for _ in range(4):  # joining texts can count a few tokens more than the parts: shrink and retry
+            block = _cut(state, room, count, state_where)
+            with_state = _render(kept_pins, kept_notes, pointers, block) if block else card
+            excess = size(with_state) - cap if cap else 0
+            if excess <= 0:
+                card = with_state
+                break
+            room -= excess
     return GuardResult(card, tuple(p.text for p in kept_pins), tuple(n.text for n in kept_notes),
                        tuple(moved), over)
 
