@@ -203,7 +203,8 @@ def write(root: Path) -> None:
         text = path.read_text(encoding="utf-8")
         if table_in(text) is None:
             raise SystemExit(f"{path}: no settings-table markers")
-        path.write_text(_BLOCK.sub(lambda _m: f"{START}\n{table}{END}", text), encoding="utf-8")
+        block = f"{START}\n{table}{END}"
+        path.write_text(_BLOCK.sub(lambda _m, block=block: block, text), encoding="utf-8")
 
 
 if __name__ == "__main__":  # pragma: no cover
