@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The store is the source of truth; the directory is its readable shadow
 (``pager.statefiles`` describes the files). Every state transition of the
-session — the session opening (``window-opened`` on a fresh directory,
+session — the session opening (``session-opened`` on a fresh directory,
 ``resume`` on a reopen), a rollover window opening, a notice, a note, a pin,
 a handoff intent, a handoff committed, a rollover — is written in this
 order::
@@ -174,7 +174,7 @@ class StateDir:
                 self.record(self.recovered)
             self.record(f"resume session={self.host.session}")
         else:
-            self.record(f"window-opened session={self.host.session}")
+            self.record(f"session-opened session={self.host.session}")
         return reopened
 
 
@@ -182,7 +182,7 @@ def attach_state_dir(host: Any) -> StateDir | NullStateDir:
     """Return the live checkpoint directory of a facade (a no-op without ``state_dir``).
 
     Opens it (reconciling after a crash, logging ``resume`` or
-    ``window-opened``) and, for a reopened session, hands the files to the
+    ``session-opened``) and, for a reopened session, hands the files to the
     scheduler: the paging card carries them from now on, and in rollover mode
     they are shown once at the next step.
     """

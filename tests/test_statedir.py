@@ -52,7 +52,7 @@ def nc(cid: str, next_steps, inferences=("the reserve is subtracted twice",), re
 def test_every_transition_appends_one_wal_line(tmp_path):
     d = tmp_path / "state"
     p = opened(tmp_path, mode="rollover", fallback_reserve=4_000, reminder_threshold=4_000)
-    assert [m["what"] for m in wal(d)] == ["window-opened session=s1"]
+    assert [m["what"] for m in wal(d)] == ["session-opened session=s1"]
     p.pin("Never edit db/schema.sql without a migration file")
     p.note("decision: keep SQLite in WAL mode because readers must not block the writer")
     history = list(HISTORY)
@@ -63,7 +63,7 @@ def test_every_transition_appends_one_wal_line(tmp_path):
     p.assemble({"messages": history})
     p.close()
     whats = [m["what"] for m in wal(d)]
-    assert whats[:3] == ["window-opened session=s1", "pin p=1", "note n=1"]
+    assert whats[:3] == ["session-opened session=s1", "pin p=1", "note n=1"]
     assert whats[3].startswith("window-opened generation=0 id=w1-")
     assert whats[4] == "handoff-intent call=nc1"
     assert whats[5:7] == ["handoff-committed", "rollover generation=1 reason=model"]
@@ -120,7 +120,7 @@ def test_wal_rotates_by_size_keeping_every_segment(tmp_path):
     p.close()
     segments = wal_segments(d)
     assert len(segments) >= 3 and segments[0] == ".wal.000001" and segments[-1] == ".wal"
-    assert [m["what"] for m in wal(d)] == ["window-opened session=s1"] + [f"note n={i}" for i in range(1, 13)]
+    assert [m["what"] for m in wal(d)] == ["session-opened session=s1"] + [f"note n={i}" for i in range(1, 13)]
 
 
 def test_symlinked_state_files_refuse_open_and_do_not_leak_the_store(tmp_path):

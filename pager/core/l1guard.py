@@ -28,7 +28,7 @@ import attrs
 
 from pager.core.render import card_text
 
-__all__ = ["GuardResult", "L1Item", "guard_card", "item_text", "pointer_line"]
+__all__ = ["GuardResult", "L1Item", "cut_text", "guard_card", "item_text", "items", "pointer_line"]
 
 HEAD_CHARS = 80
 _REF_RE = re.compile(r"^(pin|note):([1-9][0-9]{0,8})$")
@@ -71,7 +71,7 @@ def _render(pins: Sequence[L1Item], notes: Sequence[L1Item], pointers: Sequence[
     return card_text([p.text for p in pins], [n.text for n in notes], "\n".join(extra))
 
 
-def _cut(state: str, room: int, count: Callable[[str], int], where: str) -> str:
+def cut_text(state: str, room: int, count: Callable[[str], int], where: str) -> str:
     """Return ``state`` cut to about ``room`` tokens (its head kept), or '' when there is no room."""
     if room <= 0 or not state:
         return ""
@@ -124,7 +124,7 @@ def guard_card(
     if state:
         room = cap - size(card) - (0 if card else overhead) if cap else count(state)
         for _ in range(4):  # joining texts can count a few tokens more than the parts: shrink and retry
-            block = _cut(state, room, count, state_where)
+            block = cut_text(state, room, count, state_where)
             with_state = _render(kept_pins, kept_notes, pointers, block) if block else card
             excess = size(with_state) - cap if cap else 0
             if excess <= 0:

@@ -165,6 +165,7 @@ def task_state(
                 current = item[1]
             else:
                 progress.append(f"{item[0]}: {item[1]}")
+                current = ""  # a step finished (or failed) after it: nothing is in progress now
         if not logged or any(item is None for item in logged):
             plain.append(entry.text)  # a note made only of progress lines lives in the progress log
     if handoff is not None and handoff.next_steps:

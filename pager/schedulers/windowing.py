@@ -21,7 +21,7 @@ import attrs
 from pager.core import pairing
 from pager.core.budget import BudgetConfig, BudgetState, due_notice, usage_text, window_open_text
 from pager.core.handoff import forced_checkpoint, render_checkpoint, render_new_window_message
-from pager.core.l1guard import GuardResult, guard_card, items
+from pager.core.l1guard import GuardResult, cut_text, guard_card, items
 from pager.core.pages import TOOL_KINDS
 from pager.core.render import stub_message
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text
@@ -281,8 +281,11 @@ class WindowOps:
                 labels.append("window")
         if self.resume_pending and self.state_text:
             # a reopened session: the checkpoint files once, at the tail (the window's prefix stays)
-            self._notice("resume", "[pager] Checkpoint files of this task, read back on reopen:\n"
-                         + self.state_text, len(h))
+            # as big as L1 may be, no bigger: the notice is re-sent on every call of the window
+            text = self.state_text
+            if self.options.l1_cap:
+                text = cut_text(text, self.options.l1_cap, self.counter.count, "pager state resume")
+            self._notice("resume", "[pager] Checkpoint files of this task, read back on reopen:\n" + text, len(h))
             labels.append("resume")
         self.resume_pending = False
         if self.config.notice_percents:
