@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 from pager import tools as agent_tools
 from pager.core.handoff import parse_handoff
 from pager.core.l1guard import item_text as l1_item_text
+from pager.core.l1guard import l1_hits
 from pager.core.messages import message_text, validate
 from pager.core.render import line_range
 from pager.core.tokens import TokenCounter, ToolTokens, default_counter
@@ -259,6 +260,7 @@ class Pager(Session):
                 raise InputError(f"k must be a positive integer, got {k!r}")
             self._feeder.flush()
             hits = self._feeder.index.search(query, session=self.session, k=k, cross_session=cross_session)
+            hits += l1_hits(query, self._pins, self._notes, self._outside_l1(), k - len(hits), self.session)  # issue 14
             self._faults += sum(1 for hit in hits if hit.page_id in self._demoted)
             return hits
 
@@ -334,6 +336,13 @@ class Pager(Session):
             if handoff is None:
                 handoff = handoff_from_events(self.store.events(self.session))
             return task_state(goal, self.store.timeline(self.session), handoff, self.options.max_notes)
+
+    def _outside_l1(self) -> list[str]:
+        """Return the pin:N / note:N references not in the last prompt's card (issue 14: recallable)."""
+        moved = [n.split(":", 1)[1] for n in (self.last_report.notices if self.last_report else ())
+                 if n.startswith("l1-moved:")]
+        shown = 0 if self._rollover is not None else self.options.max_notes
+        return moved + [f"note:{i + 1}" for i in range(max(0, len(self._notes) - shown))]
 
     def reindex(self) -> int:
         """Rebuild the recall index from the store outright; return the pages indexed."""

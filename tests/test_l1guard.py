@@ -92,3 +92,22 @@ def test_over_the_window_itself_is_still_a_budget_error(tmp_path):
     with pytest.raises(BudgetError):
         p.assemble({"messages": [SYSTEM, TURN1]})
     p.close()
+
+
+def test_moved_items_and_old_notes_are_found_by_recall(tmp_path):
+    p = _open(tmp_path)
+    for i in range(30):
+        p.pin(f"goal {i}: " + "keep the public API stable and every test green " * 12)
+    p.pin("goal 30: the zebra-migration must keep column widths")
+    p.assemble({"messages": [SYSTEM, TURN1]})
+    assert "l1-moved:pin:1" in p.last_report.notices
+    found = p.call_tool({"id": "r1", "function": {"name": "recall", "arguments": '{"query": "goal 0: public API"}'}})
+    assert "pin:1 (step 0, pin)" in found["content"]
+    # a pin still in the card is not offered again; a note older than the card shows is
+    assert not [h for h in p.search("zebra-migration column widths") if h.kind == "pin"]
+    for i in range(10):
+        p.note(f"note {i} about the flux-capacitor" if i == 0 else f"note {i}")
+    hits = [h.handle for h in p.search("flux-capacitor")]
+    assert "note:1" in hits
+    assert p.expand("note:1") == "note 0 about the flux-capacitor"
+    p.close()

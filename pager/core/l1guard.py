@@ -28,7 +28,7 @@ import attrs
 
 from pager.core.render import card_text
 
-__all__ = ["GuardResult", "L1Item", "cut_text", "guard_card", "item_text", "items", "pointer_line"]
+__all__ = ["GuardResult", "L1Hit", "L1Item", "cut_text", "guard_card", "item_text", "items", "l1_hits", "pointer_line"]
 
 HEAD_CHARS = 80
 _REF_RE = re.compile(r"^(pin|note):([1-9][0-9]{0,8})$")
@@ -148,3 +148,43 @@ def item_text(ref: str, pins: Sequence[str], notes: Sequence[str]) -> str | None
     texts = pins if m.group(1) == "pin" else notes
     i = int(m.group(2))
     return texts[i - 1] if i <= len(texts) else None
+
+
+@attrs.frozen(slots=True)
+class L1Hit:
+    """A pin or note outside L1 that matches a search, shaped like a recall index hit."""
+
+    handle: str  # the reference expand() takes: pin:N / note:N
+    kind: str
+    snippet: str
+    score: float
+    session: str = ""
+    page_id: int = 0  # not a page: never counted as a fault
+    step: int = 0
+    path: str | None = None
+
+
+_WORDS_RE = re.compile(r"[\w./-]{3,}")
+
+
+def l1_hits(
+    query: str, pins: Sequence[str], notes: Sequence[str], outside: Sequence[str], k: int, session: str = ""
+) -> list[L1Hit]:
+    """Return up to ``k`` pins / notes named in ``outside`` (refs) that share words with ``query``, best first.
+
+    The L1 guard's moved items, and notes older than the card shows, stay
+    recallable this way: a search finds them beside the history's pages.
+    """
+    words = {w.lower() for w in _WORDS_RE.findall(query)}
+    if k <= 0 or not words:
+        return []
+    found = []
+    for ref in outside:
+        text = item_text(ref, pins, notes)
+        if text is None:
+            continue
+        shared = words & {w.lower() for w in _WORDS_RE.findall(text)}
+        if shared:
+            found.append(L1Hit(ref, ref.split(":")[0], " ".join(text.split())[:200], len(shared) / len(words), session))
+    found.sort(key=lambda h: -h.score)
+    return found[:k]
