@@ -143,6 +143,7 @@ class StateDir:
 
     def _refresh(self) -> None:
         self.text = resume_text(self.path)
+        self.host._state_text = self.text  # a controller rebuilt after a reload picks it up (Session._load)
         rollover = getattr(self.host, "_rollover", None)
         if rollover is not None:
             rollover.state_text = self.text  # the next window's card carries the latest files
@@ -189,7 +190,8 @@ def attach_state_dir(host: Any) -> StateDir | NullStateDir:
     where = host.options.state_dir
     if not where:
         return NullStateDir()
-    sd = StateDir(host, where, wal_max_bytes=host.options.wal_max_bytes)
+    # absolute now: a harness that changes directory later must not move the checkpoint files
+    sd = StateDir(host, Path(where).absolute(), wal_max_bytes=host.options.wal_max_bytes)
     try:
         reopened = sd.open()
     except BaseException:
