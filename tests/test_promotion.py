@@ -7,7 +7,8 @@ import json
 import pytest
 
 import pager
-from pager.core.handoff import check_promotion, parse_handoff
+from pager.core.handoff import parse_handoff
+from pager.core.promotion import check_promotion
 from pager.core.tokens import HeuristicCounter
 from pager.errors import ToolError
 

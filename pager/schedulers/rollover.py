@@ -72,7 +72,8 @@ from pager.core.budget import (
     prune_tools,
     reminder_text,
 )
-from pager.core.handoff import NEW_CONTEXT_TOOL, Handoff, check_promotion, confirmation_text
+from pager.core.handoff import NEW_CONTEXT_TOOL, Handoff, confirmation_text
+from pager.core.promotion import check_promotion
 from pager.core.tokens import TokenCounter, ToolTokens
 from pager.errors import BudgetError
 from pager.formats.base import RenderHints
