@@ -33,7 +33,13 @@ def _non_negative(_inst: Any, attribute: attrs.Attribute, value: int | float) ->
 
 
 def _path_or_none(value: Any) -> Any:
-    return os.fspath(value) if isinstance(value, os.PathLike) else value
+    # absolute when built: the options are saved with the session, and a reopen from another
+    # working directory must find the same checkpoint files
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and value and "\x00" not in value:
+        return os.path.abspath(value)
+    return value
 
 
 def _int_tuple(value: Any) -> tuple[int, ...]:
