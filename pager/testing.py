@@ -94,12 +94,14 @@ class StoreContract:
     def test_fields_round_trip(self, store: Store) -> None:
         b = store.ensure_session("s")
         page = new_page(3, kind="file", call_id="c9", path="src/a.py", labels=("task:0", "goal:x"),
-                        tool_name="read_file", scope="shared", owner="alice", call_ids=())
+                        tool_name="read_file", scope="shared", owner="alice", call_ids=(),
+                        terms=("src/a.py", "load_config"))
         _, (pid,) = store.record("s", b, None, 0, [page])
         rec = store.load_pages([pid])[0]
         assert (rec.kind, rec.call_id, rec.path, rec.labels, rec.tool_name, rec.scope, rec.owner) == (
             "file", "c9", "src/a.py", ("task:0", "goal:x"), "read_file", "shared", "alice")
         assert rec.handle == page.handle and rec.hash == page.hash and rec.tokens == page.tokens
+        assert set(rec.terms or ()) == {"src/a.py", "load_config"}
 
     def test_page_ids_grow_across_sessions(self, store: Store) -> None:
         a, b = store.ensure_session("a"), store.ensure_session("b")

@@ -90,6 +90,8 @@ class NewPage:
     labels: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
     scope: str = "session"
     owner: str | None = None
+    # the page's referable terms (paths, identifiers, errors), kept so a reopen need not re-extract them
+    terms: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
 
 
 @attrs.frozen(slots=True)
@@ -117,6 +119,7 @@ class PageRecord:
     scope: str
     handle: str
     owner: str | None = None
+    terms: tuple[str, ...] | None = None  # None: not stored (a page written before terms were kept)
 
 
 @attrs.frozen(slots=True)
@@ -144,4 +147,5 @@ def page_record(values: Mapping[str, Any]) -> PageRecord:
         stale=bool(values["stale"]), labels=seq(values["labels"]), last_ref=int(values["last_ref"]),
         ref_count=int(values["ref_count"]), scope=values["scope"] or "session", handle=values["handle"],
         owner=values.get("owner"),
+        terms=None if values.get("terms") is None else seq(values["terms"]),
     )

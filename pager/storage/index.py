@@ -276,8 +276,14 @@ class PageIndex:
                 pause = min(pause * 2, 0.2)
 
     def _release(self) -> None:
-        # dropping the writer releases Tantivy's lock for the other writers
-        self._writer = None
+        # give Tantivy's lock back to the other writers, after its merge threads finished:
+        # nothing of ours may write to the folder once commit (or close) returned
+        w, self._writer = self._writer, None
+        if w is not None:
+            try:
+                w.wait_merging_threads()
+            except (ValueError, OSError, RuntimeError) as e:
+                log.warning("recall index: waiting for merges failed: %s", e)
 
     # -- writing -------------------------------------------------------------
 

@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS pages (
     stub_tokens INTEGER NOT NULL, chars INTEGER NOT NULL, call_id TEXT, call_ids TEXT,
     tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
     last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
-    scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT);
+    scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT,
+    terms TEXT);
 CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
 CREATE INDEX IF NOT EXISTS pages_handle ON pages(handle);
 CREATE TABLE IF NOT EXISTS branch_pages (
@@ -76,12 +77,12 @@ CREATE TABLE IF NOT EXISTS events (
 PAGE_COLUMNS = (
     "id", "session", "hash", "kind", "role", "seq", "step", "tokens", "stub_tokens", "chars",
     "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
-    "handle", "owner",
+    "handle", "owner", "terms",
 )
 _COLS = ", ".join(PAGE_COLUMNS)
 # Migrations from each older schema version to the next, applied in one transaction at open.
 _MIGRATIONS = {
-    1: ("ALTER TABLE pages ADD COLUMN owner TEXT",
+    1: ("ALTER TABLE pages ADD COLUMN owner TEXT", "ALTER TABLE pages ADD COLUMN terms TEXT",
         "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0"),
 }
 
@@ -335,13 +336,14 @@ class SQLiteStore:
                 cur = db.execute(
                     "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
                     " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
-                    " message, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " message, owner, terms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         session, p.hash, p.kind, p.role, start_seq + offset, p.step,
                         p.tokens, p.stub_tokens, p.chars, p.call_id,
                         orjson.dumps(list(p.call_ids)).decode(), p.tool_name,
                         p.path, 0, orjson.dumps(list(p.labels)).decode(),
                         p.step, 0, p.scope, p.handle, p.message, p.owner,
+                        orjson.dumps(list(p.terms)).decode(),
                     ),
                 )
                 pid = int(cur.lastrowid or 0)
