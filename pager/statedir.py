@@ -120,7 +120,7 @@ class StateDir:
                     d, self.host.task_state(), f"{transition} mark={store_mark(self.host)}",
                     now=self.clock(), revision=git_state(self.path), wal_max_bytes=self.wal_max_bytes,
                 )
-                self.goal_written = d.read_bytes(GOAL_FILE) is not None
+                self.goal_written = self.goal_written or d.read_bytes(GOAL_FILE) is not None
             finally:
                 fcntl.flock(d.fd, fcntl.LOCK_UN)
         self._refresh()
@@ -139,6 +139,7 @@ class StateDir:
                 self.record(transition)
                 logged = True
         if not self.goal_written and not logged and getattr(self.host.history, "first_user", None) is not None:
+            self.goal_written = True  # tried once: an empty turn 1 must not cost a WAL line per call
             self.record("goal")
 
     def _refresh(self) -> None:

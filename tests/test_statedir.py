@@ -240,3 +240,14 @@ def test_reopened_rollover_session_shows_the_files_once_at_the_tail(tmp_path):
     history.append({"role": "assistant", "content": "ok"})
     assert p.assemble({"messages": history})["messages"][-2] == out[-1]  # once, then byte-identical
     p.close()
+
+
+def test_paging_assembles_write_nothing_once_the_goal_is_on_disk(tmp_path):
+    d = tmp_path / "state"
+    p = opened(tmp_path)
+    history = list(HISTORY)
+    for i in range(5):
+        p.assemble({"messages": history})
+        history.append({"role": "assistant", "content": f"step {i}"})
+    p.close()
+    assert [m["what"] for m in wal(d)] == ["session-opened session=s1", "goal"]
