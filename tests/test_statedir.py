@@ -251,3 +251,23 @@ def test_paging_assembles_write_nothing_once_the_goal_is_on_disk(tmp_path):
         history.append({"role": "assistant", "content": f"step {i}"})
     p.close()
     assert [m["what"] for m in wal(d)] == ["session-opened session=s1", "goal"]
+
+
+def test_a_wal_line_hashes_the_files_it_changed_as_they_are_on_disk(tmp_path):
+    from pager.statefiles import content_hash, parse_wal_hash
+
+    d = tmp_path / "state"
+    p = opened(tmp_path)
+    p.pin("Never edit db/schema.sql without a migration file")
+    p.note("current: fixing hard_limit")
+    p.close()
+    last = (d / ".wal").read_text().splitlines()[-1]
+    names, digest = parse_wal_hash(last)
+    assert names == ("99_next.md",)
+    assert content_hash([(n, (d / n).read_text()) for n in names]) == digest
+    (d / "99_next.md").write_text("tampered\n")
+    assert content_hash([(n, (d / n).read_text()) for n in names]) != digest
+    # the next open notices the files differ from the store and derives them again
+    opened(tmp_path).close()
+    assert [m["what"] for m in wal(d)][-2].startswith("recover store=p1.n1.e0 wal=p1.n1.e0 files=99_next.md")
+    assert "tampered" not in (d / "99_next.md").read_text()
