@@ -111,8 +111,20 @@ OPTION_DOCS: dict[str, tuple[str, str]] = {
         'Off: no log file growth; `pager inspect` then shows no last prompt.',
     ),
     'scope': (
-        'Visibility of the pages this session records: `"session"` (its own searches only), `"private"` (the same, and never shared from a pool owner), `"shared"` (also found by other sessions\' `search(..., cross_session=True)`, each hit naming its session). Handles stay expandable only in their own session.',
-        'Share only what other sessions may read.',
+        'Who may read the pages this session records: `"private"` (its owner only, in any of the owner\'s sessions), `"session"` (this session), `"project"` (this session and the readers of the pool named by `pool`, by the pool\'s ACL), `"shared"` (every session: found by `search(..., cross_session=True)` and the `recall` tool, each hit naming its session). See [Shared pools](#shared-pools).',
+        'Share only what others may read.',
+    ),
+    'owner': (
+        "The user or agent identity of the pages this session records (default: the session's name); `private` pages and pool ACLs are by identity.",
+        'One identity per person or agent.',
+    ),
+    'pool': (
+        'The project pool of the pages when `scope="project"` (e.g. a repository\'s name).',
+        'Required with `scope="project"`.',
+    ),
+    'cache_marks': (
+        'Anthropic Messages only: where `cache_control` breakpoints come from. `"pager"` places its own (end of tools+system, of the old generation, of the previous prompt, of this prompt; at most 4) and drops the caller\'s; `"merge"` keeps the caller\'s and fills the free slots; `"caller"` keeps the caller\'s and adds none.',
+        'Leave `"pager"`: it knows where its stable prefix ends.',
     ),
     'state_dir': (
         "A directory kept live as the session's checkpoint files (`00_goal.md`, `10_invariants.md`, `99_next.md`, `.wal`; see [docs/checkpoints.md](checkpoints.md)): every state transition appends a WAL line and rewrites what changed. A reopened session, and every new rollover window, starts with these files in L1. `None`: no files.",
