@@ -14,12 +14,12 @@ from typing import Any, Mapping
 import attrs
 import orjson
 
+from pager.core.pages import SCOPES
 from pager.errors import ConfigError
 
 __all__ = ["Options", "load_config", "read_json_file"]
 
 MODES = ("paging", "rollover")
-SCOPES = ("session", "private", "shared")
 
 
 def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:

@@ -1,10 +1,11 @@
 """The agent tools: ``recall``, ``expand``, ``note`` (and ``new_context`` in rollover mode).
 
-``tool_specs`` returns OpenAI function-tool JSON; ``call`` executes one tool
-call against a ``Pager`` and returns the tool message answering it. Every
-failure the model can cause (bad JSON, an unknown handle, a handle of another
-session) becomes an error *result* the model can read, never an exception
-in the harness.
+``tool_specs`` returns OpenAI function-tool JSON (a wire format converts it to
+its own tool shape); ``call`` executes one tool call, read by the request's
+wire format, against a ``ToolHost`` (the facade) and returns the answer in
+that format. Every failure the model can cause (bad JSON, an unknown handle,
+a handle of another session, arguments of the wrong type) becomes an error
+*result* the model can read, never an exception in the harness.
 
 ``recall`` is fail-fast by design: no match means the answer is not in this
 session's history, and the model is told to go back to the workspace rather
@@ -13,17 +14,20 @@ than handed a list of near misses to chase.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
 import orjson
 
-from pager.errors import HandleError, PagerError, ToolError
+from pager.core.budget import ROLLOVER_TOOL
+from pager.core.handoff import NEW_CONTEXT_TOOL
+from pager.errors import PagerError, ToolError
+from pager.formats.base import WireFormat
+from pager.options import Options
 
-if TYPE_CHECKING:  # pragma: no cover
-    from pager.options import Options
-    from pager.pager import Pager
+__all__ = ["NOTE_MAX_CHARS", "PAGER_TOOLS", "RECALL_MAX_CHARS", "ToolHost", "call", "tool_specs"]
 
-__all__ = ["NOTE_MAX_CHARS", "RECALL_MAX_CHARS", "call", "tool_specs"]
+# Arguments are parsed from the model's JSON: cap them so a runaway call cannot stall the harness.
+MAX_ARGUMENT_CHARS = 64_000
 
 NOTE_MAX_CHARS = 500
 RECALL_MAX_K = 8
@@ -91,74 +95,81 @@ NOTE_TOOL = {
 }
 
 
-def tool_specs(options: "Options") -> list[dict[str, Any]]:
+PAGER_TOOLS = frozenset({"recall", "expand", "note", ROLLOVER_TOOL})
+
+
+class ToolHost(Protocol):
+    """What the agent tools need of a session (the facade provides it)."""
+
+    options: Options
+
+    def search(self, query: str, k: int = 5) -> Sequence[Any]: ...
+
+    def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str: ...
+
+    def note(self, text: str) -> int: ...
+
+    def declare_rollover(self, args: Mapping[str, Any], cid: str) -> str: ...
+
+
+def tool_specs(options: Options) -> list[dict[str, Any]]:
     """Return the tools a session offers, in a stable order (the prompt cache likes it)."""
     specs = [RECALL_TOOL, EXPAND_TOOL, NOTE_TOOL]
     if options.mode == "rollover":
-        from pager.core.handoff import NEW_CONTEXT_TOOL
-
         specs = [*specs, NEW_CONTEXT_TOOL]
     return [dict(s) for s in specs]
 
 
-def _parse_call(tool_call: Any) -> tuple[str, str, Mapping[str, Any]]:
-    if hasattr(tool_call, "model_dump"):
-        tool_call = tool_call.model_dump()
-    if not isinstance(tool_call, Mapping):
-        raise ToolError(f"a tool call must be a mapping, got {type(tool_call).__name__}")
-    cid = str(tool_call.get("id") or "")
-    fn = tool_call.get("function") or {}
-    name = str(fn.get("name") or "")
-    raw = fn.get("arguments") or "{}"
+def _arguments(raw: Any) -> Mapping[str, Any]:
     if isinstance(raw, Mapping):
-        return cid, name, raw
+        return raw
+    if not isinstance(raw, (str, bytes)):
+        raise ToolError(f"arguments must be a JSON object, got {type(raw).__name__}")
+    if len(raw) > MAX_ARGUMENT_CHARS:
+        raise ToolError(f"arguments are {len(raw)} characters; pager's tools take at most {MAX_ARGUMENT_CHARS}")
     try:
-        args = orjson.loads(raw)
+        args = orjson.loads(raw or "{}")
     except orjson.JSONDecodeError as exc:
         raise ToolError(f"arguments are not valid JSON: {exc}") from exc
     if not isinstance(args, dict):
         raise ToolError("arguments must be a JSON object")
-    return cid, name, args
+    return args
 
 
 def _call_id(tool_call: Any) -> str:
     # read first, so even a call with broken arguments gets an answer it can pair with
-    if hasattr(tool_call, "id"):
-        return str(getattr(tool_call, "id") or "")
-    if isinstance(tool_call, Mapping):
-        return str(tool_call.get("id") or "")
-    return ""
+    cid = getattr(tool_call, "id", None) if not isinstance(tool_call, Mapping) else tool_call.get("id")
+    if cid is None and isinstance(tool_call, Mapping):
+        cid = tool_call.get("call_id")  # Responses items carry the pairing id there
+    return cid if isinstance(cid, str) else ""
 
 
-def _result(cid: str, text: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": cid, "content": text}
-
-
-def call(pager: "Pager", tool_call: Any) -> dict[str, Any]:
-    """Execute one pager tool call and return the tool message answering it."""
+def call(host: ToolHost, fmt: WireFormat, tool_call: Any) -> dict[str, Any]:
+    """Execute one pager tool call and return the answer in ``fmt``'s shape."""
     cid = _call_id(tool_call)
     try:
-        cid, name, args = _parse_call(tool_call)
+        parsed = fmt.parse_tool_call(tool_call)
+        cid = parsed.id or cid
+        name, args = parsed.name, _arguments(parsed.arguments)
         if name == "recall":
-            return _result(cid, _recall(pager, args))
+            return fmt.tool_result(cid, _recall(host, args))
         if name == "expand":
-            return _result(cid, _expand(pager, args))
+            return fmt.tool_result(cid, _expand(host, args))
         if name == "note":
             text = args.get("text")
             if not isinstance(text, str) or not text.strip():
                 raise ToolError("note needs a non-empty 'text'")
-            shown = pager.note(text)
-            return _result(cid, f"Noted ({shown}/{pager.options.max_notes} notes kept in the task-state card).")
-        if name == "new_context" and pager.options.mode == "rollover":
-            return _result(cid, pager.declare_rollover(args, cid))
-        raise ToolError(f"unknown pager tool {name!r}; pager offers: {[s['function']['name'] for s in pager.tools()]}")
-    except HandleError as exc:
-        return _result(cid, f"Error: {exc}")
+            shown = host.note(text)
+            return fmt.tool_result(cid, f"Noted ({shown}/{host.options.max_notes} notes kept in the task-state card).")
+        if name == ROLLOVER_TOOL and host.options.mode == "rollover":
+            return fmt.tool_result(cid, host.declare_rollover(args, cid))
+        offered = [s["function"]["name"] for s in tool_specs(host.options)]
+        raise ToolError(f"unknown pager tool {name!r}; pager offers: {offered}")
     except PagerError as exc:
-        return _result(cid, f"Error: {exc}")
+        return fmt.tool_result(cid, f"Error: {exc}", is_error=True)
 
 
-def _recall(pager: "Pager", args: Mapping[str, Any]) -> str:
+def _recall(pager: ToolHost, args: Mapping[str, Any]) -> str:
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ToolError("recall needs a non-empty 'query'")
@@ -182,7 +193,7 @@ def _recall(pager: "Pager", args: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _expand(pager: "Pager", args: Mapping[str, Any]) -> str:
+def _expand(pager: ToolHost, args: Mapping[str, Any]) -> str:
     handle = args.get("handle")
     if not isinstance(handle, str):
         raise ToolError("expand needs a 'handle' string")

@@ -8,7 +8,7 @@ import pytest
 import pager
 from pager.core import pairing
 from pager.formats.openai_chat import validate
-from pager.storage.sqlite import Store
+from pager.storage.sqlite import SCHEMA_VERSION, Store
 from pager.core.tokens import HeuristicCounter
 
 from helpers import assistant, big_text, call, coding_session, system, tool, user
@@ -61,9 +61,9 @@ def test_divergent_history_forks_a_branch_and_keeps_the_old(tmp_path):
         branches = p.store.branches("s1")
         assert len(branches) == 2
         old, new = branches
-        assert new[1] == old[0] and new[2] == 4  # forked from the old branch at message 4
-        old_ids = p.store.branch_page_ids(old[0])
-        new_ids = p.store.branch_page_ids(new[0])
+        assert new.parent == old.id and new.fork_seq == 4  # forked from the old branch at message 4
+        old_ids = p.store.branch_page_ids(old.id)
+        new_ids = p.store.branch_page_ids(new.id)
         assert old_ids[:4] == new_ids[:4] and old_ids[4] != new_ids[4]
         # the original message is still stored verbatim
         assert p.store.message(old_ids[4])[1] == history[4]
@@ -271,7 +271,7 @@ def test_store_records_schema_version(tmp_path):
     with open_pager(tmp_path):
         pass
     store = Store(tmp_path / "ctx")
-    assert store.setting("schema_version") == "1"
+    assert store.setting("schema_version") == str(SCHEMA_VERSION)
     assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     store.set_setting("schema_version", "99")
     store.close()
@@ -324,7 +324,8 @@ def test_the_active_task_follows_the_latest_user_message(tmp_path):
         p.pin("keep parse_config backwards compatible")
         history = coding_session(2)
         p.assemble({"messages": history})
-        assert "parse_config" in p._focus_terms() and "README.md" not in p._focus_terms()
+        focus = p._paging._focus_terms(p._paging_call(history, 0, []))
+        assert "parse_config" in focus and "README.md" not in focus
         history += [user("switch: update README.md")]
         p.assemble({"messages": history})
-        assert {"parse_config", "README.md"} <= p._focus_terms()
+        assert {"parse_config", "README.md"} <= p._paging._focus_terms(p._paging_call(history, 0, []))

@@ -58,8 +58,8 @@ def test_index_deleted_or_behind_is_rebuilt_on_open(tmp_path):
         n = p.store.count_pages()
     shutil.rmtree(path / "index")
     with pager.open(path, session="s", context_window=200_000) as p:
-        assert len(p.index) == n
-        assert p.index.indexed_upto() == p.store.max_page_id()
+        assert len(p._feeder.index) == n
+        assert p._feeder.index.indexed_upto() == p.store.max_page_id()
         hits = p.search("compute_out7")
         assert hits and hits[0].session == "s"
 

@@ -28,7 +28,7 @@ from pager.core.heat import (
     rank_scores,
     register_policy,
 )
-from pager.core.pages import KIND_CODE, Page
+from pager.core.pages import KIND_CODE, PageRecord
 
 I64 = np.iinfo(np.int64)
 SHIPPED = sorted(POLICIES)
@@ -466,9 +466,11 @@ def test_table_validation() -> None:
 
 
 def test_table_from_pages_and_take() -> None:
-    def page(i: int, **kw: object) -> Page:
-        base = dict(id=i, session="s", seq=i, step=i * 2, kind="tool", role="tool", tokens=10 * i, chars=1, hash="h")
-        return Page(**{**base, **kw})  # type: ignore[arg-type]
+    def page(i: int, **kw: object) -> PageRecord:
+        base = dict(id=i, session="s", seq=i, step=i * 2, kind="tool", role="tool", tokens=10 * i, chars=1, hash="h",
+                    stub_tokens=1, call_id=None, call_ids=(), tool_name=None, path=None, stale=False, labels=(),
+                    last_ref=0, ref_count=0, scope="session", handle="pg:0-a")
+        return PageRecord(**{**base, **kw})  # type: ignore[arg-type]
 
     pages = [page(1), page(2, last_ref=9, ref_count=3, stale=True), page(3, kind="user", role="user")]
     table = PageTable.from_pages(pages, relevance=[0.1, 0.2, 0.3])

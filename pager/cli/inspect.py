@@ -25,16 +25,13 @@ def register(sub: Any) -> None:
 
 
 def _summary(store: Any, session: str, report: dict[str, Any] | None) -> dict[str, Any]:
-    from pager.storage.sqlite import PAGE_COLUMNS
-
-    c = {name: i for i, name in enumerate(PAGE_COLUMNS)}
     branch = store.ensure_session(session)
     ids = store.branch_page_ids(branch)
     rows = store.load_pages(ids)
-    kinds = Counter(r[c["kind"]] for r in rows)
+    kinds = Counter(r.kind for r in rows)
     tokens: Counter[str] = Counter()
     for r in rows:
-        tokens[r[c["kind"]]] += r[c["tokens"]]
+        tokens[r.kind] += r.tokens
     state = store.load_state(session) or {}
     layout = (state.get("layout") or {}).get("slots") or []
     shown = Counter(s[0] for s in layout)
@@ -45,15 +42,14 @@ def _summary(store: Any, session: str, report: dict[str, Any] | None) -> dict[st
         "pages_by_kind": dict(kinds),
         "tokens_by_kind": dict(tokens),
         "history_tokens": sum(tokens.values()),
-        "stale_file_pages": sum(1 for r in rows if r[c["stale"]]),
+        "stale_file_pages": sum(1 for r in rows if r.stale),
         "pins": store.pins(session),
         "notes": store.notes(session),
         "last_layout": dict(shown),
         "last_report": report,
         "rows": [
-            {"seq": r[c["seq"]], "kind": r[c["kind"]], "tokens": r[c["tokens"]], "handle": r[c["handle"]],
-             "path": r[c["path"]], "stale": bool(r[c["stale"]]), "refs": r[c["ref_count"]],
-             "labels": orjson.loads(r[c["labels"]] or "[]")}
+            {"seq": r.seq, "kind": r.kind, "tokens": r.tokens, "handle": r.handle,
+             "path": r.path, "stale": r.stale, "refs": r.ref_count, "labels": list(r.labels)}
             for r in rows
         ],
     }

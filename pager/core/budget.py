@@ -35,6 +35,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import attrs
 
+from pager.core.handoff import TOOL_NAME
 from pager.errors import ConfigError, ToolError
 
 __all__ = [
@@ -47,14 +48,13 @@ __all__ = [
     "BudgetConfig",
     "BudgetState",
     "base_limit",
+    "blocked_text",
     "blocked_tool_result",
-    "claim",
     "default_output_reserve",
     "evaluate_budget",
     "fallback_text",
     "hard_limit",
     "is_allowed",
-    "notice_message",
     "prune_tools",
     "remaining",
     "reminder_text",
@@ -64,7 +64,7 @@ __all__ = [
 ActionType = Literal["continue", "remind", "fallback", "rollover"]
 ACTIONS: tuple[str, ...] = ("continue", "remind", "fallback", "rollover")
 
-ROLLOVER_TOOL = "new_context"
+ROLLOVER_TOOL = TOOL_NAME  # the one rollover tool: ``new_context``
 
 # Seed 004 (dsh-context-window): fallbackBufferTokens 8000, reminderThresholdTokens 16000.
 DEFAULT_FALLBACK_RESERVE = 8_000
@@ -207,19 +207,6 @@ def evaluate_budget(config: BudgetConfig, state: BudgetState) -> BudgetAction:
     return CONTINUE
 
 
-def claim(state: BudgetState, action: BudgetAction) -> BudgetState:
-    """Return the state after the host delivered ``action`` (marks remind / fallback used).
-
-    ``continue`` and ``rollover`` leave the state unchanged: after a rollover
-    the host starts the new window with a fresh ``BudgetState``.
-    """
-    if action.type == "remind":
-        return attrs.evolve(state, reminder_claimed=True)
-    if action.type == "fallback":
-        return attrs.evolve(state, fallback_claimed=True)
-    return state
-
-
 def reminder_text(config: BudgetConfig, state: BudgetState, tool: str = ROLLOVER_TOOL) -> str:
     """Render the one-time near-limit reminder (render once, then keep the bytes)."""
     left = max(0, remaining(config, state))
@@ -245,11 +232,6 @@ def fallback_text(config: BudgetConfig, state: BudgetState, tool: str = ROLLOVER
         "If you do not, the host starts a new window at the next step from your notes "
         "and the task objective only."
     )
-
-
-def notice_message(text: str, role: str = "system") -> dict[str, Any]:
-    """Wrap a rendered notice as a chat message to append at the prompt's tail."""
-    return {"role": role, "content": text}
 
 
 def tool_name(item: Mapping[str, Any]) -> str | None:
@@ -279,24 +261,24 @@ def prune_tools(
     return [t for t in tools or () if tool_name(t) in wanted]
 
 
+def blocked_text(name: str, keep: Sequence[str] = (ROLLOVER_TOOL,)) -> str:
+    """Return the error result text for a call to a tool pruned in the fallback step."""
+    allowed = ", ".join(f"`{k}`" for k in keep) or "no tool"
+    return (
+        f"Error: `{name or '(unnamed)'}` was not run. The context budget is exhausted and only "
+        f"{allowed} may be called now. Call `{keep[0] if keep else ROLLOVER_TOOL}` "
+        "with your handoff; the work continues in a new context window."
+    )
+
+
 def blocked_tool_result(
     tool_call: Mapping[str, Any], keep: Sequence[str] = (ROLLOVER_TOOL,)
 ) -> dict[str, Any]:
-    """Return the OpenAI tool message answering a call to a pruned tool.
+    """Return the OpenAI chat tool message answering a call to a pruned tool.
 
     Raises ``ToolError`` if the call has no ``id`` (it could not be paired).
     """
     call_id = tool_call.get("id")
     if not isinstance(call_id, str) or not call_id:
         raise ToolError("tool call has no id; it cannot be answered")
-    name = tool_name(tool_call) or "(unnamed)"
-    allowed = ", ".join(f"`{k}`" for k in keep) or "no tool"
-    return {
-        "role": "tool",
-        "tool_call_id": call_id,
-        "content": (
-            f"Error: `{name}` was not run. The context budget is exhausted and only "
-            f"{allowed} may be called now. Call `{keep[0] if keep else ROLLOVER_TOOL}` "
-            "with your handoff; the work continues in a new context window."
-        ),
-    }
+    return {"role": "tool", "tool_call_id": call_id, "content": blocked_text(tool_name(tool_call) or "", keep)}

@@ -44,7 +44,7 @@ import attrs
 import numpy as np
 
 from pager.errors import ConfigError, InputError
-from pager.core.pages import KIND_CODE, KINDS, Page
+from pager.core.pages import KIND_CODE, KINDS, PageRecord
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -164,14 +164,14 @@ class PageTable:
         return cls(**cols)
 
     @classmethod
-    def from_pages(cls, pages: Sequence[Page], relevance: Sequence[float] | None = None) -> PageTable:
-        """Build a table from ``Page`` values, with an optional relevance column."""
+    def from_pages(cls, pages: Sequence[PageRecord], relevance: Sequence[float] | None = None) -> PageTable:
+        """Build a table from stored ``PageRecord`` values, with an optional relevance column."""
         n = len(pages)
         rel = np.zeros(n) if relevance is None else relevance
         return cls(
             page_id=[p.id for p in pages],
             created=[p.step for p in pages],
-            # Page.last_ref defaults to 0 for never-referenced pages; the table
+            # a record written before references were tracked may hold 0; the table
             # wants the creation step there.
             last_ref=[max(p.last_ref, p.step) for p in pages],
             ref_count=[p.ref_count for p in pages],
@@ -230,17 +230,28 @@ class HeatPolicy:
         """
         raise NotImplementedError
 
-    def rank(self, table: PageTable, clock: int) -> np.ndarray:
-        """Return row indices of ``table`` hottest first, ties newer page first."""
-        scores = np.asarray(self.score(table, clock), dtype=np.float64)
+    def checked_score(self, table: PageTable, clock: int) -> np.ndarray:
+        """Return ``score``'s answer after checking it: one finite float per row, else ``ConfigError``.
+
+        The scheduler calls this, never ``score`` directly: a policy that
+        returns NaN or the wrong length would silently mis-order pages.
+        """
+        name = self.name or type(self).__name__
+        try:
+            scores = np.asarray(self.score(table, clock), dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"heat policy {name!r} returned scores that are not numbers: {exc}") from exc
         if scores.shape != (len(table),):
             raise ConfigError(
-                f"heat policy {self.name or type(self).__name__!r} returned shape "
-                f"{scores.shape} for a table of {len(table)} rows"
+                f"heat policy {name!r} returned shape {scores.shape} for a table of {len(table)} rows"
             )
         if not np.isfinite(scores).all():
-            raise ConfigError(f"heat policy {self.name or type(self).__name__!r} returned non-finite scores")
-        return rank_scores(scores, table.page_id)
+            raise ConfigError(f"heat policy {name!r} returned non-finite scores (NaN or infinity)")
+        return scores
+
+    def rank(self, table: PageTable, clock: int) -> np.ndarray:
+        """Return row indices of ``table`` hottest first, ties newer page first."""
+        return rank_scores(self.checked_score(table, clock), table.page_id)
 
     def params(self) -> dict[str, Any]:
         """Return the constructor parameters that reproduce this policy."""

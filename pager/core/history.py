@@ -15,14 +15,16 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import orjson
 
+import attrs
+
 from pager.core import terms as terms_mod
-from pager.errors import MessageError
-from pager.core.messages import Classified, message_text
-from pager.core.pages import KIND_CODE, handle_for, hash_bytes
+from pager.core.messages import Classified, message_text, tool_calls
+from pager.core.pages import KIND_CODE, TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
 from pager.core.render import stub_text
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
+from pager.errors import MessageError
 
-__all__ = ["History", "hash_messages"]
+__all__ = ["History", "Prepared", "hash_messages"]
 
 # Roles whose words count as the agent (or user) referring back to a page.
 REFERRING_ROLES = ("assistant", "user")
@@ -61,6 +63,15 @@ def _page_terms(text: str, path: str | None, limit: int) -> frozenset[str]:
             extra.add(path[2:])
         terms = terms | frozenset(extra)
     return terms
+
+
+@attrs.frozen(slots=True)
+class Prepared:
+    """A page about to be recorded: the store's value plus what the mirror derives from its text."""
+
+    page: NewPage
+    text: str
+    terms: frozenset[str]
 
 
 class History:
@@ -164,8 +175,10 @@ class History:
         hashes: Sequence[str],
         raws: Sequence[bytes | None],
         extract_limit: int = 2000,
-    ) -> list[dict[str, Any]]:
-        """Return page records for ``messages[start:]`` (not yet stored)."""
+        scope: str = "session",
+        owner: str | None = None,
+    ) -> list[Prepared]:
+        """Return the pages of ``messages[start:]``, ready to record (nothing stored yet)."""
         records = []
         step = self.clock
         task = self.task
@@ -176,134 +189,109 @@ class History:
             handle = handle_for(self.session, seq, h)
             tokens = message_tokens(msg, self.counter)
             text = message_text(msg)
-            if cls.kind in ("tool", "file"):
+            if cls.kind in TOOL_KINDS:
                 body = content_text(msg.get("content"))
                 stub = stub_text(body, tokens, handle, path=cls.path)
-                stub_tokens = MESSAGE_OVERHEAD + self.counter.count(stub)
-                stub_tokens = min(stub_tokens, tokens)
+                stub_tokens = min(MESSAGE_OVERHEAD + self.counter.count(stub), tokens)
             else:
                 stub_tokens = tokens
-            records.append(
-                {
-                    "hash": h,
-                    "kind": cls.kind,
-                    "role": cls.role,
-                    "step": step,
-                    "tokens": tokens,
-                    "stub_tokens": stub_tokens,
-                    "chars": len(text),
-                    "call_id": cls.call_id,
-                    "call_ids": cls.call_ids,
-                    "tool_name": cls.tool_name,
-                    "path": cls.path,
-                    "handle": handle,
-                    "raw": raws[seq] if raws[seq] is not None else orjson.dumps(msg),
-                    "text": text,
-                    "terms": _page_terms(text, cls.path, extract_limit),
-                }
-            )
             if cls.kind == "user":
                 task = seq
-            records[-1]["labels"] = (f"task:{task}",)
+            page = NewPage(
+                hash=h, kind=cls.kind, role=cls.role, step=step, tokens=tokens, stub_tokens=stub_tokens,
+                chars=len(text), handle=handle,
+                message=raws[seq] if raws[seq] is not None else orjson.dumps(msg, option=orjson.OPT_SORT_KEYS),
+                call_id=cls.call_id, call_ids=cls.call_ids, tool_name=cls.tool_name, path=cls.path,
+                labels=(f"task:{task}",), scope=scope, owner=owner,
+            )
+            records.append(Prepared(page, text, _page_terms(text, cls.path, extract_limit)))
             if cls.kind == "assistant":
                 step += 1
         return records
 
-    def append(self, records: Sequence[dict[str, Any]], ids: Sequence[int]) -> list[tuple[int, int, int, int]]:
-        """Add stored records as rows; return stat updates ``(page, last_ref, ref_count, stale)``."""
-        updates: dict[int, tuple[int, int, int, int]] = {}
-        for rec, pid in zip(records, ids):
+    def append(self, records: Sequence[Prepared], ids: Sequence[int]) -> list[StatUpdate]:
+        """Add recorded pages as rows; return what they changed of earlier pages."""
+        updates: dict[int, StatUpdate] = {}
+        for prep, pid in zip(records, ids):
+            rec = prep.page
             row = len(self.page)
-            self.page.append(pid)
-            self.row_of[pid] = row
-            self.hash.append(rec["hash"])
-            self.kind.append(rec["kind"])
-            self.role.append(rec["role"])
-            self.tokens.append(rec["tokens"])
-            self.stub_tokens.append(rec["stub_tokens"])
-            self.step.append(rec["step"])
-            self.path.append(rec["path"])
-            self.handle.append(rec["handle"])
-            self.stale.append(False)
-            self.last_ref.append(rec["step"])
-            self.ref_count.append(0)
-            self.terms.append(rec["terms"])
-            self.answers.append(rec["call_id"])
-            self.labels.append(tuple(rec.get("labels") or ()))
-            if rec["kind"] == "assistant":
-                for cid in rec["call_ids"]:
+            self._add_row(pid, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
+                          rec.handle, False, rec.step, 0, prep.terms, rec.call_id, rec.labels)
+            if rec.kind == "assistant":
+                for cid in rec.call_ids:
                     self.call_rows[cid] = row
-            if rec["kind"] in ("tool", "file") and rec["call_id"] in self.call_rows:
-                self.unit.append(self.unit[self.call_rows[rec["call_id"]]])
-            else:
-                self.unit.append(row)
-            if rec["kind"] == "user" and self.first_user is None:
-                self.first_user = row
-            if rec["kind"] == "file" and rec["path"]:
-                old = self.path_rows.get(rec["path"])
+            self._link(row, rec.kind, rec.call_id)
+            if rec.kind == "file" and rec.path:
+                old = self.path_rows.get(rec.path)
                 if old is not None:
                     self.stale[old] = True
-                    updates[self.page[old]] = (self.page[old], self.last_ref[old], self.ref_count[old], 1)
-                self.path_rows[rec["path"]] = row
-            if rec["role"] in REFERRING_ROLES and rec["terms"]:
-                clock = rec["step"]
-                refs = self.term_index.references(rec["terms"], exclude=(pid,), before=pid)
+                    updates[self.page[old]] = StatUpdate(self.page[old], self.last_ref[old], self.ref_count[old], True)
+                self.path_rows[rec.path] = row
+            if rec.role in REFERRING_ROLES and prep.terms:
+                clock = rec.step
+                refs = self.term_index.references(prep.terms, exclude=(pid,), before=pid)
                 for ref_page, strength in refs.items():
                     r = self.row_of.get(ref_page)
                     if r is None or strength < terms_mod.MIN_STRENGTH:
                         continue
                     self.last_ref[r] = max(self.last_ref[r], clock)
                     self.ref_count[r] += 1
-                    updates[ref_page] = (ref_page, self.last_ref[r], self.ref_count[r], int(self.stale[r]))
-            self.term_index.add_page(pid, rec["terms"])
+                    updates[ref_page] = StatUpdate(ref_page, self.last_ref[r], self.ref_count[r], self.stale[r])
+            self.term_index.add_page(pid, prep.terms)
         return list(updates.values())
 
-    def load(self, rows: Iterable[tuple[tuple, dict[str, Any]]], branch: int, extract_limit: int = 2000) -> None:
-        """Rebuild the mirror from stored ``(page row, message)`` pairs in branch order."""
-        from pager.storage.sqlite import PAGE_COLUMNS
+    def _add_row(
+        self, pid: int, hash: str, kind: str, role: str, tokens: int, stub_tokens: int, step: int,
+        path: str | None, handle: str, stale: bool, last_ref: int, ref_count: int, terms: frozenset[str],
+        answers: str | None, labels: Sequence[str],
+    ) -> None:
+        self.row_of[pid] = len(self.page)
+        self.page.append(pid)
+        self.hash.append(hash)
+        self.kind.append(kind)
+        self.role.append(role)
+        self.tokens.append(tokens)
+        self.stub_tokens.append(stub_tokens)
+        self.step.append(step)
+        self.path.append(path)
+        self.handle.append(handle)
+        self.stale.append(stale)
+        self.last_ref.append(last_ref)
+        self.ref_count.append(ref_count)
+        self.terms.append(terms)
+        self.answers.append(answers)
+        self.labels.append(tuple(labels))
 
-        col = {name: i for i, name in enumerate(PAGE_COLUMNS)}
+    def _link(self, row: int, kind: str, call_id: str | None) -> None:
+        """Set the row's unit (a result joins its call's unit) and the first user row."""
+        if kind in TOOL_KINDS and call_id in self.call_rows:
+            self.unit.append(self.unit[self.call_rows[call_id]])
+        else:
+            self.unit.append(row)
+        if kind == "user" and self.first_user is None:
+            self.first_user = row
+
+    def load(self, rows: Iterable[tuple[PageRecord, Mapping[str, Any]]], branch: int, extract_limit: int = 2000) -> None:
+        """Rebuild the mirror from stored ``(page record, message)`` pairs in branch order."""
         self.branch = branch
-        for row, msg in rows:
-            pid = row[col["id"]]
+        for rec, msg in rows:
             r = len(self.page)
-            kind = row[col["kind"]]
-            self.page.append(pid)
-            self.row_of[pid] = r
-            self.hash.append(row[col["hash"]])
-            self.kind.append(kind)
-            self.role.append(row[col["role"]])
-            self.tokens.append(row[col["tokens"]])
-            self.stub_tokens.append(row[col["stub_tokens"]])
-            self.step.append(row[col["step"]])
-            self.path.append(row[col["path"]])
-            self.handle.append(row[col["handle"]])
-            self.stale.append(bool(row[col["stale"]]))
-            self.last_ref.append(row[col["last_ref"]])
-            self.ref_count.append(row[col["ref_count"]])
-            self.terms.append(_page_terms(message_text(msg), row[col["path"]], extract_limit))
-            for call in msg.get("tool_calls") or ():
-                fn = call.get("function") or {}
-                self.calls[call["id"]] = (str(fn.get("name", "")), str(fn.get("arguments", "")))
-                self.call_rows[call["id"]] = r
-            cid = row[col["call_id"]]
-            self.answers.append(cid)
-            self.labels.append(tuple(orjson.loads(row[col["labels"]] or "[]")))
-            if kind in ("tool", "file") and cid in self.call_rows:
-                self.unit.append(self.unit[self.call_rows[cid]])
-            else:
-                self.unit.append(r)
-            if kind == "user" and self.first_user is None:
-                self.first_user = r
-            if kind == "file" and row[col["path"]]:
-                self.path_rows[row[col["path"]]] = r
-            self.term_index.add_page(pid, self.terms[-1])
+            terms = _page_terms(message_text(msg), rec.path, extract_limit)
+            self._add_row(rec.id, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
+                          rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels)
+            for call in tool_calls(msg):
+                self.calls[call.id] = (call.name, call.arguments)
+                self.call_rows[call.id] = r
+            self._link(r, rec.kind, rec.call_id)
+            if rec.kind == "file" and rec.path:
+                self.path_rows[rec.path] = r
+            self.term_index.add_page(rec.id, terms)
 
     def open_calls_at(self, k: int) -> set[str]:
         """Return the call ids still unanswered just before row ``k`` (validation state)."""
         answered: set[str] = set()
         r = k - 1
-        while r >= 0 and self.kind[r] in ("tool", "file"):
+        while r >= 0 and self.kind[r] in TOOL_KINDS:
             if self.answers[r]:
                 answered.add(self.answers[r])
             r -= 1
@@ -323,5 +311,5 @@ class History:
             "ref_count": np.asarray(self.ref_count, dtype=np.int64),
             "kind": np.asarray([KIND_CODE[k] for k in self.kind], dtype=np.int8),
             "stale": np.asarray(self.stale, dtype=bool),
-            "tool": np.asarray([k in ("tool", "file") for k in self.kind], dtype=bool),
+            "tool": np.asarray([k in TOOL_KINDS for k in self.kind], dtype=bool),
         }

@@ -26,21 +26,23 @@ import orjson
 
 __all__ = [
     "KINDS",
-    "Page",
-    "content_hash",
-    "hash_bytes",
+    "KIND_CODE",
+    "TOOL_KINDS",
+    "SCOPES",
+    "NewPage",
+    "PageRecord",
+    "StatUpdate",
     "handle_for",
+    "hash_bytes",
+    "page_record",
 ]
 
 KINDS = ("system", "user", "assistant", "tool", "file")
+# Who may see a page: its session only, its owner only, or every session of the store.
+SCOPES = ("session", "private", "shared")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 # Kinds that are one tool call's output: paired with their call, stubbed when big.
 TOOL_KINDS = ("tool", "file")
-
-
-def content_hash(message: Mapping[str, Any]) -> str:
-    """Return a stable hash of a message's bytes (keys sorted), for dedup and branching."""
-    return hash_bytes(orjson.dumps(message, option=orjson.OPT_SORT_KEYS))
 
 
 def hash_bytes(data: bytes) -> str:
@@ -60,36 +62,86 @@ def handle_for(session: str, seq: int, hash: str) -> str:
     return f"pg:{seq}-{digest}"
 
 
-@attrs.frozen(slots=True)
-class Page:
-    """One scheduled message: identity, size and the facts heat policies read.
+def _tuple(value: Any) -> tuple[str, ...]:
+    return tuple(value or ())
 
-    ``step`` is the logical clock when the page was created: the number of
-    assistant messages before it in its history.
+
+@attrs.frozen(slots=True)
+class NewPage:
+    """A page to record: a classified neutral message and the figures the scheduler keeps.
+
+    ``message`` is the neutral message encoded with ``orjson`` (sorted keys);
+    ``hash`` is the digest of those bytes (``pager.core.pages.hash_bytes``).
     """
+
+    hash: str
+    kind: str
+    role: str
+    step: int
+    tokens: int
+    stub_tokens: int
+    chars: int
+    handle: str
+    message: bytes
+    call_id: str | None = None
+    call_ids: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    tool_name: str | None = None
+    path: str | None = None
+    labels: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    scope: str = "session"
+    owner: str | None = None
+
+
+@attrs.frozen(slots=True)
+class PageRecord:
+    """A stored page, without its message bytes (read those with ``Store.message``)."""
 
     id: int
     session: str
-    seq: int
-    step: int
+    hash: str
     kind: str
     role: str
+    seq: int
+    step: int
     tokens: int
+    stub_tokens: int
     chars: int
-    hash: str
-    call_id: str | None = None
-    call_ids: tuple[str, ...] = ()
-    tool_name: str | None = None
-    path: str | None = None
-    stale: bool = False
-    labels: tuple[str, ...] = ()
-    last_ref: int = 0
-    ref_count: int = 0
+    call_id: str | None
+    call_ids: tuple[str, ...]
+    tool_name: str | None
+    path: str | None
+    stale: bool
+    labels: tuple[str, ...]
+    last_ref: int
+    ref_count: int
+    scope: str
+    handle: str
+    owner: str | None = None
 
-    @property
-    def handle(self) -> str:
-        return handle_for(self.session, self.seq, self.hash)
 
-    @property
-    def is_tool_output(self) -> bool:
-        return self.kind in ("tool", "file")
+@attrs.frozen(slots=True)
+class StatUpdate:
+    """What later messages changed of a page: its last reference, reference count, staleness."""
+
+    page_id: int
+    last_ref: int
+    ref_count: int
+    stale: bool
+
+
+def page_record(values: Mapping[str, Any]) -> PageRecord:
+    """Build a ``PageRecord`` from a row mapping as stores read it (JSON columns decoded here)."""
+    def seq(v: Any) -> tuple[str, ...]:
+        if isinstance(v, (bytes, str)):
+            return tuple(orjson.loads(v or "[]"))
+        return tuple(v or ())
+
+    return PageRecord(
+        id=int(values["id"]), session=values["session"], hash=values["hash"], kind=values["kind"],
+        role=values["role"], seq=int(values["seq"]), step=int(values["step"]), tokens=int(values["tokens"]),
+        stub_tokens=int(values["stub_tokens"]), chars=int(values["chars"]), call_id=values["call_id"],
+        call_ids=seq(values["call_ids"]), tool_name=values["tool_name"], path=values["path"],
+        stale=bool(values["stale"]), labels=seq(values["labels"]), last_ref=int(values["last_ref"]),
+        ref_count=int(values["ref_count"]), scope=values["scope"] or "session", handle=values["handle"],
+        owner=values.get("owner"),
+    )

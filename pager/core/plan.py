@@ -33,14 +33,46 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import enum
+
 import attrs
 import numpy as np
 
 from pager.errors import BudgetError
 
-__all__ = ["Layout", "PlanConfig", "PlanInput", "Plan", "Slot", "plan"]
+__all__ = ["Layout", "Plan", "PlanConfig", "PlanInput", "Reason", "Slot", "SlotKind", "plan"]
 
-FULL, STUB, CARD, RECALL = "full", "stub", "card", "recall"
+
+class SlotKind(str, enum.Enum):
+    """What one emitted message of a layout is (a ``str``: it is persisted as its value)."""
+
+    FULL = "full"  # a history row verbatim
+    STUB = "stub"  # a tool output replaced by its head and a handle
+    CARD = "card"  # the task-state card
+    RECALL = "recall"  # a block of recalled pages
+
+
+FULL, STUB, CARD, RECALL = SlotKind.FULL, SlotKind.STUB, SlotKind.CARD, SlotKind.RECALL
+
+
+class Reason(str, enum.Enum):
+    """Why a call ran a demotion round (empty: it appended to the previous layout)."""
+
+    NONE = ""
+    FIRST_CALL = "first call"
+    DIVERGED = "history diverged"
+    CARD_CHANGED = "card changed"
+    OVER_BUDGET = "over budget"
+    HIGH_WATERMARK = "high watermark"
+
+
+class _Mode(enum.IntEnum):
+    """How a round keeps one unit (stored in an int8 column)."""
+
+    DROP = 0
+    KEPT = 1  # in full, big outputs stubbed
+    VERBATIM = 2  # everything in full
+    STUBBED = 3  # every output stubbed
 RECALL_OVERHEAD = 40  # the block's header and message framing, in tokens
 
 
@@ -48,7 +80,7 @@ RECALL_OVERHEAD = 40  # the block's header and message framing, in tokens
 class Slot:
     """One emitted message: a history row in full or stubbed, the card, or a recall block."""
 
-    kind: str
+    kind: SlotKind = attrs.field(converter=SlotKind)
     page: int = 0
     pages: tuple[int, ...] = ()
     tokens: int = 0  # recall blocks: their rendered size, fixed when they are placed
@@ -68,7 +100,7 @@ class Layout:
 
     def to_state(self) -> dict:
         return {
-            "slots": [[s.kind, s.page, list(s.pages), s.tokens, [list(x) for x in s.spans]] for s in self.slots],
+            "slots": [[s.kind.value, s.page, list(s.pages), s.tokens, [list(x) for x in s.spans]] for s in self.slots],
             "upto": self.upto,
             "branch": self.branch,
             "card": self.card,
@@ -136,7 +168,7 @@ class Plan:
     layout: Layout
     tokens: int
     round: bool
-    reason: str
+    reason: Reason
     recalled: tuple[int, ...] = ()
 
 
@@ -197,20 +229,19 @@ def _rebuild(
     np.add.at(stub_cost, upos, np.where(inp.tool[rows], inp.stub_tokens[rows], inp.tokens[rows]))
     np.maximum.at(heat, upos, inp.heat[rows])
 
-    # 0 drop, 1 full (big outputs stubbed), 2 all verbatim, 3 outputs stubbed
-    mode = np.zeros(uniq.size, dtype=np.int8)
+    mode = np.full(uniq.size, _Mode.DROP, dtype=np.int8)
     left = max(0, min(target, cfg.budget) - l1_tokens)
     hard_left = cfg.budget - l1_tokens
     n_recent = min(cfg.recent_units, uniq.size)
     # the most recent units: verbatim; shrink them only if the budget itself forces it
     for k in range(uniq.size - 1, uniq.size - 1 - n_recent, -1):
-        for m, cost in ((2, full_cost[k]), (1, kept_cost[k]), (3, stub_cost[k])):
+        for m, cost in ((_Mode.VERBATIM, full_cost[k]), (_Mode.KEPT, kept_cost[k]), (_Mode.STUBBED, stub_cost[k])):
             if cost <= hard_left:
                 mode[k] = m
                 hard_left -= int(cost)
                 left -= int(cost)
                 break
-    if mode[uniq.size - 1] == 0:
+    if mode[uniq.size - 1] == _Mode.DROP:
         raise BudgetError(
             l1_tokens + int(stub_cost[-1]), cfg.budget, what="L1 plus the latest message, stubbed,"
         )
@@ -221,10 +252,10 @@ def _rebuild(
         # still fit with all its outputs stubbed.
         for k in older[np.lexsort((-older, -heat[older]))]:
             if kept_cost[k] <= left:
-                mode[k] = 1
+                mode[k] = _Mode.KEPT
                 left -= int(kept_cost[k])
             elif stub_cost[k] < kept_cost[k] and stub_cost[k] <= left:
-                mode[k] = 3
+                mode[k] = _Mode.STUBBED
                 left -= int(stub_cost[k])
     slots = list(l1)
     total = l1_tokens
@@ -233,12 +264,12 @@ def _rebuild(
     for r in rows:
         k = unit_pos[int(inp.unit[r])]
         m = mode[k]
-        if m == 0:
+        if m == _Mode.DROP:
             continue
         if k >= tail_from and first_young < 0:
             first_young = len(slots)
         page = int(inp.page[r])
-        stubbed = inp.tool[r] and (m == 3 or (m == 1 and big[r]) or huge[r])
+        stubbed = inp.tool[r] and (m == _Mode.STUBBED or (m == _Mode.KEPT and big[r]) or huge[r])
         slots.append(Slot(STUB if stubbed else FULL, page))
         total += int(inp.stub_tokens[r] if stubbed else inp.tokens[r])
     return slots, total, (first_young if first_young >= 0 else len(slots))
@@ -249,7 +280,7 @@ def _is_big(inp: PlanInput, r: int, limit: int) -> bool:
 
 
 def _round(
-    inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int, int], reason: str
+    inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int, int], reason: Reason
 ) -> tuple[list[Slot], int, int, int]:
     """Run a demotion round; return ``(slots, tokens, stable, stable_row)``.
 
@@ -261,7 +292,7 @@ def _round(
     kept (first call, divergence, card change).
     """
     l1_slots, l1_tokens = _l1_slots(inp)
-    if prev is not None and reason in ("high watermark", "over budget") and prev.stable >= len(l1_slots):
+    if prev is not None and reason in (Reason.HIGH_WATERMARK, Reason.OVER_BUDGET) and prev.stable >= len(l1_slots):
         old = list(prev.slots[: prev.stable])
         old_tokens = sum(_slot_tokens(s, idx, inp) for s in old)
         old_limit = l1_tokens + int((cfg.low - l1_tokens) * cfg.old_share)
@@ -293,17 +324,17 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     hard_max = cfg.budget // 4
     inline_max = min(cfg.inline_max or hard_max, hard_max)
     newest = int(inp.unit[n - 1]) if n else -1
-    reason = ""
+    reason = Reason.NONE
     slots: list[Slot] | None = None
     total = 0
     if prev is None:
-        reason = "first call"
+        reason = Reason.FIRST_CALL
     elif prev.branch != inp.branch or prev.upto > n:
-        reason = "history diverged"
+        reason = Reason.DIVERGED
     elif prev.card != inp.card:
-        reason = "card changed"
+        reason = Reason.CARD_CHANGED
     elif any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots):
-        reason = "history diverged"
+        reason = Reason.DIVERGED
     else:
         slots = list(prev.slots)
         # A big output is shown in full only while it belongs to the newest
@@ -319,9 +350,9 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
             slots.append(Slot(STUB if stubbed else FULL, int(inp.page[r])))
         total = sum(_slot_tokens(s, idx, inp) for s in slots)
         if total > cfg.budget:
-            reason, slots = "over budget", None
+            reason, slots = Reason.OVER_BUDGET, None
         elif total > cfg.high:
-            reason, slots = "high watermark", None
+            reason, slots = Reason.HIGH_WATERMARK, None
     did_round = slots is None
     stable, stable_row = (prev.stable, prev.stable_row) if prev is not None else (0, 0)
     if slots is None:

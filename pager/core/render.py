@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-__all__ = ["STUB_HEAD_CHARS", "card_text", "excerpt_span", "line_range", "recall_block", "stub_text"]
+from pager.core.tokens import content_text
+
+__all__ = [
+    "STUB_HEAD_CHARS", "card_text", "excerpt_span", "line_range", "recall_block", "stub_message", "stub_text",
+]
 
 STUB_HEAD_CHARS = 200
 
@@ -109,3 +113,16 @@ def excerpt_span(text: str, needles: Sequence[str], max_chars: int, context: int
     end = max(end, start + 1)
     return (start + 1, end)
 
+
+
+def stub_message(message: Mapping[str, Any], tokens: int, handle: str, path: str | None = None) -> dict[str, Any]:
+    """Return the tool message that stands in for ``message`` (a tool result) kept off-prompt.
+
+    The ``tool_call_id`` stays, so the call and its (stubbed) result stay a pair.
+    """
+    body = content_text(message.get("content"))
+    return {
+        "role": "tool",
+        "tool_call_id": message["tool_call_id"],
+        "content": stub_text(body, tokens, handle, path=path),
+    }

@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from pager.errors import ConfigError
+from pager.errors import ConfigError, InputError
 
 __all__ = [
     "HeuristicCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "ToolTokens",
     "default_counter",
     "message_tokens",
 ]
@@ -135,3 +136,32 @@ def message_tokens(message: Mapping[str, Any], counter: TokenCounter) -> int:
     if message.get("name"):
         n += 1
     return n
+
+
+class ToolTokens:
+    """Count the tokens of a request's tool definitions, memoised by their JSON bytes.
+
+    Tool lists rarely change between calls, and counting a long schema costs
+    more than hashing it.
+    """
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self._cache: dict[bytes, int] = {}
+
+    def __call__(self, tools: Any) -> int:
+        if not tools:
+            return 0
+        import orjson
+
+        try:
+            raw = orjson.dumps(list(tools), option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            raise InputError(f"request['tools'] is not JSON-serialisable: {exc}") from exc
+        n = self._cache.get(raw)
+        if n is None:
+            if len(self._cache) > 64:  # a harness that varies its tools must not grow this forever
+                self._cache.clear()
+            n = self.counter.count(raw.decode())
+            self._cache[raw] = n
+        return n

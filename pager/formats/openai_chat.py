@@ -15,126 +15,25 @@ import orjson
 from pager.errors import InputError, MessageError, ToolError
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats.usage import parse_usage
-from pager.core.tokens import content_text
+from pager.core.messages import check_message as neutral_check
+from pager.core.messages import validate as neutral_validate
 
 __all__ = ["FORMAT", "OpenAIChat", "check_message", "validate"]
 
-ROLES = {"system", "developer", "user", "assistant", "tool"}
-PART_TYPES = {"text", "image_url", "input_audio", "file", "refusal"}
+PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 
 
-def _has_lone_surrogate(value: Any) -> bool:
-    # orjson refuses lone surrogates; finding them here lets us name the message
-    try:
-        orjson.dumps(value)
-    except orjson.JSONEncodeError as exc:
-        return "surrogate" in str(exc) or "str is not valid UTF-8" in str(exc)
-    return False
+def validate(messages: Any, **kwargs: Any) -> None:
+    """Check that ``messages`` is a valid chat history; raise ``MessageError`` at the first fault.
 
-
-def _validate_content(i: int, role: str, content: Any, has_calls: bool) -> None:
-    if content is None:
-        if role == "assistant" and has_calls:
-            return
-        if role == "assistant":
-            return  # an empty assistant turn (refusal or stop) is valid upstream
-        raise MessageError(i, f"{role} message has no content")
-    if isinstance(content, str):
-        return
-    if isinstance(content, list):
-        for j, part in enumerate(content):
-            if not isinstance(part, Mapping):
-                raise MessageError(i, f"content[{j}] must be an object, got {type(part).__name__}")
-            ptype = part.get("type")
-            if ptype not in PART_TYPES:
-                raise MessageError(i, f"content[{j}] has unknown type {ptype!r}")
-            if ptype == "text" and not isinstance(part.get("text"), str):
-                raise MessageError(i, f"content[{j}].text must be a string")
-        return
-    raise MessageError(
-        i, f"content must be a string, a list of parts or null, got {type(content).__name__}"
-    )
+    ``pager.core.messages.validate`` with chat's content part types; see there.
+    """
+    neutral_validate(messages, part_types=PART_TYPES, **kwargs)
 
 
 def check_message(i: int, msg: Any) -> None:
-    """Check one message's shape (role, content type, tool calls); raise ``MessageError``.
-
-    The history-level rules (results answer open calls, ids unique) are
-    ``validate``'s; this is what any reader of chat messages needs.
-    """
-    if not isinstance(msg, Mapping):
-        raise MessageError(i, f"must be an object, got {type(msg).__name__}")
-    role = msg.get("role")
-    if role is None:
-        raise MessageError(i, "missing 'role'")
-    if role not in ROLES:
-        raise MessageError(i, f"unknown role {role!r} (expected one of {sorted(ROLES)})")
-    calls = msg.get("tool_calls")
-    if calls is not None:
-        if role != "assistant":
-            raise MessageError(i, f"only assistant messages make tool calls, not {role}")
-        if not isinstance(calls, list):
-            raise MessageError(i, "tool_calls must be a list")
-        for j, call in enumerate(calls):
-            if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
-                raise MessageError(i, f"tool_calls[{j}] must have a 'function' object")
-            cid = call.get("id")
-            if not isinstance(cid, str) or not cid:
-                raise MessageError(i, f"tool_calls[{j}] has no id")
-            if not isinstance(call["function"].get("arguments", ""), str):
-                raise MessageError(i, f"tool_calls[{j}].function.arguments must be a JSON string")
-    _validate_content(i, role, msg.get("content"), bool(calls))
-    if role == "tool":
-        cid = msg.get("tool_call_id")
-        if not isinstance(cid, str) or not cid:
-            raise MessageError(i, "tool message has no tool_call_id")
-
-
-def validate(
-    messages: Any,
-    *,
-    check_encoding: bool = True,
-    start: int = 0,
-    open_calls: set[str] | None = None,
-    known_calls: Mapping[str, int] | None = None,
-) -> None:
-    """Check that ``messages`` is a valid chat history; raise ``MessageError`` at the first fault.
-
-    Checks: each message is well formed (``check_message``); tool call ids are
-    unique; every tool message answers an earlier call that is still open; no
-    lone surrogates (skipped with ``check_encoding=False`` by callers that
-    encode every message anyway).
-
-    ``start`` skips messages already validated; ``open_calls`` is then the
-    state at ``start`` and ``known_calls`` maps call ids seen before to the
-    position of the message that made them (for the duplicate-id check).
-    """
-    if not isinstance(messages, (list, tuple)):
-        raise InputError(f"request['messages'] must be a list, got {type(messages).__name__}")
-    open_calls = set(open_calls or ())
-    seen_calls: set[str] = set()
-    known = known_calls or {}
-    for i in range(start, len(messages)):
-        msg = messages[i]
-        check_message(i, msg)
-        role = msg["role"]
-        calls = msg.get("tool_calls") or ()
-        for j, call in enumerate(calls):
-            cid = call["id"]
-            if cid in seen_calls or known.get(cid, i) < start:
-                raise MessageError(i, f"tool_calls[{j}] reuses call id {cid!r}")
-            seen_calls.add(cid)
-        if role == "tool":
-            cid = msg["tool_call_id"]
-            if cid not in open_calls:
-                raise MessageError(i, f"tool message answers no open call (tool_call_id {cid!r})")
-            open_calls.discard(cid)
-        elif role == "assistant":
-            # calls left open by an earlier turn get a synthetic result on output
-            open_calls = {c["id"] for c in calls}
-        if check_encoding and _has_lone_surrogate(msg):
-            raise MessageError(i, "contains a lone surrogate (text is not valid UTF-8)")
-
+    """Check one chat message's shape (role, content type, tool calls); raise ``MessageError``."""
+    neutral_check(i, msg, PART_TYPES)
 
 class OpenAIChat:
     """OpenAI chat completions: ``messages`` in, ``messages`` out.
@@ -145,6 +44,7 @@ class OpenAIChat:
     """
 
     name = "openai-chat"
+    part_types = PART_TYPES
 
     def detect(self, request: Mapping[str, Any]) -> bool:
         # Anthropic requests also carry 'messages'; that format claims them first

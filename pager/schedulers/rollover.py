@@ -47,9 +47,11 @@ results are carried into the new window whole (pairing is never cut). Only
 when L1 and the new window's first message alone do not fit is
 ``BudgetError`` raised.
 
-The window state is saved in the store's settings table (key
-``rollover:<session>``) after every change, so a reopened session keeps its
-window, its claimed notices and a pending handoff.
+The controller never touches the store: its window state (``to_state``) and
+the events it records (a handoff intent, a rollover) go out in each result,
+and the facade saves them in the store's settings table (key
+``rollover:<session>``) in the same transaction as the call's pages, so a
+reopened session keeps its window, its claimed notices and a pending handoff.
 """
 
 from __future__ import annotations
@@ -67,11 +69,10 @@ from pager.core.budget import (
     ROLLOVER_TOOL,
     BudgetConfig,
     BudgetState,
-    blocked_tool_result,
+    blocked_text,
     evaluate_budget,
     fallback_text,
     hard_limit,
-    is_allowed,
     prune_tools,
     reminder_text,
 )
@@ -87,22 +88,24 @@ from pager.core.handoff import (
     render_checkpoint,
     render_new_window_message,
 )
-from pager.core.render import card_text, stub_text
+from pager.core.pages import TOOL_KINDS
+from pager.core.render import card_text, stub_message
+from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, ToolTokens, content_text
+from pager.formats.base import RenderHints
+from pager.schedulers.base import ScheduleResult
 from pager.statefiles import Invariant, TaskState
-from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from pager.core.history import History
     from pager.options import Options
-    from pager.pager import Pager
-    from pager.storage.sqlite import Store
+    from pager.storage.base import Event, TimelineEntry
 
 __all__ = [
     "Intent",
     "Notice",
     "RolloverController",
-    "RolloverResult",
     "Window",
+    "handoff_from_events",
     "parse_invariant",
     "task_state",
 ]
@@ -169,26 +172,7 @@ class Window:
     reason: str = ""
     trigger: str = ""
     synthetic_at: int | None = None  # emitted index of a synthetic result last call (it will change)
-
-
-@attrs.frozen(slots=True)
-class RolloverResult:
-    """What one rollover-mode ``assemble`` emits, and the figures for its report."""
-
-    messages: list[Mapping[str, Any]]
-    tools: list[Mapping[str, Any]] | None  # None: the request's tools, unchanged
-    tokens: int  # emitted messages and tools
-    budget: int  # the hard limit
-    layers: dict[str, int]
-    pages_kept: int
-    pages_stubbed: int
-    pages_dropped: int
-    round: bool  # a rollover happened in this call
-    reason: str
-    changed_from: int | None
-    notices: tuple[str, ...]
-    handles: tuple[str, ...]
-    demoted: tuple[int, ...]  # page ids that left the prompt in this call
+    emitted: int = 0  # messages in the last prompt (the end of the cached prefix if nothing changed)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -250,14 +234,15 @@ class RolloverController:
     """Keep one session's rollover window, decide the budget actions, persist the state.
 
     The facade owns the history and the store; this class reads the history
-    mirror, writes its own state and events to the store, and never touches
-    the recall index.
+    mirror and returns its state and events in each result for the facade to
+    persist. It never touches the store or the recall index.
     """
 
-    def __init__(self, options: "Options", counter: TokenCounter, store: "Store", session: str) -> None:
+    def __init__(
+        self, options: "Options", counter: TokenCounter, session: str, state: Mapping[str, Any] | None = None
+    ) -> None:
         self.options = options
         self.counter = counter
-        self.store = store
         self.session = session
         # BudgetConfig validates the reserves against the window (ConfigError at open)
         self.config = BudgetConfig(
@@ -270,19 +255,14 @@ class RolloverController:
         self.window = Window()
         self.pending: Intent | None = None
         self.last_handoff: Mapping[str, Any] | None = None
-        self._tools_tokens: dict[bytes, int] = {}
-        self._load()
+        self._count_tools = ToolTokens(counter)
+        self._events: list[tuple[str, Any]] = []
+        if state:
+            self._load(state)
 
     # -- persistence -----------------------------------------------------------------
 
-    def _key(self) -> str:
-        return SETTING_PREFIX + self.session
-
-    def _load(self) -> None:
-        raw = self.store.setting(self._key())
-        if not raw:
-            return
-        data = orjson.loads(raw)
+    def _load(self, data: Mapping[str, Any]) -> None:
         w = dict(data["window"])
         w["carried"] = tuple(w.get("carried", ()))
         w["notices"] = tuple(Notice(**n) for n in w.get("notices", ()))
@@ -300,9 +280,10 @@ class RolloverController:
             "last_handoff": self.last_handoff,
         }
 
-    def save(self) -> None:
-        """Write the state to the store (settings table, one row per session)."""
-        self.store.set_setting(self._key(), orjson.dumps(self.to_state()).decode())
+    def take_events(self) -> tuple[tuple[str, Any], ...]:
+        """Return the events recorded since the last call, and forget them (the facade stores them)."""
+        out, self._events = tuple(self._events), []
+        return out
 
     # -- the tool side ------------------------------------------------------------------
 
@@ -314,8 +295,7 @@ class RolloverController:
         """
         args = handoff.to_arguments()
         self.pending = Intent(args, call_id)
-        self.store.add_event(self.session, "rollover_intent", {"call_id": call_id, **args})
-        self.save()
+        self._events.append(("rollover_intent", {"call_id": call_id, **args}))
         return confirmation_text(handoff, self.session)
 
     @property
@@ -323,11 +303,11 @@ class RolloverController:
         """Whether the current window is in its fallback step (only ``new_context`` may run)."""
         return self.window.fallback_claimed
 
-    def intercept(self, tool_call: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Return the error result for a call to a pruned tool during fallback, else None."""
-        if not self.fallback_active or is_allowed(tool_call, (ROLLOVER_TOOL,)):
+    def blocked(self, tool_name: str) -> str | None:
+        """Return the error result text for a call to ``tool_name`` if the fallback step prunes it, else None."""
+        if not self.fallback_active or tool_name == ROLLOVER_TOOL:
             return None
-        return blocked_tool_result(tool_call, (ROLLOVER_TOOL,))
+        return blocked_text(tool_name, (ROLLOVER_TOOL,))
 
     def latest_handoff(self) -> Handoff | None:
         """Return the pending handoff, else the one the current window started from."""
@@ -337,21 +317,11 @@ class RolloverController:
 
     # -- assemble -------------------------------------------------------------------------
 
-    def _count_tools(self, tools: Sequence[Any]) -> int:
-        if not tools:
-            return 0
-        raw = orjson.dumps(list(tools), option=orjson.OPT_SORT_KEYS)
-        n = self._tools_tokens.get(raw)
-        if n is None:
-            n = self.counter.count(raw.decode())
-            self._tools_tokens[raw] = n
-        return n
-
     def _text_tokens(self, text: str) -> int:
         return MESSAGE_OVERHEAD + self.counter.count(text)
 
     def _stubbed(self, h: "History", r: int) -> bool:
-        return h.kind[r] in ("tool", "file") and h.tokens[r] > self.options.stub_threshold
+        return h.kind[r] in TOOL_KINDS and h.tokens[r] > self.options.stub_threshold
 
     def _start(self, h: "History") -> int:
         return h.pinned_count() if self.window.start is None else self.window.start
@@ -421,12 +391,7 @@ class RolloverController:
             msg = messages[r]
             if self._stubbed(h, r):
                 handles.append(h.handle[r])
-                body = content_text(msg.get("content"))
-                out.append({
-                    "role": "tool",
-                    "tool_call_id": msg["tool_call_id"],
-                    "content": stub_text(body, h.tokens[r], h.handle[r], path=h.path[r]),
-                })
+                out.append(stub_message(msg, h.tokens[r], h.handle[r], h.path[r]))
             else:
                 out.append(msg)
         normalized = pairing.normalize(out)
@@ -498,12 +463,11 @@ class RolloverController:
             trigger=trigger,
         )
         self.pending = None
-        self.store.add_event(
-            self.session,
+        self._events.append((
             "rollover",
             {"generation": self.window.generation, "reason": reason, "trigger": trigger,
              "start": end, **payload},
-        )
+        ))
         carried_set = set(carried)
         return tuple(
             h.page[r] for r in range(max(old_start, pinned), end) if h.page[r] not in carried_set
@@ -520,7 +484,7 @@ class RolloverController:
         tools: Sequence[Mapping[str, Any]],
         pins: Sequence[str],
         notes: Sequence[str],
-    ) -> RolloverResult:
+    ) -> ScheduleResult:
         """Build the prompt for the next model call from the caller's whole history.
 
         ``h`` is the facade's history mirror, already holding ``messages``;
@@ -616,11 +580,13 @@ class RolloverController:
             out_tools, tools_sent = None, tools_tokens
         layers, kept, stubbed = self._measure(h, len(open_ids))
         msgs, handles, synthetic = self._emit(h, messages)
+        prev_len = self.window.emitted
         self.window = attrs.evolve(self.window, upto=n, tail=h.page[n - 1] if n else 0,
-                                   synthetic_at=synthetic)
-        self.save()
+                                   synthetic_at=synthetic, emitted=len(msgs))
         layers["tools"] = tools_sent
-        return RolloverResult(
+        changed_from = min(changed) if changed else None
+        l1 = min(h.pinned_count(), n) + len(self.window.carried) + (1 if self.window.card else 0)
+        return ScheduleResult(
             messages=msgs,
             tools=out_tools,
             tokens=sum(layers.values()),
@@ -631,67 +597,61 @@ class RolloverController:
             pages_dropped=n - kept - stubbed,
             round=reason.startswith("rollover"),
             reason=reason,
-            changed_from=min(changed) if changed else None,
+            changed_from=changed_from,
+            # a window grows verbatim: its first message closes the part that never changes
+            hints=RenderHints(
+                l1=l1, stable=l1 + (1 if self.window.first else 0),
+                previous=changed_from if changed_from is not None else (prev_len or None),
+            ),
             notices=tuple(labels),
             handles=tuple(handles),
             demoted=demoted,
+            state=self.to_state(),
+            events=self.take_events(),
         )
 
 
 # --------------------------------------------------------------------------- task state
 
 
-def task_state(p: "Pager") -> TaskState:
-    """Return the session's task-state card (``Pager.task_state``).
+def handoff_from_events(events: Sequence["Event"]) -> Handoff | None:
+    """Return the newest handoff intent in a session's events, unless a forced window came after it."""
+    for event in reversed(events):
+        if event.kind == "rollover_intent" and event.payload:
+            return _handoff_from(event.payload)
+        if event.kind == "rollover" and event.payload and "checkpoint" in event.payload:
+            return None  # a forced window after the last handoff: the handoff is stale
+    return None
 
-    ``goal``: the pinned goals, else the original first user message.
-    ``invariants``: pins and notes written as ``decision: ... because ...`` /
-    ``rejected: ... because ...``, oldest first (pins and notes interleaved by
-    creation time, so a later export only appends). ``next``: the first next
-    step of the latest handoff (pending or committed, else the newest one in
-    the store's events), else the first open item of the notes. ``notes``: the
-    other notes, the newest ``max_notes``.
+
+def task_state(
+    goal: str, timeline: Sequence["TimelineEntry"], handoff: Handoff | None, max_notes: int
+) -> TaskState:
+    """Return the session's task-state card (``Pager.task_state``). Pure.
+
+    ``goal``: the pinned goals, else the original first user message (the
+    caller decides). ``invariants``: pins and notes written as ``decision:
+    ... because ...`` / ``rejected: ... because ...``, oldest first (pins and
+    notes interleaved by creation time, so a later export only appends).
+    ``next``: the first next step of ``handoff`` (the pending or latest one),
+    else the first open item of the notes. ``notes``: the other notes, the
+    newest ``max_notes``.
     """
-    store, session = p.store, p.session
-    pins = store.pins(session)
-    h = p.history
-    goal = "\n".join(pins)
-    if not goal and h.first_user is not None:
-        _, msg = store.message(h.page[h.first_user])
-        goal = content_text(msg.get("content"))
-    # pins and notes by creation time: the invariants file is append-only
-    rows = store._db.execute(  # noqa: SLF001 - the store has no timeline query yet
-        "SELECT created, 0, id, text FROM pins WHERE session=? "
-        "UNION ALL SELECT created, 1, id, text FROM notes WHERE session=? ORDER BY 1, 2, 3",
-        (session, session),
-    ).fetchall()
     invariants: list[Invariant] = []
     plain: list[str] = []
-    for _created, is_note, _id, text in rows:
-        if not is_note:
-            invariants.append(Invariant(text, "pinned by the harness"))
+    for entry in timeline:
+        if entry.kind == "pin":
+            invariants.append(Invariant(entry.text, "pinned by the harness"))
             continue
-        inv = parse_invariant(text)
+        inv = parse_invariant(entry.text)
         if inv is not None:
             invariants.append(inv)
         else:
-            plain.append(text)
-    handoff: Handoff | None = None
-    ctl = getattr(p, "_rollover", None)
-    if ctl is not None:
-        handoff = ctl.latest_handoff()
-    if handoff is None:
-        for kind, payload, _ in reversed(store.events(session)):
-            if kind == "rollover_intent" and payload:
-                handoff = _handoff_from(payload)
-                break
-            if kind == "rollover" and payload and "checkpoint" in payload:
-                break  # a forced window after the last handoff: the handoff is stale
-    nxt = ""
+            plain.append(entry.text)
     if handoff is not None and handoff.next_steps:
         nxt = handoff.next_steps[0]
     else:
         items = open_items(plain)
         nxt = items[0] if items else ""
-    keep = plain[-p.options.max_notes :] if p.options.max_notes else []
+    keep = plain[-max_notes:] if max_notes else []
     return TaskState(goal=goal.strip(), invariants=tuple(invariants), next=nxt, notes=tuple(keep))

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Mapping, Protoc
 
 import attrs
 
+from pager.core.pages import SCOPES, NewPage, PageRecord, StatUpdate
+
 if TYPE_CHECKING:  # pragma: no cover
     from pager.storage.index import Hit, IndexDoc
 
@@ -46,75 +48,6 @@ __all__ = [
     "TimelineEntry",
 ]
 
-# Who may see a page: its session only, its owner only, or every session of the store.
-SCOPES = ("session", "private", "shared")
-
-
-def _tuple(value: Any) -> tuple[str, ...]:
-    return tuple(value or ())
-
-
-@attrs.frozen(slots=True)
-class NewPage:
-    """A page to record: a classified neutral message and the figures the scheduler keeps.
-
-    ``message`` is the neutral message encoded with ``orjson`` (sorted keys);
-    ``hash`` is the digest of those bytes (``pager.core.pages.hash_bytes``).
-    """
-
-    hash: str
-    kind: str
-    role: str
-    step: int
-    tokens: int
-    stub_tokens: int
-    chars: int
-    handle: str
-    message: bytes
-    call_id: str | None = None
-    call_ids: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
-    tool_name: str | None = None
-    path: str | None = None
-    labels: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
-    scope: str = "session"
-    owner: str | None = None
-
-
-@attrs.frozen(slots=True)
-class PageRecord:
-    """A stored page, without its message bytes (read those with ``Store.message``)."""
-
-    id: int
-    session: str
-    hash: str
-    kind: str
-    role: str
-    seq: int
-    step: int
-    tokens: int
-    stub_tokens: int
-    chars: int
-    call_id: str | None
-    call_ids: tuple[str, ...]
-    tool_name: str | None
-    path: str | None
-    stale: bool
-    labels: tuple[str, ...]
-    last_ref: int
-    ref_count: int
-    scope: str
-    handle: str
-    owner: str | None = None
-
-
-@attrs.frozen(slots=True)
-class StatUpdate:
-    """What later messages changed of a page: its last reference, reference count, staleness."""
-
-    page_id: int
-    last_ref: int
-    ref_count: int
-    stale: bool
 
 
 @attrs.frozen(slots=True)
@@ -231,23 +164,3 @@ class Store(Protocol):
     def add_event(self, session: str, kind: str, payload: Any) -> None: ...
 
     def events(self, session: str, kind: str | None = None) -> list[Event]: ...
-
-
-def page_record(values: Mapping[str, Any]) -> PageRecord:
-    """Build a ``PageRecord`` from a row mapping as stores read it (JSON columns decoded here)."""
-    import orjson
-
-    def seq(v: Any) -> tuple[str, ...]:
-        if isinstance(v, (bytes, str)):
-            return tuple(orjson.loads(v or "[]"))
-        return tuple(v or ())
-
-    return PageRecord(
-        id=int(values["id"]), session=values["session"], hash=values["hash"], kind=values["kind"],
-        role=values["role"], seq=int(values["seq"]), step=int(values["step"]), tokens=int(values["tokens"]),
-        stub_tokens=int(values["stub_tokens"]), chars=int(values["chars"]), call_id=values["call_id"],
-        call_ids=seq(values["call_ids"]), tool_name=values["tool_name"], path=values["path"],
-        stale=bool(values["stale"]), labels=seq(values["labels"]), last_ref=int(values["last_ref"]),
-        ref_count=int(values["ref_count"]), scope=values["scope"] or "session", handle=values["handle"],
-        owner=values.get("owner"),
-    )

@@ -46,11 +46,11 @@ import attrs
 import tantivy
 from tantivy import Occur, Query
 
+from pager.core.pages import SCOPES
 from pager.errors import RecallIndexError
 
 __all__ = ["Hit", "IndexDoc", "PageIndex", "SCOPES"]
 
-SCOPES = ("session", "private", "shared")
 MAX_QUERY_TERMS = 64
 MAX_QUERY_CHARS = 4096
 MAX_KEY_CHUNKS = 16

@@ -26,10 +26,20 @@ from typing import Any, Iterator, Sequence
 import orjson
 
 from pager.errors import SchemaError, StoreError
+from pager.core.pages import page_record
+from pager.storage.base import (
+    Branch,
+    Event,
+    NewPage,
+    PageRecord,
+    StatUpdate,
+    TimelineEntry,
 
-__all__ = ["DB_NAME", "SCHEMA_VERSION", "PageRow", "Store"]
+)
 
-SCHEMA_VERSION = 1
+__all__ = ["DB_NAME", "SCHEMA_VERSION", "SQLiteStore", "Store"]
+
+SCHEMA_VERSION = 2
 DB_NAME = "pager.db"
 _BUSY_RETRIES = 50
 
@@ -46,7 +56,7 @@ CREATE TABLE IF NOT EXISTS pages (
     stub_tokens INTEGER NOT NULL, chars INTEGER NOT NULL, call_id TEXT, call_ids TEXT,
     tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
     last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
-    scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL);
+    scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT);
 CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
 CREATE INDEX IF NOT EXISTS pages_handle ON pages(handle);
 CREATE TABLE IF NOT EXISTS branch_pages (
@@ -65,13 +75,23 @@ CREATE TABLE IF NOT EXISTS events (
 PAGE_COLUMNS = (
     "id", "session", "hash", "kind", "role", "seq", "step", "tokens", "stub_tokens", "chars",
     "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
-    "handle",
+    "handle", "owner",
 )
-PageRow = tuple  # (values in PAGE_COLUMNS order)
+_COLS = ", ".join(PAGE_COLUMNS)
+# Migrations from each older schema version to the next, applied in one transaction at open.
+_MIGRATIONS = {1: ("ALTER TABLE pages ADD COLUMN owner TEXT",)}
 
 
-class Store:
-    """Open (creating if needed) the store in folder ``path``."""
+def _record(row: Sequence[Any]) -> PageRecord:
+    return page_record(dict(zip(PAGE_COLUMNS, row)))
+
+
+class SQLiteStore:
+    """Open (creating if needed) the store in folder ``path``: ``pager.db``, WAL mode.
+
+    Implements ``pager.storage.base.Store``; the recall index lives beside the
+    database in ``index/``.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -83,20 +103,30 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=OFF")
+            self._depth = 0
             with self.transaction():
+                row = self._db.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table' AND name='settings'"
+                ).fetchone()
+                version = None
+                if row is not None:
+                    got = self._db.execute("SELECT value FROM settings WHERE key='schema_version'").fetchone()
+                    version = int(got[0]) if got else None
+                if version is not None and version > SCHEMA_VERSION:
+                    raise SchemaError(
+                        f"{self.path / DB_NAME} has schema version {version}, this pager reads "
+                        f"up to {SCHEMA_VERSION}; upgrade pager"
+                    )
+                if version is not None:
+                    for v in range(version, SCHEMA_VERSION):
+                        for stmt in _MIGRATIONS.get(v, ()):
+                            self._db.execute(stmt)
                 for stmt in _SCHEMA.strip().split(";"):
                     if stmt.strip():
                         self._db.execute(stmt)
-                row = self._db.execute("SELECT value FROM settings WHERE key='schema_version'").fetchone()
-                if row is None:
-                    self._db.execute(
-                        "INSERT INTO settings VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                    )
-                elif int(row[0]) > SCHEMA_VERSION:
-                    raise SchemaError(
-                        f"{self.path / DB_NAME} has schema version {row[0]}, this pager reads "
-                        f"up to {SCHEMA_VERSION}; upgrade pager"
-                    )
+                self._db.execute(
+                    "INSERT OR REPLACE INTO settings VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
         except StoreError:
             raise
         except sqlite3.DatabaseError as exc:
@@ -108,7 +138,18 @@ class Store:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """Run a write transaction (``BEGIN IMMEDIATE``), retrying while the database is locked."""
+        """Run a write transaction (``BEGIN IMMEDIATE``), retrying while the database is locked.
+
+        Re-entrant: a transaction opened inside another joins it, and the
+        outermost one commits (or rolls back everything).
+        """
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self._db
+            finally:
+                self._depth -= 1
+            return
         for attempt in range(_BUSY_RETRIES):
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -119,12 +160,17 @@ class Store:
                 time.sleep(min(0.01 * 2**attempt, 0.5))
         else:  # pragma: no cover - needs a writer holding the lock for minutes
             raise StoreError(f"store {self.path} stayed locked; another process is writing")
+        self._depth = 1
         try:
             yield self._db
-        except BaseException:
+        except BaseException as exc:
+            self._depth = 0
             self._db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise StoreError(f"store {self.path}: {exc}") from exc
             raise
         else:
+            self._depth = 0
             try:
                 self._db.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
@@ -132,6 +178,12 @@ class Store:
 
     def close(self) -> None:
         self._db.close()
+
+    def open_index(self) -> Any:
+        """Return the Tantivy recall index kept beside the database (``index/``)."""
+        from pager.storage.index import PageIndex
+
+        return PageIndex(self.path / "index")
 
     def setting(self, key: str, default: str | None = None) -> str | None:
         row = self._db.execute("SELECT value FROM settings WHERE key=?", (key,)).fetchone()
@@ -146,6 +198,9 @@ class Store:
     def sessions(self) -> list[str]:
         """Return session names, most recently created last."""
         return [r[0] for r in self._db.execute("SELECT name FROM sessions ORDER BY created, name")]
+
+    def has_session(self, session: str) -> bool:
+        return self._db.execute("SELECT 1 FROM sessions WHERE name=?", (session,)).fetchone() is not None
 
     def ensure_session(self, session: str) -> int:
         """Create the session (with an empty first branch) if needed; return its head branch."""
@@ -162,9 +217,9 @@ class Store:
             db.execute("INSERT INTO sessions VALUES (?, ?, ?, NULL)", (session, branch, now))
         return branch
 
-    def branches(self, session: str) -> list[tuple[int, int | None, int]]:
+    def branches(self, session: str) -> list[Branch]:
         return [
-            (int(a), b, int(c))
+            Branch(int(a), b, int(c))
             for a, b, c in self._db.execute(
                 "SELECT id, parent, fork_seq FROM branches WHERE session=? ORDER BY id", (session,)
             )
@@ -180,17 +235,19 @@ class Store:
 
     # -- pages ---------------------------------------------------------------------------
 
-    def load_pages(self, ids: Sequence[int]) -> list[PageRow]:
-        """Return page rows (without message bytes) for ``ids``, in that order."""
+    def load_pages(self, ids: Sequence[int]) -> list[PageRecord]:
+        """Return page records (without message bytes) for ``ids``, in that order."""
         if not ids:
             return []
-        cols = ", ".join(PAGE_COLUMNS)
-        rows: dict[int, PageRow] = {}
+        rows: dict[int, PageRecord] = {}
         for i in range(0, len(ids), 900):
             chunk = list(ids[i : i + 900])
             marks = ",".join("?" * len(chunk))
-            for r in self._db.execute(f"SELECT {cols} FROM pages WHERE id IN ({marks})", chunk):
-                rows[r[0]] = r
+            for r in self._db.execute(f"SELECT {_COLS} FROM pages WHERE id IN ({marks})", chunk):
+                rows[r[0]] = _record(r)
+        missing = [i for i in ids if i not in rows]
+        if missing:
+            raise StoreError(f"store {self.path}: no page with id {missing[0]}")
         return [rows[i] for i in ids]
 
     def page_by_handle(self, session: str, handle: str) -> int | None:
@@ -201,24 +258,23 @@ class Store:
         return int(row[0]) if row and row[0] is not None else None
 
     def message(self, page_id: int) -> tuple[str, dict[str, Any]]:
-        """Return ``(session, original message)`` of a page; KeyError when unknown."""
+        """Return ``(session, original message)`` of a page; ``StoreError`` when unknown."""
         row = self._db.execute("SELECT session, message FROM pages WHERE id=?", (page_id,)).fetchone()
         if row is None:
-            raise KeyError(page_id)
+            raise StoreError(f"store {self.path}: no page with id {page_id}")
         return row[0], orjson.loads(row[1])
 
-    def iter_pages(self, after_id: int = 0, batch: int = 500) -> Iterator[tuple[PageRow, dict[str, Any]]]:
-        """Yield ``(row, message)`` for every page with id > ``after_id``, in id order."""
-        cols = ", ".join(PAGE_COLUMNS)
+    def iter_pages(self, after_id: int = 0, batch: int = 500) -> Iterator[tuple[PageRecord, dict[str, Any]]]:
+        """Yield ``(record, message)`` for every page with id > ``after_id``, in id order."""
         last = after_id
         while True:
             got = self._db.execute(
-                f"SELECT {cols}, message FROM pages WHERE id>? ORDER BY id LIMIT ?", (last, batch)
+                f"SELECT {_COLS}, message FROM pages WHERE id>? ORDER BY id LIMIT ?", (last, batch)
             ).fetchall()
             if not got:
                 return
             for r in got:
-                yield r[:-1], orjson.loads(r[-1])
+                yield _record(r[:-1]), orjson.loads(r[-1])
             last = got[-1][0]
 
     def max_page_id(self) -> int:
@@ -236,7 +292,7 @@ class Store:
         branch: int,
         fork: tuple[int, int] | None,
         start_seq: int,
-        pages: Sequence[dict[str, Any]],
+        pages: Sequence[NewPage],
     ) -> tuple[int, list[int]]:
         """Record new pages in one transaction; return ``(branch, new page ids)``.
 
@@ -262,13 +318,13 @@ class Store:
                 cur = db.execute(
                     "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
                     " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
-                    " message) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " message, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
-                        session, p["hash"], p["kind"], p["role"], start_seq + offset, p["step"],
-                        p["tokens"], p["stub_tokens"], p["chars"], p.get("call_id"),
-                        orjson.dumps(list(p.get("call_ids") or ())).decode(), p.get("tool_name"),
-                        p.get("path"), 0, orjson.dumps(list(p.get("labels") or ())).decode(),
-                        p["step"], 0, p.get("scope", "session"), p["handle"], p["raw"],
+                        session, p.hash, p.kind, p.role, start_seq + offset, p.step,
+                        p.tokens, p.stub_tokens, p.chars, p.call_id,
+                        orjson.dumps(list(p.call_ids)).decode(), p.tool_name,
+                        p.path, 0, orjson.dumps(list(p.labels)).decode(),
+                        p.step, 0, p.scope, p.handle, p.message, p.owner,
                     ),
                 )
                 pid = int(cur.lastrowid or 0)
@@ -276,14 +332,14 @@ class Store:
                 db.execute("INSERT INTO branch_pages VALUES (?, ?, ?)", (branch, start_seq + offset, pid))
         return branch, ids
 
-    def update_stats(self, stats: Sequence[tuple[int, int, int, int]]) -> None:
-        """Store ``(page_id, last_ref, ref_count, stale)`` of pages later messages referred to."""
+    def update_stats(self, stats: Sequence[StatUpdate]) -> None:
+        """Store what later messages changed of pages: last reference, reference count, staleness."""
         if not stats:
             return
         with self.transaction() as db:
             db.executemany(
                 "UPDATE pages SET last_ref=?, ref_count=?, stale=? WHERE id=?",
-                [(lr, rc, st, pid) for pid, lr, rc, st in stats],
+                [(u.last_ref, u.ref_count, int(u.stale), u.page_id) for u in stats],
             )
 
     def save_state(self, session: str, state: Any) -> None:
@@ -311,6 +367,15 @@ class Store:
         """Return the session's pinned goals, oldest first."""
         return [r[0] for r in self._db.execute("SELECT text FROM pins WHERE session=? ORDER BY id", (session,))]
 
+    def timeline(self, session: str) -> list[TimelineEntry]:
+        """Return the session's pins and notes in creation order (pins first on a tie)."""
+        rows = self._db.execute(
+            "SELECT created, 'pin', id, text FROM pins WHERE session=? "
+            "UNION ALL SELECT created, 'note', id, text FROM notes WHERE session=? ORDER BY 1, 2 DESC, 3",
+            (session, session),
+        ).fetchall()
+        return [TimelineEntry(float(c or 0.0), k, int(i), t) for c, k, i, t in rows]
+
     def add_event(self, session: str, kind: str, payload: Any) -> None:
         with self.transaction() as db:
             db.execute(
@@ -318,10 +383,14 @@ class Store:
                 (session, kind, orjson.dumps(payload), time.time()),
             )
 
-    def events(self, session: str, kind: str | None = None) -> list[tuple[str, Any, float]]:
+    def events(self, session: str, kind: str | None = None) -> list[Event]:
         q = "SELECT kind, payload, created FROM events WHERE session=?"
         args: tuple[Any, ...] = (session,)
         if kind:
             q += " AND kind=?"
             args += (kind,)
-        return [(k, orjson.loads(p) if p else None, c) for k, p, c in self._db.execute(q + " ORDER BY id", args)]
+        return [Event(k, orjson.loads(p) if p else None, c) for k, p, c in self._db.execute(q + " ORDER BY id", args)]
+
+
+# The name the protocol's first implementation had; kept for callers that construct it directly.
+Store = SQLiteStore

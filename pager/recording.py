@@ -1,0 +1,101 @@
+"""Recording: which of the caller's messages are new, and storing them as pages.
+
+The caller resends its whole history every call. ``Recorder`` finds where it
+stops matching what was recorded (by object identity first, then by content
+hash), forks a branch when it diverged, and records the rest through the
+store, inside the facade's transaction. It returns the index documents of the
+new pages; the facade adds them to the index only after the store committed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from pager.core.history import History, hash_messages
+from pager.core.messages import classify, tool_calls
+from pager.storage.base import Store
+from pager.storage.index import IndexDoc
+
+__all__ = ["Recorder"]
+
+
+class Recorder:
+    """Record one session's new messages into its history mirror and its store."""
+
+    def __init__(self, session: str, history: History, scope: str, owner: str | None = None) -> None:
+        self.session = session
+        self.history = history
+        self.scope = scope
+        self.owner = owner
+        self._ident: list[tuple[Any, Any, Any]] = []  # (message, content, tool_calls) per recorded row
+        self.recalled_pending: set[int] = set()
+        self.recall_useful = 0
+
+    def reset(self, history: History) -> None:
+        """Follow a mirror rebuilt from the store (after a rolled-back transaction)."""
+        self.history = history
+        self._ident = []
+
+    def same_prefix(self, messages: Sequence[Any]) -> int:
+        """Return how many leading messages are the same objects as recorded rows.
+
+        Harnesses append to one list of dicts, so on each call all but the new
+        messages are the very objects seen before. Identity of the message and
+        of its ``content`` and ``tool_calls`` stands in for re-hashing them
+        (strings are immutable; an edit replaces one of these objects). A
+        message mutated deep inside in place (a tool call's arguments edited
+        in the same dict) is not detected: replace the message to edit it.
+        """
+        ident = self._ident
+        lim = min(len(ident), len(self.history.hash), len(messages))
+        k = 0
+        while k < lim:
+            m = messages[k]
+            e = ident[k]
+            if e[0] is not m:  # the same object was a validated mapping when recorded
+                break
+            if e[1] is not m.get("content") or e[2] is not m.get("tool_calls"):
+                break
+            k += 1
+        return k
+
+    def record(self, store: Store, messages: Sequence[Mapping[str, Any]], known: int = 0) -> tuple[int, list[IndexDoc]]:
+        """Record what is new in ``messages``; return how many pages were added and their index documents."""
+        h = self.history
+        new_hashes, raws = hash_messages(messages[known:], offset=known)
+        hashes = h.hash[:known] + new_hashes
+        raws = [None] * known + raws
+        common = 0
+        limit = min(len(h.hash), len(hashes))
+        while common < limit and h.hash[common] == hashes[common]:
+            common += 1
+        fork: tuple[int, int] | None = None
+        if common < len(h.hash):
+            # the caller's history diverged from the recorded one: a new branch
+            fork = (h.branch, common)
+            h.truncate(common)
+        del self._ident[common:]
+        self._ident.extend((m, m.get("content"), m.get("tool_calls")) for m in messages[len(self._ident):])
+        if common == len(hashes) and fork is None:
+            return 0, []
+        classified = classify(messages, common, h.calls)
+        for msg in messages[common:]:
+            for call in tool_calls(msg):
+                h.calls[call.id] = (call.name, call.arguments)
+        prepared = h.prepare(messages, common, classified, hashes, raws, scope=self.scope, owner=self.owner)
+        branch, ids = store.record(self.session, h.branch, fork, common, [p.page for p in prepared])
+        h.branch = branch
+        updates = h.append(prepared, ids)
+        store.update_stats(updates)
+        # a recalled page referred to by the new messages was a useful recall
+        self.recall_useful += sum(1 for u in updates if u.page_id in self.recalled_pending)
+        self.recalled_pending.clear()
+        docs = [
+            IndexDoc(
+                page_id=pid, session=self.session, step=p.page.step, kind=p.page.kind, text=p.text,
+                path=p.page.path, handle=p.page.handle, labels=p.page.labels, scope=p.page.scope,
+                owner=p.page.owner or "",
+            )
+            for p, pid in zip(prepared, ids)
+        ]
+        return len(prepared), docs

@@ -1,0 +1,279 @@
+"""The paging scheduler: L1, the hot working set, recalled pages; rounds in batches.
+
+For one call it builds the page table from the history mirror, scores it with
+the heat policy (checked: one finite score per row), picks recall candidates
+among the index hits the facade fetched, runs the pure planner
+(``pager.core.plan``) and renders the layout into neutral messages: rows in
+full, stubs, the task-state card and recall blocks. What it returns is one
+``ScheduleResult``; the facade persists and renders it.
+
+Recall (L3). The query is what the agent is about to work on: the terms of
+the latest assistant message and of any user message after it. The index
+finds pages about those words (BM25); a page is recalled only if the query
+also *refers* to it as heat does (``terms.TermIndex.references``: paths, file
+names, handles and error names count double), so a recall is evidence, not
+noise that costs tokens on every call. Each page is cut to an excerpt around
+its first matching line, so a recall costs a few hundred tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import attrs
+import numpy as np
+
+from pager.core import pairing
+from pager.core.heat import HeatPolicy, PageTable
+from pager.core.history import History
+from pager.core.messages import message_text
+from pager.core.plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, Slot, plan
+from pager.core.render import card_text, excerpt_span, line_range, recall_block, stub_message
+from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter
+from pager.formats.base import RenderHints
+from pager.options import Options
+from pager.schedulers.base import RecallHit, ScheduleResult, first_diff
+
+__all__ = ["PagingCall", "PagingScheduler", "RecallRequest", "recall_query"]
+
+# The page's label line inside the recall block (handle, step, kind, path, lines).
+LABEL_TOKENS = 24
+
+
+@attrs.frozen(slots=True)
+class RecallRequest:
+    """The index search the scheduler wants run for this call (the facade runs it)."""
+
+    terms: tuple[str, ...]
+    k: int
+    exclude: frozenset[int]
+    min_score: float
+
+
+@attrs.frozen(slots=True)
+class PagingCall:
+    """The inputs of one paging call. ``history`` already holds the call's messages."""
+
+    history: History
+    messages: Sequence[Mapping[str, Any]]  # neutral messages, one per history row
+    pins: Sequence[str]
+    notes: Sequence[str]
+    pin_terms: frozenset[str]
+    tools_tokens: int
+    prev: Layout | None
+    prev_out: Sequence[Mapping[str, Any]] | None  # the previous prompt's messages, when kept
+    hits: Sequence[RecallHit] = ()
+    demoted: frozenset[int] = frozenset()
+
+
+def recall_query(history: History) -> set[str]:
+    """Return the terms of the latest assistant message and any user message after it."""
+    query: set[str] = set()
+    for i in range(len(history) - 1, -1, -1):
+        if history.role[i] in ("assistant", "user"):
+            query |= history.terms[i]
+            if history.role[i] == "assistant":
+                break
+    return query
+
+
+class PagingScheduler:
+    """Schedule one session's calls in paging mode (the default)."""
+
+    def __init__(self, options: Options, counter: TokenCounter, policy: HeatPolicy) -> None:
+        self.options = options
+        self.counter = counter
+        self.policy = policy
+
+    # -- recall ---------------------------------------------------------------------------
+
+    def recall_request(self, h: History, prev: Layout | None) -> RecallRequest | None:
+        """Return the search to run for this call's recall candidates (None: recall is off)."""
+        o = self.options
+        if not o.recall_pages or not len(h):
+            return None
+        query = recall_query(h)
+        if not query:
+            return None
+        # pages in the prompt in full and L1 are never candidates
+        exclude = {s.page for s in (prev.slots if prev else ()) if s.kind == FULL}
+        exclude.update(h.page[: h.pinned_count()])
+        return RecallRequest(tuple(sorted(query)), o.recall_pages * 3, frozenset(exclude), o.recall_min_score)
+
+    def _candidates(
+        self, h: History, hits: Sequence[RecallHit]
+    ) -> tuple[list[tuple[int, int]], dict[int, tuple[int, int]]]:
+        """Return ``(page id, rendered tokens)`` best first, and the line range to show of each.
+
+        Stale file reads and system messages are never candidates.
+        """
+        o = self.options
+        if not hits:
+            return [], {}
+        query = recall_query(h)
+        strength = h.term_index.references(query) if o.recall_min_strength else {}
+        needles = [t.lower() for t in query if len(t) >= 4]
+        out: list[tuple[int, int]] = []
+        spans: dict[int, tuple[int, int]] = {}
+        for hit in hits:
+            r = h.row_of.get(hit.page_id)
+            if r is None or h.stale[r] or h.kind[r] == "system":
+                continue
+            if o.recall_min_strength and strength.get(hit.page_id, 0) < o.recall_min_strength:
+                continue
+            span = excerpt_span(hit.text, needles, o.recall_page_tokens * 4)
+            if span is None:
+                continue
+            spans[hit.page_id] = span
+            out.append((hit.page_id, MESSAGE_OVERHEAD + LABEL_TOKENS + self.counter.count(line_range(hit.text, *span))))
+        return out, spans
+
+    # -- schedule -------------------------------------------------------------------------
+
+    def card(self, pins: Sequence[str], notes: Sequence[str]) -> str:
+        keep = notes[-self.options.max_notes :] if self.options.max_notes else []
+        return card_text(list(pins), list(keep))
+
+    def _focus_terms(self, call: PagingCall) -> frozenset[str]:
+        """Return the active task's terms: pinned goals and the latest user message but the first."""
+        h = call.history
+        task = h.task  # the latest user message's row
+        if task and task != h.first_user and task < len(h) and h.kind[task] == "user":
+            return call.pin_terms | h.terms[task]
+        return call.pin_terms
+
+    def schedule(self, call: PagingCall) -> ScheduleResult:
+        """Plan and render the prompt for one call."""
+        o = self.options
+        h = call.history
+        cols = h.columns()
+        n = len(h)
+        pinned = np.zeros(n, dtype=bool)
+        pinned[: h.pinned_count()] = True
+        card = self.card(call.pins, call.notes)
+        card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
+        focus = self._focus_terms(call)
+        relevance = h.term_index.relevance(cols["page"], focus) if focus else np.zeros(n)
+        table = PageTable(
+            page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"],
+            ref_count=cols["ref_count"], tokens=cols["tokens"], kind=cols["kind"], stale=cols["stale"],
+            relevance=relevance,
+        )
+        heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
+        budget = o.budget - call.tools_tokens
+        l1 = int(cols["tokens"][pinned].sum()) + card_tokens
+        recall, spans = self._candidates(h, call.hits)
+        cfg = PlanConfig(
+            budget=budget, high=min(budget, l1 + o.high_watermark), low=min(budget, l1 + o.low_watermark),
+            recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
+            recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
+        )
+        inp = PlanInput(
+            page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
+            pinned=pinned, tool=cols["tool"], heat=heat, card_tokens=card_tokens, card=card,
+            recall=recall, recall_spans=spans, branch=h.branch,
+        )
+        prev = call.prev
+        result = plan(inp, cfg, prev)
+        layout = result.layout
+        shown_now = {s.page for s in layout.slots if s.kind == FULL}
+        # a page shown in full last time and not now was demoted (by a round,
+        # or a big output stubbed at the tail)
+        demoted = {s.page for s in prev.slots if s.kind == FULL} - shown_now if prev is not None else set()
+        rendered, handles = self._render(h, layout, call.messages)
+        changed_from = (
+            first_diff(call.prev_out, rendered) if call.prev_out is not None
+            else _first_change(prev, layout)
+        )
+        layers, kept, stubbed = self._layers(h, layout, card_tokens, call.tools_tokens)
+        return ScheduleResult(
+            messages=rendered,
+            tokens=result.tokens + call.tools_tokens,
+            budget=budget + call.tools_tokens,
+            layers=layers,
+            pages_kept=kept,
+            pages_stubbed=stubbed,
+            pages_dropped=n - kept - stubbed,
+            round=result.round,
+            reason=result.reason.value,
+            changed_from=changed_from,
+            hints=RenderHints(
+                l1=min(len(rendered), h.pinned_count() + (1 if layout.card else 0)),
+                stable=layout.stable,
+                previous=changed_from if changed_from is not None else (
+                    len(call.prev_out) if call.prev_out is not None else None),
+            ),
+            recalled=result.recalled,
+            handles=tuple(handles),
+            demoted=tuple(sorted(demoted)),
+            faults=sum(1 for pid in result.recalled if pid in call.demoted or pid in demoted),
+            state={"layout": layout.to_state()},
+            flush_index=result.round,
+        )
+
+    def _render(
+        self, h: History, layout: Layout, messages: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[Mapping[str, Any]], list[str]]:
+        """Return the layout's neutral messages and the handles they show."""
+        out: list[Mapping[str, Any]] = []
+        handles: list[str] = []
+        for slot in layout.slots:
+            if slot.kind == FULL:
+                out.append(messages[h.row_of[slot.page]])
+            elif slot.kind == STUB:
+                r = h.row_of[slot.page]
+                handles.append(h.handle[r])
+                out.append(stub_message(messages[r], h.tokens[r], h.handle[r], h.path[r]))
+            elif slot.kind == CARD:
+                out.append({"role": "user", "content": layout.card})
+            elif slot.kind == RECALL:
+                out.append({"role": "user", "content": self._recall_text(h, slot, messages, handles)})
+        return pairing.normalize(out), handles
+
+    def _recall_text(
+        self, h: History, slot: Slot, messages: Sequence[Mapping[str, Any]], handles: list[str]
+    ) -> str:
+        items = []
+        spans = slot.spans or ((0, 0),) * len(slot.pages)
+        for pid, (start, end) in zip(slot.pages, spans):
+            r = h.row_of.get(pid)
+            if r is None:
+                continue
+            text = message_text(messages[r])
+            excerpt = line_range(text, start, end) if start else text
+            items.append({
+                "handle": h.handle[r], "step": h.step[r], "kind": h.kind[r], "path": h.path[r],
+                "lines": (start, end) if start else None, "text": excerpt.rstrip("\n"),
+                "truncated": len(excerpt) < len(text),
+            })
+            handles.append(h.handle[r])
+        return recall_block(items)
+
+    def _layers(
+        self, h: History, layout: Layout, card_tokens: int, tools_tokens: int
+    ) -> tuple[dict[str, int], int, int]:
+        pinned = set(h.page[: h.pinned_count()])
+        layers = {"l1": card_tokens, "l2": 0, "stubs": 0, "l3": 0, "tools": tools_tokens}
+        kept = stubbed = 0
+        for slot in layout.slots:
+            if slot.kind == FULL:
+                layers["l1" if slot.page in pinned else "l2"] += h.tokens[h.row_of[slot.page]]
+                kept += 1
+            elif slot.kind == STUB:
+                layers["stubs"] += h.stub_tokens[h.row_of[slot.page]]
+                stubbed += 1
+            elif slot.kind == RECALL:
+                layers["l3"] += slot.tokens
+        return layers, kept, stubbed
+
+
+def _first_change(prev: Layout | None, new: Layout) -> int | None:
+    """Estimate from the layouts where the prompt first changed (after a reopen, with no prompt kept)."""
+    if prev is None or prev.branch != new.branch:
+        return 0
+    for i, (a, b) in enumerate(zip(prev.slots, new.slots)):
+        if a != b:
+            return i
+    if len(new.slots) < len(prev.slots):
+        return len(new.slots)
+    return None

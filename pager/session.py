@@ -1,0 +1,257 @@
+"""A session's state over its store: opening, loading, saving. The facade's base class.
+
+``Session`` opens the store (a folder, ``":memory:"``, a ``postgresql://``
+URL or a ``Store`` instance), resolves the session's options (a reopened
+session keeps the ones it was last opened with), rebuilds the history mirror
+from the head branch, brings the recall index up to date and builds the
+scheduler. ``Pager`` (``pager.pager``) adds the public verbs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import orjson
+
+from pager.core.heat import get_policy
+from pager.core.history import History
+from pager.core.plan import FULL, Layout
+from pager.core.terms import extract_terms
+from pager.errors import ConfigError, PagerError, StoreError
+from pager.options import Options, load_config
+from pager.schedulers.base import RecallHit, ScheduleResult
+from pager.schedulers.paging import PagingCall, PagingScheduler, RecallRequest
+from pager.schedulers.rollover import SETTING_PREFIX, RolloverController
+from pager.storage.base import Store
+from pager.storage.indexing import IndexFeeder
+from pager.core.messages import message_text
+
+__all__ = ["Session", "open_store"]
+
+MEMORY = ":memory:"
+
+
+def open_store(where: str | os.PathLike[str] | Store, *, must_exist: bool = False) -> Store:
+    """Return the store ``where`` names: a ``Store`` as is, ``":memory:"``, a URL or a folder."""
+    if isinstance(where, Store):
+        return where
+    if isinstance(where, str) and where == MEMORY:
+        from pager.storage.memory import MemoryStore
+
+        return MemoryStore()
+    if isinstance(where, str) and where.startswith(("postgresql://", "postgres://")):
+        try:
+            from pager.storage.postgres import open_store as open_postgres
+        except ImportError as exc:
+            raise ConfigError(
+                "a postgresql:// store needs the PostgreSQL extra: pip install 'pager-context[postgres]'"
+            ) from exc
+        return open_postgres(where)
+    if not isinstance(where, (str, os.PathLike)):
+        raise ConfigError(f"a store is a folder, ':memory:', a postgresql:// URL or a Store, not {type(where).__name__}")
+    path = os.fspath(where)
+    if not path or "\x00" in path:
+        raise ConfigError(f"{path!r} is not a usable store path")
+    from pager.storage.sqlite import DB_NAME, SQLiteStore
+
+    if must_exist and not (Path(path) / DB_NAME).exists():
+        raise ConfigError(f"{path} holds no pager store (no {DB_NAME})")
+    return SQLiteStore(path)
+
+
+class Session:
+    """One session's loaded state; see the module docstring."""
+
+    def __init__(
+        self,
+        where: str | os.PathLike[str] | Store,
+        session: str,
+        context_window: int | None,
+        *,
+        config: str | os.PathLike[str] | Mapping[str, Any] | None,
+        counter: Any,
+        options: dict[str, Any],
+    ) -> None:
+        if not isinstance(session, str) or not session:
+            raise ConfigError("session must be a non-empty string")
+        try:
+            session.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError("session name is not valid Unicode (a lone surrogate)") from None
+        self.session = session
+        self.counter = counter
+        self._closed = True
+        self._owns_store = not isinstance(where, Store)
+        self.store: Store = open_store(where)
+        self.path = Path(self.store.path) if getattr(self.store, "path", None) else None
+        self._feeder: IndexFeeder | None = None
+        try:
+            self._setup(context_window, config, options)
+        except BaseException:
+            # a bad option or a broken index must not leave the store open
+            if self._feeder is not None:
+                self._feeder.close()
+            if self._owns_store:
+                self.store.close()
+            raise
+        self._closed = False
+
+    def _setup(
+        self, context_window: int | None, config: Any, options: dict[str, Any]
+    ) -> None:
+        saved = self.store.setting(f"options:{self.session}")
+        base = orjson.loads(saved) if saved and config is None and not options else {}
+        base.update(load_config(config))
+        policy = options.get("policy")
+        if policy is not None and not isinstance(policy, str):
+            # a policy class or instance: schedule with it, persist its registry name and params
+            instance = get_policy(policy)
+            options["policy"] = instance.name
+            options["policy_params"] = {**instance.params(), **dict(options.get("policy_params") or {})}
+        self.options = Options.build(base, context_window=context_window, **options)
+        # validate the policy before persisting: a bad option must not poison later reopens
+        self.policy = get_policy(self.options.policy, **dict(self.options.policy_params))
+        self.store.set_setting(f"options:{self.session}", orjson.dumps(self.options.to_dict()).decode())
+        self._calls = self._faults = self._recall_hits = self._recall_useful = self._expanded = 0
+        self._handles: set[str] = set()
+        self._demoted: set[int] = set()
+        self._prev_out: Sequence[Mapping[str, Any]] | None = None  # the last prompt's messages
+        self._feeder = IndexFeeder(self.store)
+        self._paging = PagingScheduler(self.options, self.counter, self.policy)
+        self._load()
+
+    # -- loading and saving -------------------------------------------------------------
+
+    def _load(self) -> None:
+        branch = self.store.ensure_session(self.session)
+        ids = self.store.branch_page_ids(branch)
+        records = self.store.load_pages(ids)
+        self.history = History(self.session, self.counter)
+        self.history.load(((rec, self.store.message(rec.id)[1]) for rec in records), branch)
+        state = self.store.load_state(self.session) or {}
+        self._layout = Layout.from_state(state.get("layout"))
+        # pins and notes change only through this object: read them once, not per call
+        self._pins = self.store.pins(self.session)
+        self._notes = self.store.notes(self.session)
+        self._pin_terms = frozenset().union(*(extract_terms(p) for p in self._pins))
+        self._demoted = set(state.get("demoted", ()))
+        self._faults = int(state.get("faults", 0))
+        self._calls = int(state.get("calls", 0))
+        # rollover mode: the window controller stands in for the paging planner
+        self._rollover: RolloverController | None = None
+        if self.options.mode == "rollover":
+            raw = self.store.setting(SETTING_PREFIX + self.session)
+            self._rollover = RolloverController(
+                self.options, self.counter, self.session, orjson.loads(raw) if raw else None
+            )
+
+    def _reload(self) -> None:
+        """Rebuild the in-memory state from the store (its transaction was rolled back)."""
+        self._load()
+        self._prev_out = None
+        recorder = getattr(self, "_recorder", None)
+        if recorder is not None:
+            recorder.reset(self.history)
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "layout": self._layout.to_state() if self._layout and self._rollover is None else None,
+            "demoted": sorted(self._demoted),
+            "faults": self._faults,
+            "calls": self._calls,
+        }
+
+    def _save(self, result: ScheduleResult) -> None:
+        self.store.save_state(self.session, self._state())
+        if self._rollover is not None:
+            self._save_rollover(result.state, result.events)
+
+    def _save_rollover(self, state: Mapping[str, Any] | None, events: Sequence[tuple[str, Any]]) -> None:
+        if state is not None:
+            self.store.set_setting(SETTING_PREFIX + self.session, orjson.dumps(state).decode())
+        for kind, payload in events:
+            self.store.add_event(self.session, kind, payload)
+
+    @staticmethod
+    def _layout_from(state: Mapping[str, Any]) -> Layout | None:
+        return Layout.from_state(state.get("layout"))
+
+    # -- scheduler inputs -------------------------------------------------------------------
+
+    def _search_recall(self, req: RecallRequest) -> list[RecallHit]:
+        # no index flush here: a tantivy commit costs ~100 ms, and pages not yet
+        # committed are the newest ones, which are in the prompt anyway
+        hits = self._feeder.index.search_terms(
+            list(req.terms), session=self.session, k=req.k, exclude=set(req.exclude), min_score=req.min_score
+        )
+        out = []
+        for hit in hits:
+            if hit.page_id not in self.history.row_of:
+                continue  # another branch's page: never recalled into this one
+            out.append(RecallHit(hit.page_id, message_text(self.store.message(hit.page_id)[1])))
+        return out
+
+    def _paging_call(self, messages: Sequence[Mapping[str, Any]], tools_tokens: int, hits: list[RecallHit]) -> PagingCall:
+        return PagingCall(
+            history=self.history, messages=messages, pins=self._pins, notes=self._notes,
+            pin_terms=self._pin_terms, tools_tokens=tools_tokens, prev=self._layout, prev_out=self._prev_out,
+            hits=hits, demoted=frozenset(self._demoted),
+        )
+
+    def _add_pin(self, text: str) -> None:
+        self._pins.append(text)
+        self._pin_terms = self._pin_terms | extract_terms(text)
+
+    # -- lifecycle and introspection --------------------------------------------------------
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PagerError("this pager is closed")
+
+    def close(self) -> None:
+        """Flush the recall index and close the store. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            # counters changed by expand/search since the last assemble
+            self.store.save_state(self.session, self._state())
+        finally:
+            try:
+                if self._feeder is not None:
+                    self._feeder.close()
+            finally:
+                if self._owns_store:
+                    self.store.close()
+
+    def pins(self) -> list[str]:
+        """Return the pinned goals, oldest first."""
+        return list(self._pins)
+
+    def notes(self) -> list[str]:
+        """Return every note of the session, oldest first."""
+        return list(self._notes)
+
+    def stats(self) -> dict[str, Any]:
+        """Return session counters: pages, faults, recall hits and precision, handles."""
+        useful = getattr(getattr(self, "_recorder", None), "recall_useful", self._recall_useful)
+        return {
+            "session": self.session,
+            "pages": len(self.history),
+            "calls": self._calls,
+            "faults": self._faults,
+            "recall_hits": self._recall_hits,
+            "recall_useful": useful,
+            "recall_precision": (useful / self._recall_hits) if self._recall_hits else None,
+            "handles_issued": len(self._handles),
+            "expanded": self._expanded,
+            "demoted": len(self._demoted),
+        }

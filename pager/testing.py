@@ -1,0 +1,207 @@
+"""The store conformance suite: every rule of the Store protocol, as pytest tests.
+
+A store passes when a subclass of ``StoreContract`` that provides a
+``make_store`` fixture passes::
+
+    import pytest
+    from pager.testing import StoreContract
+
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        def make_store(self, tmp_path):
+            def make():                     # a new, empty store each call ...
+                return MyStore(tmp_path / "s")
+            return make                     # ... or the same one reopened, for durable stores
+
+``make_store()`` returns a store; durable stores return the same storage
+reopened on a second call (``durable = True``, the default), so the suite also
+checks what survives a close. Set ``durable = False`` for stores that forget.
+pager runs this suite against SQLite, memory and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import orjson
+import pytest
+
+from pager.errors import StoreError
+from pager.storage.base import NewPage, PageRecord, StatUpdate, Store
+
+__all__ = ["StoreContract", "new_page"]
+
+
+def new_page(i: int, *, kind: str = "user", step: int = 0, **kw: Any) -> NewPage:
+    """Return a small ``NewPage`` numbered ``i`` (a user message unless ``kind`` says otherwise)."""
+    role = {"tool": "tool", "file": "tool", "assistant": "assistant", "system": "system"}.get(kind, "user")
+    msg: dict[str, Any] = {"role": role, "content": f"message {i}"}
+    if role == "tool":
+        msg["tool_call_id"] = kw.get("call_id") or f"c{i}"
+    fields: dict[str, Any] = {
+        "hash": f"h{i:08d}", "kind": kind, "role": role, "step": step, "tokens": 10 + i, "stub_tokens": 5,
+        "chars": 9, "handle": f"pg:{i}-abc{i:03d}", "message": orjson.dumps(msg, option=orjson.OPT_SORT_KEYS),
+    }
+    fields.update(kw)
+    return NewPage(**fields)
+
+
+class StoreContract:
+    """Mix into a test class that defines a ``make_store`` fixture (see the module docstring)."""
+
+    durable = True
+
+    # -- helpers ------------------------------------------------------------------------
+
+    @pytest.fixture
+    def store(self, make_store: Callable[[], Store]) -> Any:
+        s = make_store()
+        yield s
+        s.close()
+
+    def _reopen(self, make_store: Callable[[], Store], store: Store) -> Store:
+        store.close()
+        return make_store()
+
+    # -- the contract ---------------------------------------------------------------------
+
+    def test_is_a_store(self, store: Store) -> None:
+        assert isinstance(store, Store)
+
+    def test_sessions_and_head_branch(self, store: Store) -> None:
+        assert store.sessions() == [] and not store.has_session("a")
+        b = store.ensure_session("a")
+        assert store.ensure_session("a") == b
+        store.ensure_session("b")
+        assert store.sessions() == ["a", "b"] and store.has_session("a")
+        assert [x.id for x in store.branches("a")] == [b]
+        assert store.branch_page_ids(b) == []
+
+    def test_record_and_read_back(self, store: Store) -> None:
+        b = store.ensure_session("s")
+        branch, ids = store.record("s", b, None, 0, [new_page(1), new_page(2, kind="assistant", step=0)])
+        assert branch == b and len(ids) == 2 and ids[0] < ids[1] and ids[0] > 0
+        assert store.branch_page_ids(b) == ids
+        recs = store.load_pages(ids)
+        assert all(isinstance(r, PageRecord) for r in recs)
+        assert [r.seq for r in recs] == [0, 1] and recs[1].kind == "assistant"
+        assert recs[0].last_ref == recs[0].step and recs[0].ref_count == 0 and not recs[0].stale
+        session, msg = store.message(ids[0])
+        assert session == "s" and msg == {"role": "user", "content": "message 1"}
+        assert store.max_page_id() == ids[1]
+        assert store.count_pages() == 2 and store.count_pages("s") == 2 and store.count_pages("x") == 0
+
+    def test_fields_round_trip(self, store: Store) -> None:
+        b = store.ensure_session("s")
+        page = new_page(3, kind="file", call_id="c9", path="src/a.py", labels=("task:0", "goal:x"),
+                        tool_name="read_file", scope="shared", owner="alice", call_ids=())
+        _, (pid,) = store.record("s", b, None, 0, [page])
+        rec = store.load_pages([pid])[0]
+        assert (rec.kind, rec.call_id, rec.path, rec.labels, rec.tool_name, rec.scope, rec.owner) == (
+            "file", "c9", "src/a.py", ("task:0", "goal:x"), "read_file", "shared", "alice")
+        assert rec.handle == page.handle and rec.hash == page.hash and rec.tokens == page.tokens
+
+    def test_page_ids_grow_across_sessions(self, store: Store) -> None:
+        a, b = store.ensure_session("a"), store.ensure_session("b")
+        _, ia = store.record("a", a, None, 0, [new_page(1)])
+        _, ib = store.record("b", b, None, 0, [new_page(2)])
+        _, ia2 = store.record("a", a, None, 1, [new_page(3)])
+        assert ia[0] < ib[0] < ia2[0]
+
+    def test_fork_shares_the_prefix_and_keeps_the_old_branch(self, store: Store) -> None:
+        b = store.ensure_session("s")
+        _, ids = store.record("s", b, None, 0, [new_page(i) for i in range(4)])
+        nb, new = store.record("s", b, (b, 2), 2, [new_page(10)])
+        assert nb != b
+        assert store.branch_page_ids(nb) == ids[:2] + new
+        assert store.branch_page_ids(b) == ids  # the old branch is kept as it was
+        assert store.ensure_session("s") == nb  # the fork became the head
+        fork = [x for x in store.branches("s") if x.id == nb][0]
+        assert (fork.parent, fork.fork_seq) == (b, 2)
+
+    def test_handles(self, store: Store) -> None:
+        b = store.ensure_session("s")
+        store.ensure_session("t")
+        _, ids = store.record("s", b, None, 0, [new_page(1)])
+        assert store.page_by_handle("s", "pg:1-abc001") == ids[0]
+        assert store.page_by_handle("t", "pg:1-abc001") is None  # handles are per session
+        assert store.page_by_handle("s", "pg:404-nope") is None
+
+    def test_unknown_page_is_a_store_error(self, store: Store) -> None:
+        with pytest.raises(StoreError):
+            store.message(987654)
+        with pytest.raises(StoreError):
+            store.load_pages([987654])
+
+    def test_iter_pages_in_id_order_after_a_watermark(self, store: Store) -> None:
+        b = store.ensure_session("s")
+        _, ids = store.record("s", b, None, 0, [new_page(i) for i in range(5)])
+        got = [r.id for r, _m in store.iter_pages(ids[1], batch=2)]
+        assert got == ids[2:]
+        assert [m["content"] for _r, m in store.iter_pages(0)] == [f"message {i}" for i in range(5)]
+
+    def test_update_stats(self, store: Store) -> None:
+        b = store.ensure_session("s")
+        _, ids = store.record("s", b, None, 0, [new_page(1), new_page(2)])
+        store.update_stats([StatUpdate(ids[0], last_ref=7, ref_count=3, stale=True)])
+        r0, r1 = store.load_pages(ids)
+        assert (r0.last_ref, r0.ref_count, r0.stale) == (7, 3, True)
+        assert (r1.ref_count, r1.stale) == (0, False)
+
+    def test_state_settings_pins_notes_events(self, store: Store) -> None:
+        store.ensure_session("s")
+        assert store.load_state("s") is None
+        store.save_state("s", {"calls": 3, "layout": None})
+        assert store.load_state("s") == {"calls": 3, "layout": None}
+        assert store.setting("k") is None and store.setting("k", "d") == "d"
+        store.set_setting("k", "v")
+        store.set_setting("k", "w")
+        assert store.setting("k") == "w"
+        store.add_pin("s", "goal one")
+        store.add_note("s", "note one", 3)
+        store.add_pin("s", "goal two")
+        assert store.pins("s") == ["goal one", "goal two"] and store.notes("s") == ["note one"]
+        assert store.pins("other") == [] and store.notes("other") == []
+        kinds = [(e.kind, e.text) for e in store.timeline("s")]
+        assert kinds == [("pin", "goal one"), ("note", "note one"), ("pin", "goal two")]
+        store.add_event("s", "rollover", {"generation": 1})
+        store.add_event("s", "intent", None)
+        assert [(e.kind, e.payload) for e in store.events("s")] == [("rollover", {"generation": 1}), ("intent", None)]
+        assert [e.kind for e in store.events("s", "intent")] == ["intent"]
+
+    def test_transaction_is_all_or_nothing(self, store: Store) -> None:
+        b = store.ensure_session("s")
+        with pytest.raises(RuntimeError):
+            with store.transaction():
+                store.record("s", b, None, 0, [new_page(1)])
+                store.add_note("s", "lost", 0)
+                raise RuntimeError("boom")
+        assert store.count_pages() == 0 and store.notes("s") == [] and store.branch_page_ids(b) == []
+        with store.transaction():
+            with store.transaction():  # re-entrant: joins the outer one
+                store.record("s", b, None, 0, [new_page(1)])
+            store.save_state("s", {"calls": 1})
+        assert store.count_pages() == 1 and store.load_state("s") == {"calls": 1}
+
+    def test_recall_index_is_provided(self, store: Store) -> None:
+        index = store.open_index()
+        try:
+            assert index.indexed_upto() >= 0 and len(index) >= 0
+        finally:
+            index.close()
+
+    def test_what_survives_a_reopen(self, make_store: Callable[[], Store]) -> None:
+        if not self.durable:
+            pytest.skip("this store keeps nothing across close (durable = False)")
+        store = make_store()
+        b = store.ensure_session("s")
+        _, ids = store.record("s", b, None, 0, [new_page(1), new_page(2)])
+        store.add_note("s", "kept", 0)
+        store.save_state("s", {"calls": 2})
+        store = self._reopen(make_store, store)
+        try:
+            assert store.sessions() == ["s"] and store.branch_page_ids(b) == ids
+            assert store.notes("s") == ["kept"] and store.load_state("s") == {"calls": 2}
+            assert store.message(ids[1])[1]["content"] == "message 2"
+        finally:
+            store.close()
