@@ -91,8 +91,16 @@ class SessionTools:
 
     def call(self, name: str, args: dict[str, Any]) -> str:
         """Run one tool like the harness's ``Pager.call_tool``; return the result text."""
+        from pager.formats.base import get_format
+
         call = {"id": "mcp", "type": "function", "function": {"name": name, "arguments": orjson.dumps(args).decode()}}
-        return str(agent_tools.call(self, call)["content"])  # type: ignore[arg-type]
+        return str(agent_tools.call(self, get_format("openai-chat"), call)["content"])
+
+    def declare_rollover(self, args: Any, cid: str) -> str:
+        from pager.errors import ToolError
+
+        # a rollover switches the harness's window: only its own pager can take it
+        raise ToolError("new_context is served by the harness, not over MCP")
 
     def close(self) -> None:
         with self._lock:
