@@ -43,7 +43,7 @@ class RecordingModel(Model):
         msg = ResponseOutputMessage(id="msg_1", type="message", role="assistant", status="completed",
                                     content=[ResponseOutputText(type="output_text", text="done", annotations=[])])
         usage = Usage(requests=1, input_tokens=1200, output_tokens=7, total_tokens=1207,
-                      input_tokens_details=InputTokensDetails(cached_tokens=1000),
+                      input_tokens_details=InputTokensDetails(cached_tokens=1000, cache_write_tokens=0),
                       output_tokens_details=OutputTokensDetails(reasoning_tokens=0))
         return ModelResponse(output=[msg], usage=usage, response_id=None)
 

@@ -207,7 +207,8 @@ def test_anthropic_sdk_through_the_proxy(proxy, upstream):
             {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "which code?"}]
     resp = client.messages.create(model="m", max_tokens=100, system="You are terse.", messages=msgs)
     assert resp.content[0].text == "echo: which code?"
-    assert upstream[0].state.seen[-1][1]["x-api-key"] == KEY
+    sent = upstream[0].state.seen[-1][1]
+    assert KEY in (sent.get("x-api-key"), sent.get("authorization", "").removeprefix("Bearer "))  # forwarded
     tooled = client.messages.create(model="use-recall", max_tokens=100, system="You are terse.", messages=msgs)
     assert [b.type for b in tooled.content] == ["text"] and tooled.content[0].text.startswith("tool said: ")
     with client.messages.stream(model="use-recall", max_tokens=100, system="You are terse.", messages=msgs) as s:
@@ -215,7 +216,7 @@ def test_anthropic_sdk_through_the_proxy(proxy, upstream):
     assert [b.type for b in final.content] == ["text", "text"]  # "Let me look." then the answer
     assert final.content[1].text.startswith("tool said: ")
     with pytest.raises(anthropic.RateLimitError) as exc:
-        client.messages.create(model="fault-429", max_tokens=10, messages=msgs)
+        client.messages.create(model="fault-429", max_tokens=10, system="You are terse.", messages=msgs)
     assert exc.value.status_code == 429 and "Number of requests exceeded" in str(exc.value)
 
 
@@ -223,8 +224,9 @@ def test_anthropic_sdk_through_the_proxy(proxy, upstream):
 def test_responses_through_the_proxy(proxy):
     url = proxy(tools=True)
     c = oa(url)
-    resp = c.responses.create(model="m", instructions="Be terse.", input="hello there")
-    assert resp.output_text == "echo: hello there"
+    items = [{"role": "user", "content": "The code is ZEBRA-42. Which code?"}]
+    resp = c.responses.create(model="m", instructions="Be terse.", input=items)
+    assert resp.output_text == "echo: The code is ZEBRA-42. Which code?"
     tooled = c.responses.create(model="use-recall", instructions="Be terse.",
                                 input=[{"role": "user", "content": "The code is ZEBRA-42. Which code?"}])
     assert tooled.output_text.startswith("tool said: ")

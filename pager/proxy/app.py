@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from pager.errors import PagerError
+from pager.errors import BudgetError, InputError, PagerError
 from pager.proxy.dialects import DIALECTS, Dialect, StreamTurn
 from pager.proxy.replies import error_body, stream_error_event
 from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_name
@@ -131,13 +131,20 @@ class _Proxy:
             return self._error(dialect, 400, "request body must be a JSON object")
         name = request.headers.get(SESSION_HEADER) or session_name(dialect.session_seed(req))
         stream = bool(req.get("stream"))
-        p = await self.pool.acquire(name)
+        try:
+            p = await self.pool.acquire(name)
+        except PagerError as exc:
+            log.error("cannot open session %s: %s", name, exc)
+            return self._error(dialect, 500, f"pager cannot open session {name!r}: {exc}")
         released = False
         try:
             try:
                 out = await p.aassemble(req, format=dialect.format, expose_tools=self.config.tools)
-            except PagerError as exc:
+            except (InputError, BudgetError) as exc:
                 return self._error(dialect, 400, f"pager cannot page this request: {exc}")
+            except PagerError as exc:  # the store or the index failed: not the client's fault
+                log.error("assemble failed in session %s: %s", name, exc)
+                return self._error(dialect, 500, f"pager failed to page this request: {exc}")
             added = self._added_tools(p, dialect, req)
             client_usage = dialect.prepare(out, stream)
             url = self.config.upstream(dialect.upstream) + request.url.path
