@@ -48,6 +48,10 @@ def _text_of(content: Any) -> str:
     return "\n".join(out)
 
 
+def _first_line(text: str) -> str:
+    return (text.splitlines() or [""])[0]
+
+
 def _sse(data: Any, event: str | None = None) -> bytes:
     head = f"event: {event}\n".encode() if event else b""
     body = data if isinstance(data, bytes) else orjson.dumps(data)
@@ -90,7 +94,7 @@ def _chat_plan(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
                           "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}})
         return "", calls
     if last.get("role") == "tool":
-        return "tool said: " + _text_of(last.get("content")).splitlines()[0], []
+        return "tool said: " + _first_line(_text_of(last.get("content"))), []
     user = next((m for m in reversed(msgs) if m.get("role") == "user"), {})
     return "echo: " + _text_of(user.get("content")), []
 
@@ -161,7 +165,7 @@ async def messages(request: Request) -> Response:
         blocks = [{"type": "text", "text": "Let me look."},
                   {"type": "tool_use", "id": f"toolu_{len(msgs)}", "name": "recall", "input": {"query": "ZEBRA-42"}}]
     elif results:
-        blocks = [{"type": "text", "text": "tool said: " + _text_of(results[0].get("content")).splitlines()[0]}]
+        blocks = [{"type": "text", "text": "tool said: " + _first_line(_text_of(results[0].get("content")))}]
     else:
         blocks = [{"type": "text", "text": "echo: " + _text_of(last.get("content"))}]
     stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
@@ -211,7 +215,7 @@ async def responses(request: Request) -> Response:
         output = [{"type": "function_call", "id": f"fc_{len(items)}", "call_id": f"call_{len(items)}", "name": "recall",
                    "arguments": orjson.dumps({"query": "ZEBRA-42"}).decode(), "status": "completed"}]
     else:
-        said = ("tool said: " + str(last.get("output", "")).splitlines()[0]) if last.get("type") == "function_call_output" \
+        said = ("tool said: " + _first_line(str(last.get("output", "")))) if last.get("type") == "function_call_output" \
             else "echo: " + _text_of(last.get("content"))
         output = [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
                    "content": [{"type": "output_text", "text": said, "annotations": []}]}]
