@@ -78,4 +78,4 @@ __all__ = [
     "store_sessions",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

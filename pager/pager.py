@@ -29,7 +29,7 @@ from pager.formats.base import WireFormat, detect, get_format
 from pager.recording import Recorder
 from pager.report import Report, ReportLog
 from pager.schedulers.base import ScheduleResult
-from pager.schedulers.rollover import handoff_from_events, task_state
+from pager.schedulers.window import handoff_from_events, task_state
 from pager.session import Session, open_store
 from pager.statefiles import TaskState
 from pager.storage.base import Store

@@ -58,20 +58,21 @@ class Report:
 class ReportLog:
     """Append reports as JSON lines to ``reports.jsonl`` in the store folder."""
 
-    def __init__(self, folder: str | os.PathLike[str], enabled: bool = True) -> None:
-        self.path = Path(folder) / "reports.jsonl"
-        self.enabled = enabled
+    def __init__(self, folder: str | os.PathLike[str] | None, enabled: bool = True) -> None:
+        # a store with no folder (in memory, a database server) keeps no report file
+        self.path = Path(folder) / "reports.jsonl" if folder is not None else None
+        self.enabled = enabled and self.path is not None
 
     def append(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
         # one write call per line: a crash leaves at most one torn last line,
         # which readers skip
-        with open(self.path, "ab") as fh:
+        with open(self.path, "ab") as fh:  # type: ignore[arg-type]
             fh.write(orjson.dumps(record) + b"\n")
 
     def read(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
+        if self.path is None or not self.path.exists():
             return []
         out = []
         for line in self.path.read_bytes().splitlines():

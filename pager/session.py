@@ -17,9 +17,9 @@ import orjson
 
 from pager.core.heat import get_policy
 from pager.core.history import History
-from pager.core.plan import FULL, Layout
+from pager.core.plan import Layout
 from pager.core.terms import extract_terms
-from pager.errors import ConfigError, PagerError, StoreError
+from pager.errors import ConfigError, PagerError
 from pager.options import Options, load_config
 from pager.schedulers.base import RecallHit, ScheduleResult
 from pager.schedulers.paging import PagingCall, PagingScheduler, RecallRequest
@@ -46,7 +46,7 @@ def open_store(where: str | os.PathLike[str] | Store, *, must_exist: bool = Fals
             from pager.storage.postgres import open_store as open_postgres
         except ImportError as exc:
             raise ConfigError(
-                "a postgresql:// store needs the PostgreSQL extra: pip install 'pager-context[postgres]'"
+                "a postgresql:// store needs the PostgreSQL extra: pip install 'llm-context-pager[postgres]'"
             ) from exc
         return open_postgres(where)
     if not isinstance(where, (str, os.PathLike)):

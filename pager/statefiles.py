@@ -1,4 +1,4 @@
-"""Checkpoint files: the task-state card exported as a state directory (seed 003).
+"""Checkpoint files: the task-state card exported as a state directory.
 
 Theory of operation
 -------------------
@@ -22,8 +22,8 @@ something only while it stays rejected.
 first (write-ahead): if its transition is not reflected in ``99_next.md``,
 the export was interrupted and can be re-run.
 
-``resume_text`` prints what a new session reads first, like seed 003's
-``resume.sh``: the numbered files in order, then the last WAL line only —
+``resume_text`` prints what a new session reads first, as a resume script
+would: the numbered files in order, then the last WAL line only —
 recovery reads the tail, not the history.
 """
 

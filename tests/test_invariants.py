@@ -8,7 +8,6 @@ the output is a valid OpenAI chat history.
 
 from __future__ import annotations
 
-import tempfile
 
 import orjson
 from hypothesis import HealthCheck, given, settings
@@ -76,8 +75,8 @@ def _check(history, out, budget_tokens, report):
 )
 def test_invariants_hold_on_every_prefix(history, window, policy, recall_pages):
     counter = HeuristicCounter()
-    with tempfile.TemporaryDirectory() as d:
-        with pager.open(d, session="prop", context_window=window, output_reserve=500, counter=counter,
+    if True:  # the in-memory store: the same contract as SQLite (pager.testing), no disk
+        with pager.open(":memory:", session="prop", context_window=window, output_reserve=500, counter=counter,
                         policy=policy, high_watermark=min(3_000, window // 2), low_watermark=1_000,
                         recall_pages=recall_pages, recall_min_strength=1,
                         log_reports=False) as p:

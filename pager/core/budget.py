@@ -1,4 +1,4 @@
-"""Pure budget decisions for rollover mode (seed 000 §3.1). No I/O, no clock.
+"""Pure budget decisions for rollover mode. No I/O, no clock.
 
 Theory of operation
 -------------------
@@ -18,10 +18,10 @@ A context window has three limits, all derived from one ``BudgetConfig``::
 - When ``base_limit - current_tokens <= reminder_threshold`` the model gets one
   *reminder*, once per window, appended at the tail of the prompt.
 
-``evaluate_budget`` checks, in seed 000's order: a handoff the model already
+``evaluate_budget`` checks, in this order: a handoff the model already
 declared; the hard limit; the base limit after the fallback was given; the
 base limit; the reminder zone. The host owns the three booleans of
-``BudgetState`` and sets them with ``claim`` once it has delivered an action;
+``BudgetState`` and sets them once it has delivered an action;
 a rollover starts a new window and with it a fresh ``BudgetState``.
 
 Notices never churn the prompt cache: each is rendered once, appended at the
@@ -185,7 +185,7 @@ def remaining(config: BudgetConfig, state: BudgetState) -> int:
 
 
 def evaluate_budget(config: BudgetConfig, state: BudgetState) -> BudgetAction:
-    """Decide the action for the next model call, in seed 000 §3.1's branch order."""
+    """Decide the action for the next model call (checks in the order the module docstring gives)."""
     current = state.current_tokens
     # 1. The model handed off: honour it whatever the size.
     if state.explicit_rollover_declared:

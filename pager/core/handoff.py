@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 In rollover mode the model ends a window by calling ``new_context`` with a
-four-section handoff (seed 000 §3.3, evidence tiering):
+four-section handoff, tiered by evidence (what a source confirms outranks
+what the agent inferred):
 
 1. spec-confirmed requirements, each with its source (user turn, spec file);
 2. agent inferences: hypotheses, never promoted to facts, not even when a
@@ -119,7 +120,7 @@ class Handoff:
 
 @attrs.frozen(slots=True)
 class Checkpoint:
-    """The state a host-forced rollover carries over verbatim (seed 004)."""
+    """The state a host-forced rollover carries over verbatim (no model call writes it)."""
 
     objective: str
     open_items: tuple[str, ...] = ()
@@ -530,7 +531,7 @@ def render_checkpoint(
     *,
     recall_tool: str | None = "recall",
 ) -> str:
-    """Render the first message of a host-forced window (seed 004's ``<context_handoff>``)."""
+    """Render the first message of a host-forced window (a ``<context_handoff>`` block)."""
     parts = [
         "<context_handoff>",
         "The previous context window ended at its budget limit without a handoff; this "

@@ -25,7 +25,6 @@ import attrs
 import orjson
 
 from pager.core.fileread import file_read_path
-from pager.core.pages import TOOL_KINDS
 from pager.core.tokens import content_text
 from pager.errors import InputError, MessageError
 

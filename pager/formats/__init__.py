@@ -1,7 +1,11 @@
-"""Provider wire formats <-> pager's provider-neutral view of a history.
+"""Provider wire formats <-> pager's neutral messages (``pager.core.messages``).
 
-Each format module validates a request's messages (raising ``MessageError``
-with the offending index) and classifies messages into pages. The planner
-never sees a provider format; the facade renders plans back with the same
-module.
+``base`` defines the ``WireFormat`` protocol and the registry; each built-in
+format is a module that registers itself when imported here. The planner never
+sees a provider format: the facade converts with the request's format on the
+way in and renders with it on the way out.
 """
+
+from pager.formats import base, openai_chat  # noqa: F401  (registers openai-chat)
+
+__all__ = ["base", "openai_chat"]

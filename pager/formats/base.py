@@ -22,7 +22,8 @@ for the facade, each a method of ``WireFormat``:
     format does not know (never zeros).
 
 A new format is a new module that registers a ``WireFormat`` instance with
-``register_format``; ``detect`` picks the format of a request by its keys.
+``register_format`` (the built-in ones are imported by ``pager/formats/__init__.py``);
+``detect`` picks the format of a request by its keys.
 """
 
 from __future__ import annotations
@@ -158,13 +159,11 @@ def register_format(fmt: WireFormat) -> WireFormat:
 
 def formats() -> dict[str, WireFormat]:
     """Return the registered formats by name."""
-    _load_builtin()
     return dict(_FORMATS)
 
 
 def get_format(name: str) -> WireFormat:
     """Return the format registered as ``name``; ``ConfigError`` naming the known ones otherwise."""
-    _load_builtin()
     try:
         return _FORMATS[name]
     except (KeyError, TypeError):
@@ -175,7 +174,6 @@ def detect(request: Any) -> WireFormat:
     """Return the format of ``request``; ``InputError`` when no registered format claims it."""
     if not isinstance(request, Mapping):
         raise InputError(f"request must be a mapping, got {type(request).__name__}")
-    _load_builtin()
     for fmt in reversed(list(_FORMATS.values())):
         if fmt.detect(request):
             return fmt
@@ -183,14 +181,3 @@ def detect(request: Any) -> WireFormat:
         "request is in no known format: expected 'messages' (OpenAI chat or Anthropic Messages) "
         "or 'input' (OpenAI Responses)"
     )
-
-
-def _load_builtin() -> None:
-    # the built-in formats register themselves on import; importing them here
-    # (not at module top) keeps base free of its implementations
-    if "openai-chat" not in _FORMATS:
-        from pager.formats import openai_chat  # noqa: F401
-    try:
-        from pager.formats import anthropic_messages, openai_responses  # noqa: F401
-    except ImportError:  # pragma: no cover - present once the formats land
-        pass

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import orjson
 
-from pager.errors import InputError, MessageError, ToolError
+from pager.errors import InputError, ToolError
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats.usage import parse_usage
 from pager.core.messages import check_message as neutral_check

@@ -57,12 +57,10 @@ reopened session keeps its window, its claimed notices and a pending handoff.
 from __future__ import annotations
 
 import bisect
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import attrs
-import orjson
 
 from pager.core import pairing
 from pager.core.budget import (
@@ -80,11 +78,8 @@ from pager.errors import BudgetError
 from pager.core.handoff import (
     NEW_CONTEXT_TOOL,
     Handoff,
-    RelatedFile,
-    Requirement,
     confirmation_text,
     forced_checkpoint,
-    open_items,
     render_checkpoint,
     render_new_window_message,
 )
@@ -93,22 +88,13 @@ from pager.core.render import card_text, stub_message
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, ToolTokens, content_text
 from pager.formats.base import RenderHints
 from pager.schedulers.base import ScheduleResult
-from pager.statefiles import Invariant, TaskState
+from pager.schedulers.window import Intent, Notice, Window, handoff_from
 
 if TYPE_CHECKING:  # pragma: no cover
     from pager.core.history import History
     from pager.options import Options
-    from pager.storage.base import Event, TimelineEntry
 
-__all__ = [
-    "Intent",
-    "Notice",
-    "RolloverController",
-    "Window",
-    "handoff_from_events",
-    "parse_invariant",
-    "task_state",
-]
+__all__ = ["SETTING_PREFIX", "RolloverController"]
 
 SETTING_PREFIX = "rollover:"
 NOTICE_ROLE = "user"  # like the card and recall blocks: every provider accepts it mid-conversation
@@ -119,76 +105,7 @@ CHECKPOINT_TEXT_CHARS = 4_000
 _STATE_VERSION = 1
 
 
-# --------------------------------------------------------------------------- values
-
-
-@attrs.frozen(slots=True)
-class Notice:
-    """A notice appended at the tail once, then re-sent byte-identical.
-
-    ``pos`` is the history row it is emitted before (the history length when
-    it was injected); ``kind`` is ``remind``, ``fallback`` or ``pin``.
-    """
-
-    pos: int
-    kind: str
-    text: str
-    tokens: int
-
-
-@attrs.frozen(slots=True)
-class Intent:
-    """A handoff the model declared; the switch happens at the next step boundary."""
-
-    arguments: Mapping[str, Any]  # Handoff.to_arguments(), already validated
-    call_id: str
-
-
-@attrs.frozen(slots=True)
-class Window:
-    """One context window: where it starts and what it has emitted that must not change.
-
-    ``start`` None means the first window, which starts right after L1.
-    ``anchor`` / ``tail`` are page ids of the row before ``start`` and of the
-    last row seen (page ids grow along a branch, so a caller that rewound its
-    history is detected by them). ``carried`` are system rows of earlier
-    windows, kept in L1.
-    """
-
-    generation: int = 0
-    start: int | None = None
-    anchor: int = 0
-    carried: tuple[int, ...] = ()
-    card: str | None = None
-    card_tokens: int = 0
-    first: str = ""
-    first_tokens: int = 0
-    pins_shown: int = 0
-    reminder_claimed: bool = False
-    fallback_claimed: bool = False
-    notices: tuple[Notice, ...] = ()
-    tail: int = 0
-    upto: int = 0
-    reason: str = ""
-    trigger: str = ""
-    synthetic_at: int | None = None  # emitted index of a synthetic result last call (it will change)
-    emitted: int = 0  # messages in the last prompt (the end of the cached prefix if nothing changed)
-
-
 # --------------------------------------------------------------------------- helpers
-
-
-def _handoff_from(arguments: Mapping[str, Any]) -> Handoff:
-    memo = arguments["handoff"]
-    return Handoff(
-        requirements=tuple(Requirement(r["text"], r["source"]) for r in memo["requirements"]),
-        inferences=tuple(memo["inferences"]),
-        conflicts=tuple(memo["conflicts"]),
-        next_steps=tuple(memo["next_steps"]),
-        related_files=tuple(
-            RelatedFile(f["path"], f["role"], f.get("note", "")) for f in arguments["related_files"]
-        ),
-    )
 
 
 def _open_calls(messages: Sequence[Mapping[str, Any]]) -> tuple[int | None, tuple[str, ...]]:
@@ -205,26 +122,6 @@ def _cap(text: str, handle: str) -> str:
     if len(text) <= CHECKPOINT_TEXT_CHARS:
         return text
     return text[:CHECKPOINT_TEXT_CHARS] + f"\n… (cut; expand({handle!r}) for the whole message)"
-
-
-_INVARIANT_RE = re.compile(r"^\s*(decision|decided|rejected)\s*:\s*(.+)$", re.IGNORECASE | re.DOTALL)
-_REASON_RE = re.compile(r"\s+(?:because|reason:|--|—)\s+", re.IGNORECASE)
-
-
-def parse_invariant(note: str) -> Invariant | None:
-    """Return the invariant a note states, or None for an ordinary note.
-
-    Convention: ``decision: TEXT because REASON`` or ``rejected: TEXT because
-    REASON`` (``reason:``, ``--`` and an em dash separate the reason too).
-    """
-    m = _INVARIANT_RE.match(note)
-    if not m:
-        return None
-    kind = "rejected" if m.group(1).lower() == "rejected" else "decision"
-    body = m.group(2).strip()
-    parts = _REASON_RE.split(body, maxsplit=1)
-    text, reason = (parts[0], parts[1]) if len(parts) == 2 else (body, "(no reason recorded)")
-    return Invariant(text.strip(), reason.strip(), kind)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- controller
@@ -312,8 +209,8 @@ class RolloverController:
     def latest_handoff(self) -> Handoff | None:
         """Return the pending handoff, else the one the current window started from."""
         if self.pending is not None:
-            return _handoff_from(self.pending.arguments)
-        return _handoff_from(self.last_handoff) if self.last_handoff else None
+            return handoff_from(self.pending.arguments)
+        return handoff_from(self.last_handoff) if self.last_handoff else None
 
     # -- assemble -------------------------------------------------------------------------
 
@@ -431,7 +328,7 @@ class RolloverController:
         if intent is not None:
             row = h.call_rows.get(intent.call_id)
             trigger = h.handle[row] if row is not None else intent.call_id
-            handoff = _handoff_from(intent.arguments)
+            handoff = handoff_from(intent.arguments)
             first = render_new_window_message(self.session, trigger, handoff, keep_notes)
             payload: dict[str, Any] = {"handoff": dict(intent.arguments)}
             self.last_handoff = intent.arguments
@@ -609,49 +506,3 @@ class RolloverController:
             state=self.to_state(),
             events=self.take_events(),
         )
-
-
-# --------------------------------------------------------------------------- task state
-
-
-def handoff_from_events(events: Sequence["Event"]) -> Handoff | None:
-    """Return the newest handoff intent in a session's events, unless a forced window came after it."""
-    for event in reversed(events):
-        if event.kind == "rollover_intent" and event.payload:
-            return _handoff_from(event.payload)
-        if event.kind == "rollover" and event.payload and "checkpoint" in event.payload:
-            return None  # a forced window after the last handoff: the handoff is stale
-    return None
-
-
-def task_state(
-    goal: str, timeline: Sequence["TimelineEntry"], handoff: Handoff | None, max_notes: int
-) -> TaskState:
-    """Return the session's task-state card (``Pager.task_state``). Pure.
-
-    ``goal``: the pinned goals, else the original first user message (the
-    caller decides). ``invariants``: pins and notes written as ``decision:
-    ... because ...`` / ``rejected: ... because ...``, oldest first (pins and
-    notes interleaved by creation time, so a later export only appends).
-    ``next``: the first next step of ``handoff`` (the pending or latest one),
-    else the first open item of the notes. ``notes``: the other notes, the
-    newest ``max_notes``.
-    """
-    invariants: list[Invariant] = []
-    plain: list[str] = []
-    for entry in timeline:
-        if entry.kind == "pin":
-            invariants.append(Invariant(entry.text, "pinned by the harness"))
-            continue
-        inv = parse_invariant(entry.text)
-        if inv is not None:
-            invariants.append(inv)
-        else:
-            plain.append(entry.text)
-    if handoff is not None and handoff.next_steps:
-        nxt = handoff.next_steps[0]
-    else:
-        items = open_items(plain)
-        nxt = items[0] if items else ""
-    keep = plain[-max_notes:] if max_notes else []
-    return TaskState(goal=goal.strip(), invariants=tuple(invariants), next=nxt, notes=tuple(keep))

@@ -27,7 +27,7 @@ Contract, in brief:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Protocol, Sequence, runtime_checkable
 
 import attrs
 
