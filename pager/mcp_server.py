@@ -29,7 +29,7 @@ import orjson
 try:
     from mcp.server.mcpserver import MCPServer
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(f"pager's MCP server needs the mcp SDK (2.x): pip install 'pager[mcp]' ({exc})") from exc
+    raise ImportError(f"pager's MCP server needs the mcp SDK (2.x): pip install 'llm-context-pager[mcp]' ({exc})") from exc
 
 from pager import tools as agent_tools
 from pager.options import Options

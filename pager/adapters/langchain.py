@@ -21,7 +21,7 @@ try:
     from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, convert_to_messages, convert_to_openai_messages
     from langchain_core.utils.function_calling import convert_to_openai_tool
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(f"pager's LangChain adapter needs langchain: pip install 'pager[langchain]' ({exc})") from exc
+    raise ImportError(f"pager's LangChain adapter needs langchain: pip install 'llm-context-pager[langchain]' ({exc})") from exc
 
 from pager.aio import AsyncPager
 

@@ -21,7 +21,7 @@ from typing import Any
 try:
     from litellm.integrations.custom_prompt_management import CustomPromptManagement
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(f"pager's LiteLLM adapter needs litellm: pip install 'pager[litellm]' ({exc})") from exc
+    raise ImportError(f"pager's LiteLLM adapter needs litellm: pip install 'llm-context-pager[litellm]' ({exc})") from exc
 
 from pager.aio import AsyncPager
 

@@ -20,7 +20,7 @@ try:
     from agents import RunConfig, RunHooks
     from agents.run_config import CallModelData, ModelInputData
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(f"pager's Agents SDK adapter needs openai-agents: pip install 'pager[openai-agents]' ({exc})") from exc
+    raise ImportError(f"pager's Agents SDK adapter needs openai-agents: pip install 'llm-context-pager[openai-agents]' ({exc})") from exc
 
 from pager.aio import AsyncPager
 

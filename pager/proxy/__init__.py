@@ -5,7 +5,7 @@ Point an agent's base URL at it and change nothing else::
     pager proxy --store ctx/ --port 8787
     ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude
 
-Needs the ``proxy`` extra (``pip install 'pager[proxy]'``): uvicorn and
+Needs the ``proxy`` extra (``pip install 'llm-context-pager[proxy]'``): uvicorn and
 Starlette serve it, httpx forwards.
 """
 
@@ -17,7 +17,7 @@ try:
     import uvicorn  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        f"pager's proxy needs {exc.name}: pip install 'pager[proxy]'"
+        f"pager's proxy needs {exc.name}: pip install 'llm-context-pager[proxy]'"
     ) from exc
 
 from pager.proxy.app import ProxyConfig, create_app
