@@ -64,7 +64,7 @@ async def _fault(model: str, anthropic: bool) -> Response | None:
     if model == "fault-500":
         return JSONResponse(ANT_500 if anthropic else ERR_500, status_code=500)
     if model == "hang":
-        await asyncio.sleep(60)
+        await asyncio.sleep(20)
     if model == "slow":
         await asyncio.sleep(SLOW_SECONDS)
     return None

@@ -84,11 +84,18 @@ def test_a_note_written_through_mcp_reaches_the_open_harness(tmp_path):
         msgs = _history()
         harness.assemble({"model": "m", "messages": msgs})
 
+        from pager.mcp_server import build_server
+
+        server, tools = build_server(store, "s1")  # in-process: the stdio test above covers the transport
+
         async def note() -> None:
-            async with Client(_params(store), read_timeout_seconds=60) as client:
+            async with Client(server) as client:
                 await client.call_tool("note", {"text": "decided: relink with -lzebra"})
 
-        asyncio.run(note())
+        try:
+            asyncio.run(note())
+        finally:
+            tools.close()
         out = harness.assemble({"model": "m", "messages": msgs + [{"role": "user", "content": "next?"}]})
         assert any("relink with -lzebra" in str(m.get("content")) for m in out["messages"])
     finally:

@@ -27,7 +27,7 @@ BIG = "\n".join(f"line {i}: build output ZEBRA-{i} compiled module_{i}.o" for i 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Any]:
     app = make_upstream()
-    with ServerThread(app) as url:
+    with ServerThread(app, graceful=1.0) as url:  # its "hang" answers never: do not wait for them
         yield app, url
 
 

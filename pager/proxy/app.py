@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from pager.errors import BudgetError, InputError, PagerError
+from pager.formats.base import formats, get_format
 from pager.proxy.dialects import DIALECTS, Dialect, StreamTurn
 from pager.proxy.replies import error_body, stream_error_event
 from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_name
@@ -129,6 +130,9 @@ class _Proxy:
             return self._error(dialect, 400, f"request body is not valid JSON: {exc}")
         if not isinstance(req, dict):
             return self._error(dialect, 400, "request body must be a JSON object")
+        if dialect.format not in formats():
+            return self._error(dialect, 400, f"pager cannot page this request: this build has no {dialect.format!r} "
+                                             f"wire format (it has {sorted(formats())})")
         name = request.headers.get(SESSION_HEADER) or session_name(dialect.session_seed(req))
         stream = bool(req.get("stream"))
         try:
@@ -166,8 +170,6 @@ class _Proxy:
     def _added_tools(self, p: Any, dialect: Dialect, req: Mapping[str, Any]) -> frozenset[str]:
         if not self.config.tools:
             return frozenset()
-        from pager.formats.base import get_format
-
         fmt = get_format(dialect.format)
         client = {fmt.tool_name(t) for t in req.get("tools") or ()}
         return frozenset(t["function"]["name"] for t in p.tools()) - client
