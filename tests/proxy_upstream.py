@@ -7,6 +7,7 @@ streaming and not, with usage (cached tokens included). The request's
 - any name: answer "echo: <last user text>";
 - ``fault-429`` / ``fault-500``: the provider's error status and body;
 - ``hang``: never answer (the proxy's timeout must fire);
+- ``hang-mid``: stream the first event, then go silent;
 - ``slow``: answer after ``SLOW_SECONDS`` (graceful shutdown);
 - ``use-recall``: call pager's ``recall`` tool when it is offered and no tool
   result came back yet, then answer with the result's first line;
@@ -126,6 +127,8 @@ async def chat(request: Request) -> Response:
     async def events():
         base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": body.get("model")}
         yield _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        if body.get("model") == "hang-mid":
+            await asyncio.sleep(20)
         for i in range(0, len(text), 8):
             yield _sse({**base, "choices": [{"index": 0, "delta": {"content": text[i:i + 8]}, "finish_reason": None}]})
         for j, c in enumerate(calls):

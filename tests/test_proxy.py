@@ -125,6 +125,9 @@ def test_upstream_errors_reach_the_client(proxy):
     with pytest.raises(openai.APIStatusError) as hang_stream:
         list(c.chat.completions.create(model="hang", messages=history(), stream=True))
     assert hang_stream.value.status_code == 504
+    stream = c.chat.completions.create(model="hang-mid", messages=history(), stream=True)
+    with pytest.raises(openai.APIError, match="timed out"):  # status already sent: an error event ends it
+        list(stream)
 
 
 def test_a_request_pager_cannot_page_gets_a_provider_400(proxy):
