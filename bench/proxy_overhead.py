@@ -64,10 +64,10 @@ def _first_byte(client: httpx.Client, url: str, body: bytes, session: str) -> fl
     t0 = time.perf_counter()
     with client.stream("POST", url, content=body, headers={**HEADERS, "x-pager-session": session}) as r:
         r.raise_for_status()
-        for _chunk in r.iter_raw():
-            first = (time.perf_counter() - t0) * 1000.0
-            break
-        for _chunk in r.iter_raw():
+        chunks = r.iter_raw()
+        next(chunks)
+        first = (time.perf_counter() - t0) * 1000.0
+        for _chunk in chunks:
             pass
     return first
 
@@ -94,26 +94,40 @@ def main(argv: list[str] | None = None) -> int:
     history = _steps(0, args.steps)
     bodies = [orjson.dumps({"model": "m", "messages": h}) for h in history]
     streams = [orjson.dumps({"model": "m", "messages": h, "stream": True}) for h in history]
-    with tempfile.TemporaryDirectory() as tmp, ServerThread(make_upstream()) as up:
-        cfg = ProxyConfig(store=str(Path(tmp) / "ctx"), upstream_openai=up, options={"context_window": 128_000})
-        with ServerThread(create_app(cfg)) as px, httpx.Client(timeout=60) as client:
-            direct_url, proxy_url = up + "/v1/chat/completions", px + "/v1/chat/completions"
-            # warm both paths (connections, tokenizer, first session open)
-            for _ in range(3):
-                _timed(client, direct_url, bodies[0], "warm")
-                _timed(client, proxy_url, bodies[0], "warm")
+    with tempfile.TemporaryDirectory() as tmp, ServerThread(make_upstream()) as up, httpx.Client(timeout=60) as client:
+        direct_url = up + "/v1/chat/completions"
+
+        def proxy(name: str) -> ServerThread:
+            # one store per phase: each phase measures a fresh session
+            cfg = ProxyConfig(store=str(Path(tmp) / name), upstream_openai=up, options={"context_window": 128_000})
+            return ServerThread(create_app(cfg))
+
+        with proxy("plain") as px:
+            proxy_url = px + "/v1/chat/completions"
+            for _ in range(3):  # warm both paths: connections, tokenizer, the session's first open
+                _timed(client, direct_url, bodies[0], "s1")
+                _timed(client, proxy_url, bodies[0], "s1")
             direct = [_timed(client, direct_url, b, "s1") for b in bodies]
             proxied = [_timed(client, proxy_url, b, "s1") for b in bodies]
+        with proxy("stream") as px:
+            proxy_url = px + "/v1/chat/completions"
+            for _ in range(3):
+                _first_byte(client, direct_url, streams[0], "s2")
+                _first_byte(client, proxy_url, streams[0], "s2")
             s_direct = [_first_byte(client, direct_url, b, "s2") for b in streams]
             s_proxied = [_first_byte(client, proxy_url, b, "s2") for b in streams]
-            per = max(1, args.per_client)
-            tp_bodies = [
-                [orjson.dumps({"model": "m", "messages": h}) for h in _steps(i + 1, per + 2)[:per]]
-                for i in range(args.concurrency)
-            ]
-            tp_direct = asyncio.run(_throughput(direct_url, tp_bodies))
+        # pager's own share of the proxied time: assemble, as its reports time it
+        assemble = [r["elapsed_ms"] for r in map(orjson.loads, (Path(tmp) / "stream" / "reports.jsonl").read_bytes().splitlines())
+                    if r.get("type") == "assemble"][3:]
+        per = max(1, args.per_client)
+        tp_bodies = [
+            [orjson.dumps({"model": "m", "messages": h}) for h in _steps(i + 1, per + 2)[:per]]
+            for i in range(args.concurrency)
+        ]
+        tp_direct = asyncio.run(_throughput(direct_url, tp_bodies))
+        with proxy("throughput") as px:
             try:
-                tp_proxied = asyncio.run(_throughput(proxy_url, tp_bodies))
+                tp_proxied = asyncio.run(_throughput(px + "/v1/chat/completions", tp_bodies))
             except httpx.HTTPStatusError as exc:
                 tp_proxied = float("nan")
                 print(f"throughput through the proxy failed: {exc.response.status_code} {exc.response.text[:300]}")
@@ -128,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     print(_row("  direct", s_direct))
     print(_row("  through pager proxy", s_proxied))
     print(_row("  first-byte latency added", [p - d for p, d in zip(s_proxied, s_direct)]))
+    print(_row("  of which pager's assemble", assemble))
     print(f"throughput, {args.concurrency} clients x {args.per_client} requests, one session each (req/s)")
     print(f"  direct {tp_direct:8.1f}   through pager proxy {tp_proxied:8.1f}")
     return 0

@@ -37,7 +37,7 @@ from starlette.routing import Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
-from pager.proxy.dialects import DIALECTS, Dialect, StreamTurn
+from pager.proxy.dialects import DIALECTS, Dialect, reuse_items
 from pager.proxy.replies import error_body, stream_error_event
 from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_name
 
@@ -142,6 +142,8 @@ class _Proxy:
             return self._error(dialect, 500, f"pager cannot open session {name!r}: {exc}")
         released = False
         try:
+            key = dialect.history_key
+            req[key] = reuse_items(self.pool.last.get(name), req.get(key))
             try:
                 out = await p.aassemble(req, format=dialect.format, expose_tools=self.config.tools)
             except (InputError, BudgetError) as exc:
@@ -149,6 +151,8 @@ class _Proxy:
             except PagerError as exc:  # the store or the index failed: not the client's fault
                 log.error("assemble failed in session %s: %s", name, exc)
                 return self._error(dialect, 500, f"pager failed to page this request: {exc}")
+            if isinstance(req.get(key), list):
+                self.pool.last[name] = req[key]
             added = self._added_tools(p, dialect, req)
             client_usage = dialect.prepare(out, stream)
             url = self.config.upstream(dialect.upstream) + request.url.path

@@ -41,6 +41,7 @@ class SessionPool:
         self.options = dict(options)
         self.max_open = max_open
         self._open: OrderedDict[str, AsyncPager] = OrderedDict()
+        self.last: dict[str, list[Any]] = {}  # each session's last history, for dialects.reuse_items
         self._busy: dict[str, int] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._closed = False
@@ -81,6 +82,7 @@ class SessionPool:
             victim = next((n for n in self._open if n not in self._busy), None)
             if victim is None:
                 return
+            self.last.pop(victim, None)
             await self._open.pop(victim).aclose()
 
     def names(self) -> list[str]:
