@@ -75,8 +75,6 @@ def test_stdio_server_tools_against_an_open_harness(tmp_path):
         harness.close()
 
 
-@pytest.mark.xfail(strict=True, reason="the facade caches notes at open (Pager._load); "
-                   "it must re-read them from the store at assemble — see the proxy branch's report")
 def test_a_note_written_through_mcp_reaches_the_open_harness(tmp_path):
     store = tmp_path / "ctx"
     harness = pager.open(store, session="s1", context_window=32_000)

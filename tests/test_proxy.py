@@ -258,6 +258,7 @@ def test_credentials_never_stored_or_logged(proxy, tmp_path, caplog):
 
 def test_graceful_shutdown_finishes_in_flight_requests(upstream, tmp_path):
     _app, up = upstream
+    _app.state.seen.clear()
     server = ServerThread(create_app(ProxyConfig(store=str(tmp_path / "ctx"), upstream_openai=up)))
     url = server.start()
     out: dict[str, Any] = {}
