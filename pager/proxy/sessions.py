@@ -92,5 +92,5 @@ class SessionPool:
         """Close every session (after their queued calls)."""
         self._closed = True
         pagers, self._open = list(self._open.values()), OrderedDict()
-        for p in pagers:
-            await p.aclose()
+        self.last.clear()
+        await asyncio.gather(*(p.aclose() for p in pagers))
