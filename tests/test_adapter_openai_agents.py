@@ -20,15 +20,9 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 
 import pager  # noqa: E402
 from pager.adapters.openai_agents import AgentsPaging, tool_schemas  # noqa: E402
-from pager.aio import _takes_format  # noqa: E402
-from pager.formats.base import formats  # noqa: E402
 
 BIG = "\n".join(f"line {i}: build output compiled module_{i}.o" for i in range(900))
 
-needs_responses = pytest.mark.skipif(
-    "openai-responses" not in formats() or not _takes_format(pager.Pager.assemble),
-    reason="needs the openai-responses format and Pager.assemble(format=...) on this branch",
-)
 
 
 class RecordingModel(Model):
@@ -57,7 +51,6 @@ def bash(cmd: str) -> str:
     return "ok"
 
 
-@needs_responses
 def test_filter_pages_the_input_and_counts_tools(tmp_path):
     model = RecordingModel()
     agent = Agent(name="builder", instructions="You are a build agent.", model=model, tools=[bash])

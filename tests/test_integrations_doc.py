@@ -31,7 +31,6 @@ import httpx  # noqa: E402
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
-from pager.formats.base import formats  # noqa: E402
 from pager.proxy import ServerThread  # noqa: E402
 from proxy_upstream import make_upstream  # noqa: E402
 
@@ -136,10 +135,9 @@ def test_claude_code_recipe(servers, monkeypatch):
     client = anthropic.Anthropic(api_key=KEY, max_retries=0)  # base URL from ANTHROPIC_BASE_URL, as Claude Code
     counted = client.messages.count_tokens(model="claude-x", messages=[{"role": "user", "content": "hello there"}])
     assert counted.input_tokens > 0
-    if "anthropic-messages" in formats():
-        reply = client.messages.create(model="m", max_tokens=50, system="You are Claude Code.",
-                                       messages=[{"role": "user", "content": "hi from claude"}])
-        assert reply.content[0].text == "echo: hi from claude"
+    reply = client.messages.create(model="m", max_tokens=50, system="You are Claude Code.",
+                                   messages=[{"role": "user", "content": "hi from claude"}])
+    assert reply.content[0].text == "echo: hi from claude"
 
 
 def test_codex_recipe(servers, monkeypatch):
@@ -152,11 +150,8 @@ def test_codex_recipe(servers, monkeypatch):
                    headers={"authorization": f"Bearer {os.environ[provider['env_key']]}"},
                    json={"model": "m", "instructions": "You are Codex.",
                          "input": [{"role": "user", "content": "hi from codex"}]})
-    if "openai-responses" in formats():
-        assert r.status_code == 200, r.text
-        assert r.json()["output"][0]["content"][0]["text"] == "echo: hi from codex"
-    else:  # until the Responses format lands: a provider-shaped 400 naming it, never a hang or a 500
-        assert r.status_code == 400 and "openai-responses" in r.json()["error"]["message"]
+    assert r.status_code == 200, r.text
+    assert r.json()["output"][0]["content"][0]["text"] == "echo: hi from codex"
 
 
 def test_async_recipe(monkeypatch, tmp_path, capsys):
@@ -186,7 +181,6 @@ def test_langchain_recipes(monkeypatch, tmp_path):
     assert ns["result"]["messages"][-1].content == "graph fixed"
 
 
-@pytest.mark.skipif("openai-responses" not in formats(), reason="needs the openai-responses wire format")
 def test_openai_agents_recipe(monkeypatch, tmp_path):
     pytest.importorskip("agents")
     from agents import Agent

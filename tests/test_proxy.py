@@ -16,7 +16,6 @@ anthropic = pytest.importorskip("anthropic")
 
 import pager  # noqa: E402
 from pager.errors import ConfigError  # noqa: E402
-from pager.formats.base import formats  # noqa: E402
 from pager.proxy import ProxyConfig, ServerThread, check_bind, create_app  # noqa: E402
 from proxy_upstream import make_upstream  # noqa: E402
 
@@ -196,13 +195,6 @@ def test_count_tokens_is_answered_locally(proxy, upstream):
     assert not upstream[0].state.seen  # never reached the upstream
 
 
-needs_anthropic = pytest.mark.skipif(
-    "anthropic-messages" not in formats(), reason="the anthropic-messages wire format is not on this branch yet")
-needs_responses = pytest.mark.skipif(
-    "openai-responses" not in formats(), reason="the openai-responses wire format is not on this branch yet")
-
-
-@needs_anthropic
 def test_anthropic_sdk_through_the_proxy(proxy, upstream):
     url = proxy(tools=True)
     client = anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0)
@@ -218,12 +210,16 @@ def test_anthropic_sdk_through_the_proxy(proxy, upstream):
         final = s.get_final_message()
     assert [b.type for b in final.content] == ["text", "text"]  # "Let me look." then the answer
     assert final.content[1].text.startswith("tool said: ")
+    orphan = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}]}]
+    with pytest.raises(anthropic.BadRequestError) as bad:  # Anthropic's error shape, naming the problem
+        client.messages.create(model="m", max_tokens=10, system="You are terse.", messages=orphan)
+    assert bad.value.body["error"]["type"] == "invalid_request_error"
+    assert "pager cannot page this request" in bad.value.body["error"]["message"]
     with pytest.raises(anthropic.RateLimitError) as exc:
         client.messages.create(model="fault-429", max_tokens=10, system="You are terse.", messages=msgs)
     assert exc.value.status_code == 429 and "Number of requests exceeded" in str(exc.value)
 
 
-@needs_responses
 def test_responses_through_the_proxy(proxy):
     url = proxy(tools=True)
     c = oa(url)

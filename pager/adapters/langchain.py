@@ -29,21 +29,16 @@ __all__ = ["LangChainPaging", "PagerMiddleware", "langgraph_hooks", "usage_from_
 
 
 def usage_from_message(message: Any) -> dict[str, Any] | None:
-    """Return an ``AIMessage``'s ``usage_metadata`` as a usage mapping ``observe`` reads (None without one).
+    """Return an ``AIMessage``'s ``usage_metadata`` as ``observe`` takes it (None without one).
 
     LangChain's ``input_tokens`` is the whole prompt; ``input_token_details``
-    splits off ``cache_read`` and ``cache_creation``.
+    splits off ``cache_read`` and ``cache_creation`` (pager's usage parser
+    reads this shape itself).
     """
     meta = getattr(message, "usage_metadata", None)
     if not meta:
         return None
-    details = meta.get("input_token_details") or {}
-    return {
-        "prompt_tokens": int(meta.get("input_tokens") or 0),
-        "completion_tokens": int(meta.get("output_tokens") or 0),
-        "prompt_tokens_details": {"cached_tokens": int(details.get("cache_read") or 0)},
-        "cache_creation_input_tokens": int(details.get("cache_creation") or 0),
-    }
+    return {"usage_metadata": dict(meta)}
 
 
 def _tool_schema(tool: Any) -> Any:

@@ -47,7 +47,8 @@ def _usage(usage: Any) -> dict[str, Any]:
     return {
         "prompt_tokens": int(getattr(usage, "input_tokens", 0) or 0),
         "completion_tokens": int(getattr(usage, "output_tokens", 0) or 0),
-        "prompt_tokens_details": {"cached_tokens": int(getattr(details, "cached_tokens", 0) or 0)},
+        "prompt_tokens_details": {"cached_tokens": int(getattr(details, "cached_tokens", 0) or 0),
+                                  "cache_write_tokens": int(getattr(details, "cache_write_tokens", 0) or 0)},
     }
 
 
