@@ -18,41 +18,15 @@ as ``.pager`` for synchronous use outside the loop.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import os
 from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, TypeVar
-
-from pager.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pager.pager import Pager
 
-__all__ = ["AsyncPager", "aopen", "call_with_format"]
+__all__ = ["AsyncPager", "aopen"]
 
 T = TypeVar("T")
-
-
-@functools.lru_cache(maxsize=None)
-def _takes_format(fn: Callable[..., Any]) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # pragma: no cover - builtins
-        return False
-    return "format" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def call_with_format(method: Callable[..., T], *args: Any, format: str | None = None, **kwargs: Any) -> T:
-    """Call a ``Pager`` method, naming the wire ``format`` where the facade takes one.
-
-    A facade without the ``format=`` keyword speaks OpenAI chat only: other
-    formats get an ``InputError`` naming the format, never a silent misparse.
-    """
-    if format is not None and _takes_format(getattr(method, "__func__", method)):
-        return method(*args, format=format, **kwargs)
-    if format not in (None, "openai-chat"):
-        raise InputError(f"this pager build cannot schedule the {format!r} wire format yet")
-    return method(*args, **kwargs)
 
 
 class AsyncPager:
@@ -81,16 +55,15 @@ class AsyncPager:
         self, request: Mapping[str, Any], *, format: str | None = None, expose_tools: bool | None = None
     ) -> dict[str, Any]:
         """``Pager.assemble``, off the event loop."""
-        kw: dict[str, Any] = {} if expose_tools is None else {"expose_tools": expose_tools}
-        return await self.run(call_with_format, self.pager.assemble, request, format=format, **kw)
+        return await self.run(self.pager.assemble, request, format=format, expose_tools=expose_tools)
 
     async def aobserve(self, response: Any, *, format: str | None = None) -> dict[str, int]:
         """``Pager.observe``, off the event loop."""
-        return await self.run(call_with_format, self.pager.observe, response, format=format)
+        return await self.run(self.pager.observe, response, format=format)
 
     async def acall_tool(self, tool_call: Any, *, format: str | None = None) -> dict[str, Any]:
         """``Pager.call_tool``, off the event loop."""
-        return await self.run(call_with_format, self.pager.call_tool, tool_call, format=format)
+        return await self.run(self.pager.call_tool, tool_call, format=format)
 
     async def asearch(self, query: str, k: int = 5, **kwargs: Any) -> list[Any]:
         """``Pager.search``, off the event loop."""
