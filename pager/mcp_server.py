@@ -60,10 +60,33 @@ class SessionTools:
     def tools(self) -> list[dict[str, Any]]:
         return agent_tools.tool_specs(self.options)
 
-    def search(self, query: str, k: int = 5) -> list[Any]:
+    def _reader(self) -> Any:
+        from pager.core.pools import Reader
+
+        return Reader(self.session, self.options.owner)
+
+    def search(self, query: str, k: int = 5, *, cross_session: bool = False) -> list[Any]:
+        """Search what this session may read (its pages, readable pools), as ``Pager.search`` does."""
+        from pager.core.pools import audiences
+
         with self._lock:
             self.index._reload()  # see the harness's latest index commit
-            return self.index.search(query, session=self.session, k=k)
+            return self.index.search(query, session=self.session, k=k, cross_session=cross_session,
+                                     audiences=audiences(self._reader(), self.store.pool_acls()))
+
+    def _readable_page(self, handle: str) -> int | None:
+        # the facade's rule (pager.sharing): its own page first, else one of a pool it may read;
+        # an unreadable handle answers like an unknown one
+        from pager.core.pools import can_read
+
+        pid = self.store.page_by_handle(self.session, handle)
+        if pid is not None:
+            return pid
+        reader, acls = self._reader(), self.store.pool_acls()
+        for other in self.store.pages_by_handle(handle):
+            if can_read(self.store.load_pages([other])[0], reader, acls):
+                return other
+        return None
 
     def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
         from pager.core import messages as messages_mod
@@ -76,7 +99,7 @@ class SessionTools:
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ToolError(f"{name} must be a positive integer, got {v!r}")
         with self._lock:
-            pid = self.store.page_by_handle(self.session, handle)
+            pid = self._readable_page(handle)
             if pid is None:
                 raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")
             _session, msg = self.store.message(pid)
