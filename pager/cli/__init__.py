@@ -18,7 +18,7 @@ from pager.errors import PagerError
 __all__ = ["main"]
 
 # Order is the order ``pager --help`` lists them in.
-SUBCOMMANDS = ("replay", "bench", "tune", "inspect", "reindex", "state")
+SUBCOMMANDS = ("replay", "bench", "tune", "inspect", "reindex", "state", "proxy", "mcp")
 
 
 def build_parser() -> argparse.ArgumentParser:
