@@ -47,8 +47,9 @@ import orjson
 
 from pager.core.messages import message_text
 from pager.errors import RecallIndexError, StoreError
-from pager.storage.index import (
-    _STOPWORDS,  # shared on purpose: both indexes must drop the same words
+from pager.storage.index_schema import (  # the Tantivy index's analysis, shared on purpose: same words
+    _CHUNK_STRIP,
+    _STOPWORDS,
     _TEXT_ANALYZER,
     MAX_KEY_CHARS,
     MAX_KEY_CHUNKS,
@@ -58,8 +59,8 @@ from pager.storage.index import (
     IndexDoc,
     _bigrams,
     _clean,
-    _snippet,
 )
+from pager.storage.index_search import _snippet
 
 __all__ = ["PgIndex", "page_vector"]
 
@@ -68,7 +69,6 @@ MAX_POSITION = 16383  # PostgreSQL's largest lexeme position
 MAX_LEXEMES = 20_000  # keeps a huge tool output's vector far under the 1 MB tsvector limit
 MAX_LEXEME_BYTES = 2046
 KEY_BOOST = 2.0
-_CHUNK_STRIP = "\"'`()[]{}<>,;!?"
 # As the Tantivy index: past PRUNE_MIN_ROWS pages, a word on more than
 # PRUNE_SHARE of them is dropped from the query (keeping the PRUNE_KEEP rarest
 # if all are): its weight is small and every page holding it is a candidate to
