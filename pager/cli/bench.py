@@ -490,6 +490,15 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
 
 
+def process_note() -> str:
+    """Return how many processes the last replay used and the most memory one of them held."""
+    from pager.replay.parallel import LAST_RUN
+
+    n, peak = LAST_RUN["processes"], LAST_RUN["peak_mib"]
+    where = "this process" if n <= 1 else f"{n} worker processes"
+    return f"replayed in {where}" + (f", peak memory {peak:.0f} MiB per process" if peak else "")
+
+
 def failures_text(failures: Sequence[tuple[str, str, str]]) -> str:
     """Return one line per strategy that failed on a session."""
     return "\n".join([f"failed: {len(failures)} run(s)"]
@@ -537,6 +546,7 @@ def run_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> BenchResult
     else:
         print("(--explain: what each column means)", file=out)
 
+    print(f"pager bench: {process_note()}", file=err)
     if args.json:
         Path(args.json).write_bytes(
             orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)

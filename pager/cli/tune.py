@@ -46,6 +46,7 @@ from pager.cli.bench import (
     loaded_note,
     one_line_errors,
     positive_int,
+    process_note,
     pricing_of,
     select,
     table,
@@ -312,6 +313,7 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
         raise
     points = tune.pareto(points, args.objective)
     chosen = tune.choose(points, args.coverage_floor, args.objective)
+    print(f"pager tune: {process_note()}", file=err)
 
     calls = sum(max(0, s.n_assistant - (s.messages[0].get("role") == "assistant"))
                 for s in sessions if s.messages)

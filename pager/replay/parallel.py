@@ -27,15 +27,36 @@ import multiprocessing
 import os
 import queue as queue_mod
 import signal
+import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
-__all__ = ["Emitter", "default_jobs", "emit", "run_tasks"]
+__all__ = ["Emitter", "LAST_RUN", "default_jobs", "emit", "peak_rss_mib", "run_tasks"]
 
 # Set in each worker by ``_init_worker``; in this process ``run_tasks`` sets it around serial runs.
 _QUEUE: Any = None
 _LOCAL: Callable[[str, Any], None] | None = None
+
+# What the last ``run_tasks`` saw: processes used and the largest peak memory of one (MiB).
+LAST_RUN: dict[str, Any] = {"processes": 0, "peak_mib": None}
+
+
+def peak_rss_mib() -> float | None:
+    """Return this process's peak resident memory in MiB (None where it cannot be read)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not Unix
+        return None
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kib / (1024 * 1024) if sys.platform == "darwin" else kib / 1024
+
+
+def _measured(fn: Callable[..., Any], *args: Any) -> Any:
+    # the task, then this worker's peak memory so far (a worker holds one task at a time)
+    result = fn(*args)
+    emit("peak_mib", peak_rss_mib())
+    return result
 
 
 def default_jobs() -> int:
@@ -110,7 +131,16 @@ def run_tasks(
     order). An exception in a task propagates after the pool is stopped.
     """
     global _LOCAL
-    handler = on_event or (lambda kind, payload: None)
+    user_handler = on_event or (lambda kind, payload: None)
+    LAST_RUN.update(processes=1, peak_mib=None)
+
+    def handler(kind: str, payload: Any) -> None:
+        if kind == "peak_mib":
+            if payload is not None:
+                LAST_RUN["peak_mib"] = max(LAST_RUN["peak_mib"] or 0.0, payload)
+        else:
+            user_handler(kind, payload)
+
     results: list[Any] = [None] * len(tasks)
     order = sorted(range(len(tasks)), key=lambda i: -(weights[i] if weights else 0.0))
     if jobs <= 1 or len(tasks) <= 1:
@@ -122,6 +152,7 @@ def run_tasks(
                     on_result(i, results[i])
         finally:
             _LOCAL = previous
+        LAST_RUN["peak_mib"] = peak_rss_mib()
         return results
 
     ctx = _context()
@@ -135,13 +166,15 @@ def run_tasks(
                 return
             handler(kind, payload)
 
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx,
+    workers = min(jobs, len(tasks))
+    LAST_RUN["processes"] = workers
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
                                initializer=_init_worker, initargs=(q,))
     index: dict[Future[Any], int] = {}
     clean = False
     try:
         for i in order:
-            index[pool.submit(fn, *tasks[i])] = i
+            index[pool.submit(_measured, fn, *tasks[i])] = i
         pending = set(index)
         while pending:
             done, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)

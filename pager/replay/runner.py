@@ -43,7 +43,7 @@ from pager.replay.metrics import (
     summarize_session,
 )
 from pager.replay.needs import extract_needs, message_text
-from pager.replay.parallel import Emitter, emit, run_tasks
+from pager.replay.parallel import LAST_RUN, Emitter, emit, peak_rss_mib, run_tasks
 from pager.replay.session import Session
 from pager.replay.strategies import FullResend, describe
 
@@ -428,6 +428,7 @@ def run(
             runs.append(run_session(s, strategies, facts=facts, long_gap=long_gap,
                                     progress=bar, warn=warn))
             facts.clear()  # memos are per session: memory stays one session's
+        LAST_RUN.update(processes=1, peak_mib=peak_rss_mib())
     bar.close()
     seconds = time.monotonic() - t0
     return collect(runs, names, strategies, pricing=pricing, full_name=full_name,
