@@ -183,12 +183,11 @@ def run_tasks(
                 results[index[f]] = f.result()
                 if on_result is not None:
                     on_result(index[f], results[index[f]])
-        time.sleep(0.01)  # let the last events reach the queue
-        drain()
         clean = True
     finally:
         if clean:
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=True)  # a worker flushes its queue before it exits
+            drain()
         else:
             _stop(pool)
         q.close()
