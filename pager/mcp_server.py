@@ -70,7 +70,7 @@ class SessionTools:
         from pager.core.pools import audiences
 
         with self._lock:
-            self.index._reload()  # see the harness's latest index commit
+            self.index.refresh()  # see the harness's latest index commit
             return self.index.search(query, session=self.session, k=k, cross_session=cross_session,
                                      audiences=audiences(self._reader(), self.store.pool_acls()))
 
