@@ -66,6 +66,10 @@ class Options:
     reminder_threshold: int = attrs.field(default=16_000, validator=_non_negative)
     log_reports: bool = True
     scope: str = "session"
+    # Switches of the paging scheduler's components (issue 15's ablations); each
+    # default is the shipped behaviour.
+    task_focus: bool = True  # relevance also counts the active task's user message
+    minor_rounds: bool = True  # rounds keep the old generation byte-stable when it fits
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:

@@ -339,6 +339,8 @@ def test_params_reproduce_policy() -> None:
         "relevance_weight",
         "size_penalty",
         "ref_recency",
+        "task_penalty",
+        "overlap_weight",
     }
 
 

@@ -50,12 +50,15 @@ __all__ = [
     "DEFAULT_POLICY",
     "POLICIES",
     "DecayPolicy",
+    "FEATURES",
     "FIFOPolicy",
+    "FittedPolicy",
     "HeatPolicy",
     "LFUPolicy",
     "LRUPolicy",
     "PageTable",
     "ReferencePolicy",
+    "features",
     "get_policy",
     "rank_scores",
     "register_policy",
@@ -99,12 +102,20 @@ def _column(dtype: type) -> Any:
     return convert
 
 
+def _optional_column(dtype: type) -> Any:
+    """Return a converter like ``_column`` that lets None through (filled in after init)."""
+    convert = _column(dtype)
+    return lambda value: None if value is None else convert(value)
+
+
 _ROW_DEFAULTS: dict[str, Any] = {
     "ref_count": 0,
     "tokens": 0,
     "kind": "user",
     "stale": False,
     "relevance": 0.0,
+    "task": True,
+    "overlap": 0.0,
 }
 
 
@@ -117,6 +128,11 @@ class PageTable:
     copied). ``last_ref`` equals ``created`` for a page never referred back to.
     ``relevance`` (in [0, 1]) is the page's overlap with the pinned goals and
     the active task, computed by the caller (see ``pager.terms``).
+
+    Two columns are optional (a caller that does not know them passes
+    nothing): ``task``, whether the page belongs to the active task (default
+    all True: one task), and ``overlap`` (in [0, 1]), the page's term overlap
+    with the latest steps, what the agent is working on right now (default 0).
     """
 
     page_id: np.ndarray = attrs.field(converter=_column(np.int64))
@@ -127,8 +143,15 @@ class PageTable:
     kind: np.ndarray = attrs.field(converter=_column(np.int8))
     stale: np.ndarray = attrs.field(converter=_column(np.bool_))
     relevance: np.ndarray = attrs.field(converter=_column(np.float64))
+    task: np.ndarray | None = attrs.field(default=None, converter=_optional_column(np.bool_))
+    overlap: np.ndarray | None = attrs.field(default=None, converter=_optional_column(np.float64))
 
     def __attrs_post_init__(self) -> None:
+        n = len(self.page_id)
+        if self.task is None:
+            object.__setattr__(self, "task", _column(np.bool_)(np.ones(n, dtype=bool)))
+        if self.overlap is None:
+            object.__setattr__(self, "overlap", _column(np.float64)(np.zeros(n)))
         lengths = {f.name: len(getattr(self, f.name)) for f in attrs.fields(type(self))}
         if len(set(lengths.values())) > 1:
             raise InputError(f"page table columns differ in length: {lengths}")
@@ -481,6 +504,11 @@ class ReferencePolicy(HeatPolicy):
     relevance_weight: float = _weight_field(1.0)
     size_penalty: float = _weight_field(0.5)
     ref_recency: float = attrs.field(default=0.5, converter=_to_float, validator=_fraction)
+    # A page of another task than the active one loses this many bits, so a
+    # task switch demotes the old task's units together at the next round and a
+    # return to it restores them (``PageTable.task``).
+    task_penalty: float = _weight_field(0.0)
+    overlap_weight: float = _weight_field(0.0)
 
     def score(self, table: PageTable, clock: int) -> np.ndarray:
         if self.ref_recency == 1.0:
@@ -502,7 +530,99 @@ class ReferencePolicy(HeatPolicy):
         if self.size_penalty:
             size = np.maximum(table.tokens, 0).astype(np.float64) / SIZE_UNIT
             heat -= self.size_penalty * np.log2(1.0 + size)
+        if self.task_penalty:
+            heat -= self.task_penalty * ~table.task
+        if self.overlap_weight:
+            heat += self.overlap_weight * np.clip(np.nan_to_num(table.overlap), 0.0, 1.0)
         return heat
+
+
+# ---------------------------------------------------------------------------
+# Features and the fitted policy
+
+# The features a fitted policy weighs, in column order of ``features``. Ages
+# are in steps; sizes per doubling of SIZE_UNIT tokens.
+FEATURES = (
+    "log_age",        # log2(1 + steps since created)
+    "log_ref_age",    # log2(1 + steps since the last reference, or creation)
+    "log_refs",       # log2(1 + ref_count)
+    "log_size",       # log2(1 + tokens / SIZE_UNIT)
+    "stale",          # a superseded file read
+    "relevance",      # overlap with the pinned goals and the latest user message
+    "other_task",     # the page belongs to another task than the active one
+    "overlap",        # overlap with the latest steps
+    "assistant",      # kind one-hot (user and system are the base)
+    "tool",
+    "file",
+)
+
+
+def features(table: PageTable, clock: int) -> np.ndarray:
+    """Return the ``(n, len(FEATURES))`` float64 feature matrix of ``table`` at ``clock``."""
+    n = len(table)
+    x = np.empty((n, len(FEATURES)), dtype=np.float64)
+    x[:, 0] = np.log2(1.0 + _age(clock, table.created))
+    x[:, 1] = np.log2(1.0 + _age(clock, table.last_ref))
+    x[:, 2] = np.log2(1.0 + np.maximum(table.ref_count, 0).astype(np.float64))
+    x[:, 3] = np.log2(1.0 + np.maximum(table.tokens, 0).astype(np.float64) / SIZE_UNIT)
+    x[:, 4] = table.stale
+    x[:, 5] = np.clip(np.nan_to_num(table.relevance), 0.0, 1.0)
+    x[:, 6] = ~table.task
+    x[:, 7] = np.clip(np.nan_to_num(table.overlap), 0.0, 1.0)
+    x[:, 8] = table.kind == KIND_CODE["assistant"]
+    x[:, 9] = table.kind == KIND_CODE["tool"]
+    x[:, 10] = table.kind == KIND_CODE["file"]
+    return x
+
+
+def _signed(value: Any) -> float:
+    v = _to_float(value)
+    if not -_WEIGHT_MAX <= v <= _WEIGHT_MAX:
+        raise ConfigError(f"a fitted weight must be in [-{_WEIGHT_MAX:g}, {_WEIGHT_MAX:g}], got {value!r}")
+    return v
+
+
+def _weights(value: Any) -> tuple[float, ...]:
+    if isinstance(value, Mapping):
+        unknown = set(value) - set(FEATURES)
+        if unknown:
+            raise ConfigError(f"unknown fitted features {sorted(unknown)}; valid: {', '.join(FEATURES)}")
+        return tuple(_signed(value.get(name, 0.0)) for name in FEATURES)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise ConfigError(f"fitted weights are a mapping or a sequence of numbers, not {value!r}") from None
+    if len(items) != len(FEATURES):
+        raise ConfigError(f"fitted weights need {len(FEATURES)} numbers ({', '.join(FEATURES)}), got {len(items)}")
+    return tuple(_signed(v) for v in items)
+
+
+# Weights fitted by ``python -m pager.fit`` on the 40 development sessions (all
+# of them; the cross-validated figures are in docs/policies.md). A logistic
+# model of "a need of the next 8 calls is in this page"; only the order counts.
+FITTED_WEIGHTS: tuple[float, ...] = (0.0,) * len(FEATURES)
+
+
+@register_policy
+@attrs.frozen
+class FittedPolicy(HeatPolicy):
+    """A linear score over ``FEATURES``, with weights fitted offline (``pager.fit``).
+
+    ``weights`` is a mapping from feature name to weight (missing names weigh
+    0) or one number per feature in ``FEATURES`` order; ``params()`` returns
+    the mapping.
+    """
+
+    name: ClassVar[str] = "fitted"
+    weights: tuple[float, ...] = attrs.field(default=FITTED_WEIGHTS, converter=_weights)
+
+    def score(self, table: PageTable, clock: int) -> np.ndarray:
+        if not len(table):
+            return np.zeros(0)
+        return features(table, clock) @ np.asarray(self.weights, dtype=np.float64)
+
+    def params(self) -> dict[str, Any]:
+        return {"weights": dict(zip(FEATURES, self.weights))}
 
 
 assert DEFAULT_POLICY in POLICIES

@@ -29,6 +29,50 @@ __all__ = ["History", "Prepared", "hash_messages"]
 # Roles whose words count as the agent (or user) referring back to a page.
 REFERRING_ROLES = ("assistant", "user")
 
+# Task detection: a user message continues the active task when it shares at
+# least this share of its terms (of at most TASK_K) with the task's user
+# messages; otherwise it returns to the earlier task it shares most with
+# (same threshold), or starts a new task if it has TASK_MIN_TERMS terms and
+# matches none. A short message with fewer terms ("go on") has no evidence of
+# a switch and stays in the active task.
+TASK_MATCH = 0.25
+TASK_K = 8
+TASK_MIN_TERMS = 2
+
+
+def task_of(label_set: Sequence[str]) -> int | None:
+    """Return the task number of a page's labels (``task:<n>``), or None."""
+    for x in label_set:
+        if x.startswith("task:"):
+            return int(x[5:])
+    return None
+
+
+def detect_task(
+    terms: frozenset[str], active: int | None, tasks: Mapping[int, frozenset[str]], row: int
+) -> int:
+    """Return the task a user message at ``row`` with ``terms`` belongs to.
+
+    ``tasks`` maps each known task to the terms of its user messages;
+    ``active`` is the current task (None before the first user message). The
+    first user message starts task ``row``.
+    """
+    if active is None:
+        return row
+
+    def share(task: int) -> float:
+        return terms_mod.relevance(tasks.get(task, frozenset()), terms, k=TASK_K)
+
+    if len(terms) < TASK_MIN_TERMS or share(active) >= TASK_MATCH:
+        return active
+    best, best_share = None, TASK_MATCH
+    for task in tasks:
+        if task != active:
+            sh = share(task)
+            if sh >= best_share and (best is None or sh > best_share or task > best):
+                best, best_share = task, sh
+    return best if best is not None else row
+
 
 def hash_messages(
     messages: Sequence[Mapping[str, Any]], offset: int = 0
@@ -101,6 +145,7 @@ class History:
         self.calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, arguments)
         self.path_rows: dict[str, int] = {}  # path -> row of its newest read
         self.first_user: int | None = None
+        self.task_terms: dict[int, frozenset[str]] = {}  # task -> terms of its user messages
         self.term_index = terms_mod.TermIndex(max_df=max_df)
         self.row_of: dict[int, int] = {}
 
@@ -116,12 +161,32 @@ class History:
 
     @property
     def task(self) -> int:
-        """The active task: the position of the latest user message (a task label's number)."""
+        """The active task: the label number of the newest page (the row of the task's first user message)."""
         for lab in reversed(self.labels):
-            for x in lab:
-                if x.startswith("task:"):
-                    return int(x[5:])
+            t = task_of(lab)
+            if t is not None:
+                return t
         return 0
+
+    @property
+    def latest_user(self) -> int | None:
+        """The row of the latest user message, or None."""
+        for i in range(len(self.role) - 1, -1, -1):
+            if self.kind[i] == "user":
+                return i
+        return None
+
+    def task_column(self) -> np.ndarray:
+        """Return, per row, whether the page belongs to the active task (unlabelled pages do)."""
+        active = self.task
+        return np.fromiter(
+            ((task_of(lab) in (None, active)) for lab in self.labels), dtype=bool, count=len(self.labels)
+        )
+
+    def _add_task_terms(self, row: int) -> None:
+        task = task_of(self.labels[row])
+        if task is not None and self.kind[row] == "user":
+            self.task_terms[task] = self.task_terms.get(task, frozenset()) | self.terms[row]
 
     def pinned_count(self) -> int:
         """Rows up to and including the first user message are L1."""
@@ -160,6 +225,7 @@ class History:
                 self.first_user = i
             if kind == "file" and self.path[i]:
                 self.path_rows[self.path[i]] = i
+            self._add_task_terms(i)
             self.term_index.add_page(self.page[i], self.terms[i])
         # stale flags derive from path order; recompute so a truncated newer read un-stales
         newest = self.path_rows
@@ -181,7 +247,8 @@ class History:
         """Return the pages of ``messages[start:]``, ready to record (nothing stored yet)."""
         records = []
         step = self.clock
-        task = self.task
+        task: int | None = self.task if self.first_user is not None else None
+        tasks = dict(self.task_terms)
         for offset, cls in enumerate(classified):
             seq = start + offset
             msg = messages[seq]
@@ -195,16 +262,18 @@ class History:
                 stub_tokens = min(MESSAGE_OVERHEAD + self.counter.count(stub), tokens)
             else:
                 stub_tokens = tokens
+            terms = _page_terms(text, cls.path, extract_limit)
             if cls.kind == "user":
-                task = seq
+                task = detect_task(terms, task, tasks, seq)
+                tasks[task] = tasks.get(task, frozenset()) | terms
             page = NewPage(
                 hash=h, kind=cls.kind, role=cls.role, step=step, tokens=tokens, stub_tokens=stub_tokens,
                 chars=len(text), handle=handle,
                 message=raws[seq] if raws[seq] is not None else orjson.dumps(msg, option=orjson.OPT_SORT_KEYS),
                 call_id=cls.call_id, call_ids=cls.call_ids, tool_name=cls.tool_name, path=cls.path,
-                labels=(f"task:{task}",), scope=scope, owner=owner,
+                labels=(f"task:{task if task is not None else 0}",), scope=scope, owner=owner,
             )
-            records.append(Prepared(page, text, _page_terms(text, cls.path, extract_limit)))
+            records.append(Prepared(page, text, terms))
             if cls.kind == "assistant":
                 step += 1
         return records
@@ -221,6 +290,7 @@ class History:
                 for cid in rec.call_ids:
                     self.call_rows[cid] = row
             self._link(row, rec.kind, rec.call_id)
+            self._add_task_terms(row)
             if rec.kind == "file" and rec.path:
                 old = self.path_rows.get(rec.path)
                 if old is not None:
@@ -283,6 +353,7 @@ class History:
                 self.calls[call.id] = (call.name, call.arguments)
                 self.call_rows[call.id] = r
             self._link(r, rec.kind, rec.call_id)
+            self._add_task_terms(r)
             if rec.kind == "file" and rec.path:
                 self.path_rows[rec.path] = r
             self.term_index.add_page(rec.id, terms)

@@ -138,6 +138,7 @@ class PlanConfig:
     recall_pages: int = 5
     recall_tokens: int = 2000
     old_share: float = 0.9  # the old generation may hold this share of the low watermark
+    minor_rounds: bool = True  # False: every round is a major one (rebuilds everything after L1)
 
 
 @attrs.frozen(slots=True)
@@ -292,7 +293,7 @@ def _round(
     kept (first call, divergence, card change).
     """
     l1_slots, l1_tokens = _l1_slots(inp)
-    if prev is not None and reason in (Reason.HIGH_WATERMARK, Reason.OVER_BUDGET) and prev.stable >= len(l1_slots):
+    if cfg.minor_rounds and prev is not None and reason in (Reason.HIGH_WATERMARK, Reason.OVER_BUDGET) and prev.stable >= len(l1_slots):
         old = list(prev.slots[: prev.stable])
         old_tokens = sum(_slot_tokens(s, idx, inp) for s in old)
         old_limit = l1_tokens + int((cfg.low - l1_tokens) * cfg.old_share)

@@ -137,9 +137,9 @@ class PagingScheduler:
     def _focus_terms(self, call: PagingCall) -> frozenset[str]:
         """Return the active task's terms: pinned goals and the latest user message but the first."""
         h = call.history
-        task = h.task  # the latest user message's row
-        if task and task != h.first_user and task < len(h) and h.kind[task] == "user":
-            return call.pin_terms | h.terms[task]
+        latest = h.latest_user
+        if self.options.task_focus and latest is not None and latest != h.first_user:
+            return call.pin_terms | h.terms[latest]
         return call.pin_terms
 
     def schedule(self, call: PagingCall) -> ScheduleResult:
@@ -157,7 +157,8 @@ class PagingScheduler:
         table = PageTable(
             page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"],
             ref_count=cols["ref_count"], tokens=cols["tokens"], kind=cols["kind"], stale=cols["stale"],
-            relevance=relevance,
+            relevance=relevance, task=h.task_column() if self.options.task_focus else None,
+            overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
         )
         heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
         budget = o.budget - call.tools_tokens
@@ -167,6 +168,7 @@ class PagingScheduler:
             budget=budget, high=min(budget, l1 + o.high_watermark), low=min(budget, l1 + o.low_watermark),
             recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
             recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
+            minor_rounds=o.minor_rounds,
         )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],

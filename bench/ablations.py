@@ -1,0 +1,190 @@
+"""Print the ablation table: each row switches one component of the shipped defaults off.
+
+    python bench/ablations.py                      # ../shared/traces, the standard rows
+    python bench/ablations.py --row quota3:recall_pages=3,recall_tokens=900
+    python bench/ablations.py --only defaults,fifo --json out.json
+    python bench/ablations.py --folds 2 --fold 0   # replay only one half of the sessions
+
+Every row is replayed on the same calls in one process, beside full resend, with
+the same replay as ``pager bench`` (``pager.replay.run``). Besides cost and
+coverage it prints the fault rate and the *effective cost* of issue 15: a call
+*faults* when at least one of its needs is missing from its prompt, and each
+fault costs ``read x prompt + write x 340 + 5 x 40`` base-input tokens (one more
+model call on the cached prompt, a recall call and its result, its output).
+``pager.replay`` computes the same figures once it has them; this script uses
+its own copy so the table does not depend on which version is installed.
+
+``+/-`` columns are paired differences from the defaults row with a
+session-bootstrap standard error (2,000 resamples of sessions, fixed seed): a
+row whose difference is within two standard errors is within noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import orjson
+
+from pager.replay.cost import pricing
+from pager.replay.facts import Facts
+from pager.replay.runner import BenchResult, run
+from pager.replay.session import load_sessions
+from pager.replay.strategies import FullResend, PagerStrategy
+
+# The issue's price of a fault, in base-input-token units.
+FAULT_RECALL_TOKENS = 340
+FAULT_OUTPUT_TOKENS = 40
+OUTPUT_PRICE = 5.0
+
+# One switch per row against the shipped defaults.
+ROWS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "heat fifo": {"policy": "fifo"},
+    "recall off": {"recall_pages": 0},
+    "task labels off": {"task_focus": False},
+    "stubs off": {"stub_threshold": 10**9, "inline_max": 10**9},
+    "tail stubs off": {"inline_max": 0},
+    "minor rounds off": {"minor_rounds": False},
+}
+
+
+def parse_row(spec: str) -> tuple[str, dict[str, Any]]:
+    """Parse ``NAME:KEY=VALUE[,KEY=VALUE]`` (values JSON where they parse)."""
+    name, _, rest = spec.partition(":")
+    opts: dict[str, Any] = {}
+    for part in filter(None, rest.split(",")):
+        key, _, val = part.partition("=")
+        try:
+            opts[key.strip()] = orjson.loads(val)
+        except orjson.JSONDecodeError:
+            opts[key.strip()] = val
+    return name.strip(), opts
+
+
+def fault_price(prompt: int, read: float, write: float) -> float:
+    """Return the price of one fault on a prompt of ``prompt`` tokens."""
+    return read * prompt + write * FAULT_RECALL_TOKENS + OUTPUT_PRICE * FAULT_OUTPUT_TOKENS
+
+
+def per_session(result: BenchResult, name: str) -> dict[str, np.ndarray]:
+    """Return per-session sums of one strategy: cost, effective cost, faults, needs, ..."""
+    p = result.pricing
+    cols: dict[str, list[float]] = {k: [] for k in (
+        "cost", "effective", "calls", "faults", "needs", "covered", "long_needs", "long_covered",
+        "prompt", "completion")}
+    for r in result.runs:
+        recs = r.records.get(name, ())
+        cost = sum(p.cost(c.prompt_tokens, c.cached_tokens) for c in recs)
+        faults = [c for c in recs if c.covered < c.needs]
+        cols["cost"].append(cost)
+        cols["effective"].append(cost + sum(fault_price(c.prompt_tokens, p.read, p.write) for c in faults))
+        cols["calls"].append(len(recs))
+        cols["faults"].append(len(faults))
+        for key, attr in (("needs", "needs"), ("covered", "covered"), ("long_needs", "long_needs"),
+                          ("long_covered", "long_covered"), ("prompt", "prompt_tokens"),
+                          ("completion", "completion_tokens")):
+            cols[key].append(sum(getattr(c, attr) for c in recs))
+    return {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
+
+
+def figures(s: dict[str, np.ndarray], full: dict[str, np.ndarray]) -> dict[str, float]:
+    """Return pooled figures of per-session sums ``s`` (``full``: full resend's)."""
+    ratios = [a / b for a, b in zip(s["prompt"], s["completion"]) if b > 0]
+    return {
+        "cost": s["cost"].sum() / full["cost"].sum(),
+        "effective": s["effective"].sum() / full["effective"].sum(),
+        "fault_rate": s["faults"].sum() / s["calls"].sum(),
+        "coverage": s["covered"].sum() / s["needs"].sum(),
+        "long_coverage": s["long_covered"].sum() / max(s["long_needs"].sum(), 1),
+        "prompt": s["prompt"].sum() / full["prompt"].sum(),
+        "median_ratio": statistics.median(ratios) if ratios else float("nan"),
+    }
+
+
+def paired_se(a: dict[str, np.ndarray], b: dict[str, np.ndarray], full: dict[str, np.ndarray],
+              key: str, reps: int = 2000, seed: int = 15) -> float:
+    """Return the session-bootstrap standard error of ``figure(a) - figure(b)`` for ``key``."""
+    rng = np.random.default_rng(seed)
+    n = full["calls"].size
+    idx = rng.integers(0, n, size=(reps, n))
+    num, den = {"effective": ("effective", None), "cost": ("cost", None), "coverage": ("covered", "needs"),
+                "long_coverage": ("long_covered", "long_needs")}[key]
+
+    def pooled(s: dict[str, np.ndarray]) -> np.ndarray:
+        top = s[num][idx].sum(axis=1)
+        bottom = (full[key if key in ("effective", "cost") else "cost"] if den is None else s[den])[idx].sum(axis=1)
+        return top / np.maximum(bottom, 1e-9)
+
+    return float(np.std(pooled(a) - pooled(b)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="*", default=None)
+    ap.add_argument("--row", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                    help="an extra row (options added to the defaults)")
+    ap.add_argument("--only", default=None, help="comma-separated standard rows to keep")
+    ap.add_argument("--min-assistant", type=int, default=10)
+    ap.add_argument("--folds", type=int, default=1, help="split sessions into N folds by session")
+    ap.add_argument("--fold", type=int, default=0, help="the fold to replay (with --folds)")
+    ap.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    ap.add_argument("--progress", action="store_true")
+    args = ap.parse_args(argv)
+
+    paths = args.paths or [str(Path(__file__).resolve().parent.parent.parent / "shared" / "traces")]
+    sessions = [s for s in load_sessions(paths) if s.n_assistant >= args.min_assistant]
+    sessions.sort(key=lambda s: s.id)
+    if args.folds > 1:
+        sessions = [s for i, s in enumerate(sessions) if i % args.folds == args.fold]
+    rows = dict(ROWS)
+    if args.only is not None:
+        keep = set(args.only.split(",")) | {"defaults"}
+        rows = {k: v for k, v in rows.items() if k in keep}
+    for spec in args.row:
+        name, opts = parse_row(spec)
+        rows[name] = opts
+    facts = Facts()
+    strategies: list[Any] = [FullResend(facts=facts)]
+    strategies += [PagerStrategy(name, **opts) for name, opts in rows.items()]
+    price = pricing("anthropic")
+    result = run(sessions, strategies, pricing=price, facts=facts, progress=args.progress)
+
+    full = per_session(result, "full")
+    base = per_session(result, "defaults")
+    table = []
+    head = ("row", "cost/full", "eff/full", "+/- eff (se)", "faults", "coverage", "+/- cov (se)",
+            "long cov", "+/- long (se)", "prompt/full", "med ratio")
+    out: dict[str, Any] = {"sessions": len(sessions), "calls": int(full["calls"].sum()), "rows": {}}
+    for name, opts in rows.items():
+        s = per_session(result, name)
+        f = figures(s, full)
+        b = figures(base, full)
+        d_eff = f["effective"] - b["effective"]
+        d_cov = f["coverage"] - b["coverage"]
+        d_long = f["long_coverage"] - b["long_coverage"]
+        se = {k: paired_se(s, base, full, k) for k in ("effective", "coverage", "long_coverage")}
+        out["rows"][name] = {"options": opts, **f, "d_effective": d_eff, "se_effective": se["effective"],
+                             "d_coverage": d_cov, "se_coverage": se["coverage"],
+                             "d_long_coverage": d_long, "se_long_coverage": se["long_coverage"]}
+        table.append((
+            name, f"{f['cost']:.3f}", f"{f['effective']:.3f}", f"{d_eff:+.3f} ({se['effective']:.3f})",
+            f"{f['fault_rate']:.3f}", f"{f['coverage']:.3f}", f"{d_cov:+.3f} ({se['coverage']:.3f})",
+            f"{f['long_coverage']:.3f}", f"{d_long:+.3f} ({se['long_coverage']:.3f})",
+            f"{f['prompt']:.2f}", f"{f['median_ratio']:.0f}",
+        ))
+    widths = [max(len(str(r[i])) for r in [head, *table]) for i in range(len(head))]
+    print(f"{len(sessions)} sessions, {int(full['calls'].sum())} calls, {result.seconds:.0f} s")
+    for r in [head, tuple("-" * w for w in widths), *table]:
+        print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
