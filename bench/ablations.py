@@ -128,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("paths", nargs="*", default=None)
     ap.add_argument("--row", action="append", default=[], metavar="NAME:KEY=VALUE,...",
                     help="an extra row (options added to the defaults)")
+    ap.add_argument("--config", action="append", default=[], metavar="NAME=FILE.json",
+                    help="an extra row from a JSON file of options (e.g. python -m pager.fit --write)")
     ap.add_argument("--only", default=None, help="comma-separated standard rows to keep")
     ap.add_argument("--min-assistant", type=int, default=10)
     ap.add_argument("--folds", type=int, default=1, help="split sessions into N folds by session")
@@ -148,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for spec in args.row:
         name, opts = parse_row(spec)
         rows[name] = opts
+    for spec in args.config:
+        name, _, path = spec.partition("=")
+        data = orjson.loads(Path(path).read_bytes())
+        rows[name.strip()] = dict(data.get("options", data))
     facts = Facts()
     strategies: list[Any] = [FullResend(facts=facts)]
     strategies += [PagerStrategy(name, **opts) for name, opts in rows.items()]

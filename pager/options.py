@@ -70,6 +70,7 @@ class Options:
     # default is the shipped behaviour.
     task_focus: bool = True  # relevance also counts the active task's user message
     minor_rounds: bool = True  # rounds keep the old generation byte-stable when it fits
+    task_rounds: bool = True  # a detected task switch (or return) runs a major round at once
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:

@@ -541,12 +541,14 @@ class ReferencePolicy(HeatPolicy):
 # Features and the fitted policy
 
 # The features a fitted policy weighs, in column order of ``features``. Ages
-# are in steps; sizes per doubling of SIZE_UNIT tokens.
+# are in steps; sizes per doubling of tokens.
 FEATURES = (
+    "age",            # steps since created, in units of 16 steps
+    "ref_age",        # steps since the last reference (or creation), in units of 16 steps
     "log_age",        # log2(1 + steps since created)
     "log_ref_age",    # log2(1 + steps since the last reference, or creation)
     "log_refs",       # log2(1 + ref_count)
-    "log_size",       # log2(1 + tokens / SIZE_UNIT)
+    "log_size",       # log2(1 + tokens)
     "stale",          # a superseded file read
     "relevance",      # overlap with the pinned goals and the latest user message
     "other_task",     # the page belongs to another task than the active one
@@ -557,21 +559,28 @@ FEATURES = (
 )
 
 
+AGE_UNIT = 16.0
+
+
 def features(table: PageTable, clock: int) -> np.ndarray:
     """Return the ``(n, len(FEATURES))`` float64 feature matrix of ``table`` at ``clock``."""
     n = len(table)
     x = np.empty((n, len(FEATURES)), dtype=np.float64)
-    x[:, 0] = np.log2(1.0 + _age(clock, table.created))
-    x[:, 1] = np.log2(1.0 + _age(clock, table.last_ref))
-    x[:, 2] = np.log2(1.0 + np.maximum(table.ref_count, 0).astype(np.float64))
-    x[:, 3] = np.log2(1.0 + np.maximum(table.tokens, 0).astype(np.float64) / SIZE_UNIT)
-    x[:, 4] = table.stale
-    x[:, 5] = np.clip(np.nan_to_num(table.relevance), 0.0, 1.0)
-    x[:, 6] = ~table.task
-    x[:, 7] = np.clip(np.nan_to_num(table.overlap), 0.0, 1.0)
-    x[:, 8] = table.kind == KIND_CODE["assistant"]
-    x[:, 9] = table.kind == KIND_CODE["tool"]
-    x[:, 10] = table.kind == KIND_CODE["file"]
+    age = _age(clock, table.created)
+    ref_age = _age(clock, table.last_ref)
+    x[:, 0] = age / AGE_UNIT
+    x[:, 1] = ref_age / AGE_UNIT
+    x[:, 2] = np.log2(1.0 + age)
+    x[:, 3] = np.log2(1.0 + ref_age)
+    x[:, 4] = np.log2(1.0 + np.maximum(table.ref_count, 0).astype(np.float64))
+    x[:, 5] = np.log2(1.0 + np.maximum(table.tokens, 0).astype(np.float64))
+    x[:, 6] = table.stale
+    x[:, 7] = np.clip(np.nan_to_num(table.relevance), 0.0, 1.0)
+    x[:, 8] = ~table.task
+    x[:, 9] = np.clip(np.nan_to_num(table.overlap), 0.0, 1.0)
+    x[:, 10] = table.kind == KIND_CODE["assistant"]
+    x[:, 11] = table.kind == KIND_CODE["tool"]
+    x[:, 12] = table.kind == KIND_CODE["file"]
     return x
 
 

@@ -62,6 +62,7 @@ class Reason(str, enum.Enum):
     FIRST_CALL = "first call"
     DIVERGED = "history diverged"
     CARD_CHANGED = "card changed"
+    TASK_SWITCH = "task switch"
     OVER_BUDGET = "over budget"
     HIGH_WATERMARK = "high watermark"
 
@@ -97,6 +98,7 @@ class Layout:
     card: str = ""  # the card text as emitted; a change forces a round
     stable: int = 0  # slots[:stable] are L1 and the old generation, kept by minor rounds
     stable_row: int = 0  # history rows before this are covered by the old generation
+    task: int = -1  # the active task when the layout was planned (-1: unknown)
 
     def to_state(self) -> dict:
         return {
@@ -106,6 +108,7 @@ class Layout:
             "card": self.card,
             "stable": self.stable,
             "stable_row": self.stable_row,
+            "task": self.task,
         }
 
     @classmethod
@@ -122,6 +125,7 @@ class Layout:
         return cls(
             slots=slots, upto=int(data["upto"]), branch=int(data.get("branch", 0)), card=data.get("card", ""),
             stable=int(data.get("stable", 0)), stable_row=int(data.get("stable_row", 0)),
+            task=int(data.get("task", -1)),
         )
 
 
@@ -139,6 +143,7 @@ class PlanConfig:
     recall_tokens: int = 2000
     old_share: float = 0.9  # the old generation may hold this share of the low watermark
     minor_rounds: bool = True  # False: every round is a major one (rebuilds everything after L1)
+    task_rounds: bool = True  # a switch of the active task runs a round at once
 
 
 @attrs.frozen(slots=True)
@@ -157,6 +162,7 @@ class PlanInput:
     recall: Sequence[tuple[int, int]] = ()  # (page id, rendered tokens), best first
     recall_spans: Mapping[int, tuple[int, int]] = attrs.field(factory=dict)  # page -> lines shown
     branch: int = 0
+    task: int = -1  # the active task (-1: unknown); a change is a task switch
 
     def __len__(self) -> int:
         return int(self.page.shape[0])
@@ -290,9 +296,10 @@ def _round(
     keeps everything up to the first young slot. A *major* round rebuilds
     everything after L1; it runs when the old generation has outgrown its
     share (``cfg.old_share`` of the low watermark), or the layout cannot be
-    kept (first call, divergence, card change).
+    kept (first call, divergence, card change), or the active task changed.
     """
     l1_slots, l1_tokens = _l1_slots(inp)
+    # a task switch runs a major round: the old generation may hold the old task
     if cfg.minor_rounds and prev is not None and reason in (Reason.HIGH_WATERMARK, Reason.OVER_BUDGET) and prev.stable >= len(l1_slots):
         old = list(prev.slots[: prev.stable])
         old_tokens = sum(_slot_tokens(s, idx, inp) for s in old)
@@ -334,6 +341,11 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
         reason = Reason.DIVERGED
     elif prev.card != inp.card:
         reason = Reason.CARD_CHANGED
+    elif cfg.task_rounds and prev.task >= 0 and inp.task >= 0 and prev.task != inp.task:
+        # the heat of the old task's pages just dropped (and a returned-to
+        # task's rose): rebuild now, in one batch, rather than at the next
+        # high watermark
+        reason = Reason.TASK_SWITCH
     elif any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots):
         reason = Reason.DIVERGED
     else:
@@ -379,6 +391,7 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
             slots.append(Slot(RECALL, pages=recalled, tokens=spent + RECALL_OVERHEAD, spans=spans))
             total += spent + RECALL_OVERHEAD
     layout = Layout(
-        slots=tuple(slots), upto=n, branch=inp.branch, card=inp.card, stable=stable, stable_row=stable_row
+        slots=tuple(slots), upto=n, branch=inp.branch, card=inp.card, stable=stable, stable_row=stable_row,
+        task=inp.task,
     )
     return Plan(layout=layout, tokens=total, round=did_round, reason=reason, recalled=recalled)

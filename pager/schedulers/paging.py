@@ -168,12 +168,12 @@ class PagingScheduler:
             budget=budget, high=min(budget, l1 + o.high_watermark), low=min(budget, l1 + o.low_watermark),
             recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
             recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
-            minor_rounds=o.minor_rounds,
+            minor_rounds=o.minor_rounds, task_rounds=o.task_rounds and o.task_focus,
         )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
             pinned=pinned, tool=cols["tool"], heat=heat, card_tokens=card_tokens, card=card,
-            recall=recall, recall_spans=spans, branch=h.branch,
+            recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
         )
         prev = call.prev
         result = plan(inp, cfg, prev)
