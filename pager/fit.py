@@ -316,6 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--size-cost", type=float, default=SIZE_COST,
                     help="subtracted from the size weight (default ln 2: odds per token)")
     ap.add_argument("--stride", type=int, default=1, help="sample every Nth call (default 1)")
+    ap.add_argument("--leave-out", type=int, default=None, metavar="F",
+                    help="fit without fold F of --folds (sessions sorted by id, every K-th), to replay fold F "
+                    "with bench/ablations.py --folds K --fold F")
     ap.add_argument("--write", metavar="FILE.json", help="write {policy, policy_params} for pager.open(config=...)")
     args = ap.parse_args(argv)
 
@@ -323,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     sessions = [s for s in load_sessions(args.paths or _default_paths()) if s.n_assistant >= args.min_assistant]
     sessions.sort(key=lambda s: s.id)
+    if args.leave_out is not None:
+        sessions = [s for i, s in enumerate(sessions) if i % args.folds != args.leave_out]
     if not sessions:
         print("pager fit: no sessions", file=sys.stderr)
         return 1

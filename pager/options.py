@@ -71,6 +71,7 @@ class Options:
     task_focus: bool = True  # relevance also counts the active task's user message
     minor_rounds: bool = True  # rounds keep the old generation byte-stable when it fits
     task_rounds: bool = True  # a detected task switch (or return) runs a major round at once
+    compact_tokens: int = attrs.field(default=0, validator=_non_negative)  # rounds: tokens for compact lines
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:

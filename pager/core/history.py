@@ -18,6 +18,7 @@ import orjson
 import attrs
 
 from pager.core import terms as terms_mod
+from pager.core.compact import compact_line
 from pager.core.messages import Classified, message_text, tool_calls
 from pager.core.pages import KIND_CODE, TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
 from pager.core.render import stub_text
@@ -116,6 +117,7 @@ class Prepared:
     page: NewPage
     text: str
     terms: frozenset[str]
+    compact_tokens: int = 0  # tokens of the page's compact line (``pager.core.compact``)
 
 
 class History:
@@ -131,6 +133,7 @@ class History:
         self.role: list[str] = []
         self.tokens: list[int] = []
         self.stub_tokens: list[int] = []
+        self.compact_tokens: list[int] = []
         self.unit: list[int] = []
         self.step: list[int] = []
         self.path: list[str | None] = []
@@ -206,7 +209,7 @@ class History:
             return
         # rebuilding derived maps is simpler and safer than undoing them
         saved = {name: getattr(self, name)[:n] for name in (
-            "page", "hash", "kind", "role", "tokens", "stub_tokens", "unit", "step", "path", "handle",
+            "page", "hash", "kind", "role", "tokens", "stub_tokens", "compact_tokens", "unit", "step", "path", "handle",
             "stale", "last_ref", "ref_count", "terms", "answers", "labels")}
         calls = self.calls
         self.__init__(self.session, self.counter, self.term_index.max_df)  # type: ignore[misc]
@@ -273,7 +276,8 @@ class History:
                 call_id=cls.call_id, call_ids=cls.call_ids, tool_name=cls.tool_name, path=cls.path,
                 labels=(f"task:{task if task is not None else 0}",), scope=scope, owner=owner,
             )
-            records.append(Prepared(page, text, terms))
+            line = compact_line(msg, cls.kind, handle, step, cls.path)
+            records.append(Prepared(page, text, terms, self.counter.count(line) + 1))
             if cls.kind == "assistant":
                 step += 1
         return records
@@ -286,6 +290,7 @@ class History:
             row = len(self.page)
             self._add_row(pid, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
                           rec.handle, False, rec.step, 0, prep.terms, rec.call_id, rec.labels)
+            self.compact_tokens.append(prep.compact_tokens)
             if rec.kind == "assistant":
                 for cid in rec.call_ids:
                     self.call_rows[cid] = row
@@ -349,6 +354,8 @@ class History:
             terms = _page_terms(message_text(msg), rec.path, extract_limit)
             self._add_row(rec.id, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
                           rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels)
+            line = compact_line(msg, rec.kind, rec.handle, rec.step, rec.path)
+            self.compact_tokens.append(self.counter.count(line) + 1)
             for call in tool_calls(msg):
                 self.calls[call.id] = (call.name, call.arguments)
                 self.call_rows[call.id] = r
@@ -376,6 +383,7 @@ class History:
             "page": np.asarray(self.page, dtype=np.int64),
             "tokens": np.asarray(self.tokens, dtype=np.int64),
             "stub_tokens": np.asarray(self.stub_tokens, dtype=np.int64),
+            "compact_tokens": np.asarray(self.compact_tokens, dtype=np.int64),
             "unit": np.asarray(self.unit, dtype=np.int64),
             "created": np.asarray(self.step, dtype=np.int64),
             "last_ref": np.asarray(self.last_ref, dtype=np.int64),

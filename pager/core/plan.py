@@ -40,7 +40,7 @@ import numpy as np
 
 from pager.errors import BudgetError
 
-__all__ = ["Layout", "Plan", "PlanConfig", "PlanInput", "Reason", "Slot", "SlotKind", "plan"]
+__all__ = ["INDEX", "Layout", "Plan", "PlanConfig", "PlanInput", "Reason", "Slot", "SlotKind", "plan"]
 
 
 class SlotKind(str, enum.Enum):
@@ -50,9 +50,10 @@ class SlotKind(str, enum.Enum):
     STUB = "stub"  # a tool output replaced by its head and a handle
     CARD = "card"  # the task-state card
     RECALL = "recall"  # a block of recalled pages
+    INDEX = "index"  # compact lines of dropped units (``pager.core.compact``)
 
 
-FULL, STUB, CARD, RECALL = SlotKind.FULL, SlotKind.STUB, SlotKind.CARD, SlotKind.RECALL
+FULL, STUB, CARD, RECALL, INDEX = SlotKind.FULL, SlotKind.STUB, SlotKind.CARD, SlotKind.RECALL, SlotKind.INDEX
 
 
 class Reason(str, enum.Enum):
@@ -75,6 +76,7 @@ class _Mode(enum.IntEnum):
     VERBATIM = 2  # everything in full
     STUBBED = 3  # every output stubbed
 RECALL_OVERHEAD = 40  # the block's header and message framing, in tokens
+INDEX_OVERHEAD = 40  # the same for an index block
 
 
 @attrs.frozen(slots=True)
@@ -144,6 +146,7 @@ class PlanConfig:
     old_share: float = 0.9  # the old generation may hold this share of the low watermark
     minor_rounds: bool = True  # False: every round is a major one (rebuilds everything after L1)
     task_rounds: bool = True  # a switch of the active task runs a round at once
+    compact_tokens: int = 0  # a round may spend this much on compact lines of the units it drops (0: none)
 
 
 @attrs.frozen(slots=True)
@@ -163,6 +166,7 @@ class PlanInput:
     recall_spans: Mapping[int, tuple[int, int]] = attrs.field(factory=dict)  # page -> lines shown
     branch: int = 0
     task: int = -1  # the active task (-1: unknown); a change is a task switch
+    compact_tokens: np.ndarray | None = None  # int64 tokens of each row's compact line
 
     def __len__(self) -> int:
         return int(self.page.shape[0])
@@ -254,18 +258,38 @@ def _rebuild(
         )
     left = min(left, hard_left)
     older = np.arange(uniq.size - n_recent)
+    compact = np.zeros(uniq.size, dtype=bool)
+    compact_cost = np.zeros(uniq.size, dtype=np.int64)
     if older.size:
+        hottest = older[np.lexsort((-older, -heat[older]))]
+        # compact lines of dropped units get a reserve of the quota, if any unit must go
+        reserve = 0
+        if cfg.compact_tokens and inp.compact_tokens is not None and int(kept_cost[older].sum()) > left:
+            np.add.at(compact_cost, upos, inp.compact_tokens[rows])
+            reserve = min(cfg.compact_tokens, int(compact_cost[older].sum()) + INDEX_OVERHEAD, left)
+        left -= reserve
         # hottest first; ties: newer unit first. A unit that does not fit may
         # still fit with all its outputs stubbed.
-        for k in older[np.lexsort((-older, -heat[older]))]:
+        for k in hottest:
             if kept_cost[k] <= left:
                 mode[k] = _Mode.KEPT
                 left -= int(kept_cost[k])
             elif stub_cost[k] < kept_cost[k] and stub_cost[k] <= left:
                 mode[k] = _Mode.STUBBED
                 left -= int(stub_cost[k])
+        if reserve:
+            room = left + reserve - INDEX_OVERHEAD
+            for k in hottest:
+                if mode[k] == _Mode.DROP and 0 < compact_cost[k] <= room:
+                    compact[k] = True
+                    room -= int(compact_cost[k])
     slots = list(l1)
     total = l1_tokens
+    if compact.any():
+        lined = [int(r) for r in rows if compact[unit_pos[int(inp.unit[r])]]]
+        cost = int(inp.compact_tokens[lined].sum()) + INDEX_OVERHEAD  # type: ignore[index]
+        slots.append(Slot(INDEX, pages=tuple(int(inp.page[r]) for r in lined), tokens=cost))
+        total += cost
     first_young = -1
     tail_from = uniq.size - n_recent
     for r in rows:
@@ -346,7 +370,9 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
         # task's rose): rebuild now, in one batch, rather than at the next
         # high watermark
         reason = Reason.TASK_SWITCH
-    elif any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots):
+    elif any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots) or any(
+        p not in idx for s in prev.slots if s.kind == INDEX for p in s.pages
+    ):
         reason = Reason.DIVERGED
     else:
         slots = list(prev.slots)

@@ -27,7 +27,8 @@ from pager.core import pairing
 from pager.core.heat import HeatPolicy, PageTable
 from pager.core.history import History
 from pager.core.messages import message_text
-from pager.core.plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, Slot, plan
+from pager.core.compact import compact_line, index_block
+from pager.core.plan import CARD, FULL, INDEX, RECALL, STUB, Layout, PlanConfig, PlanInput, Slot, plan
 from pager.core.render import card_text, excerpt_span, line_range, recall_block, stub_message
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter
 from pager.formats.base import RenderHints
@@ -169,11 +170,13 @@ class PagingScheduler:
             recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
             recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
             minor_rounds=o.minor_rounds, task_rounds=o.task_rounds and o.task_focus,
+            compact_tokens=o.compact_tokens,
         )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
             pinned=pinned, tool=cols["tool"], heat=heat, card_tokens=card_tokens, card=card,
             recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
+            compact_tokens=cols["compact_tokens"],
         )
         prev = call.prev
         result = plan(inp, cfg, prev)
@@ -230,6 +233,11 @@ class PagingScheduler:
                 out.append({"role": "user", "content": layout.card})
             elif slot.kind == RECALL:
                 out.append({"role": "user", "content": self._recall_text(h, slot, messages, handles)})
+            elif slot.kind == INDEX:
+                rows = [h.row_of[p] for p in slot.pages]
+                lines = [compact_line(messages[r], h.kind[r], h.handle[r], h.step[r], h.path[r]) for r in rows]
+                handles.extend(h.handle[r] for r in rows)
+                out.append({"role": "user", "content": index_block(lines)})
         return pairing.normalize(out), handles
 
     def _recall_text(
@@ -266,6 +274,8 @@ class PagingScheduler:
                 stubbed += 1
             elif slot.kind == RECALL:
                 layers["l3"] += slot.tokens
+            elif slot.kind == INDEX:
+                layers["stubs"] += slot.tokens
         return layers, kept, stubbed
 
 
