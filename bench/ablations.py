@@ -3,7 +3,8 @@
     python bench/ablations.py                      # ../shared/traces, the standard rows
     python bench/ablations.py --row quota3:recall_pages=3,recall_tokens=900
     python bench/ablations.py --only defaults,fifo --json out.json
-    python bench/ablations.py --folds 2 --fold 0   # replay only one half of the sessions
+    python bench/ablations.py --folds 2 --fold 0 --json f0.json   # one half of the sessions
+    python bench/ablations.py --merge f0.json f1.json             # both halves, pooled
 
 Every row is replayed on the same calls in one process, beside full resend, with
 the same replay as ``pager bench`` (``pager.replay.run``). Besides cost and
@@ -136,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--fold", type=int, default=0, help="the fold to replay (with --folds)")
     ap.add_argument("--json", metavar="FILE", help="write the figures as JSON")
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--merge", nargs="+", metavar="FILE.json",
+                    help="print the table of earlier --json runs (e.g. the folds of one run) pooled")
     args = ap.parse_args(argv)
 
     paths = args.paths or [str(Path(__file__).resolve().parent.parent.parent / "shared" / "traces")]
@@ -154,29 +157,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         name, _, path = spec.partition("=")
         data = orjson.loads(Path(path).read_bytes())
         rows[name.strip()] = dict(data.get("options", data))
+    if args.merge:
+        sums, rows = _merge(args.merge)
+        print_table(sums, rows, f"{len(args.merge)} runs merged", args.json)
+        return 0
     facts = Facts()
     strategies: list[Any] = [FullResend(facts=facts)]
     strategies += [PagerStrategy(name, **opts) for name, opts in rows.items()]
     price = pricing("anthropic")
     result = run(sessions, strategies, pricing=price, facts=facts, progress=args.progress)
+    sums = {name: per_session(result, name) for name in ["full", *rows]}
+    print_table(sums, rows, f"{len(sessions)} sessions, {int(sums['full']['calls'].sum())} calls, "
+                f"{result.seconds:.0f} s", args.json)
+    return 0
 
-    full = per_session(result, "full")
-    base = per_session(result, "defaults")
+
+def _merge(paths: Sequence[str]) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]:
+    """Return per-session sums and rows of several ``--json`` files (rows present in all of them)."""
+    data = [orjson.loads(Path(p).read_bytes()) for p in paths]
+    names = [n for n in data[0]["per_session"] if all(n in d["per_session"] for d in data)]
+    sums = {n: {k: np.concatenate([np.asarray(d["per_session"][n][k]) for d in data])
+                for k in data[0]["per_session"][n]} for n in names}
+    rows = {n: data[0]["rows"][n]["options"] for n in names if n != "full"}
+    return sums, rows
+
+
+def print_table(sums: dict[str, dict[str, np.ndarray]], rows: dict[str, Any], title: str, json_path: str | None) -> None:
+    """Print the ablation table of per-session sums; write them and the figures to ``json_path``."""
+    full = sums["full"]
+    base = sums["defaults"]
     table = []
     head = ("row", "cost/full", "eff/full", "+/- eff (se)", "faults", "coverage", "+/- cov (se)",
             "long cov", "+/- long (se)", "prompt/full", "med ratio")
-    out: dict[str, Any] = {"sessions": len(sessions), "calls": int(full["calls"].sum()), "rows": {}}
+    out: dict[str, Any] = {"sessions": int(full["calls"].size), "calls": int(full["calls"].sum()), "rows": {},
+                           "per_session": {n: {k: v.tolist() for k, v in d.items()} for n, d in sums.items()}}
     for name, opts in rows.items():
-        s = per_session(result, name)
+        s = sums[name]
         f = figures(s, full)
         b = figures(base, full)
         d_eff = f["effective"] - b["effective"]
         d_cov = f["coverage"] - b["coverage"]
         d_long = f["long_coverage"] - b["long_coverage"]
         se = {k: paired_se(s, base, full, k) for k in ("effective", "coverage", "long_coverage")}
-        out["rows"][name] = {"options": opts, **f, "d_effective": d_eff, "se_effective": se["effective"],
-                             "d_coverage": d_cov, "se_coverage": se["coverage"],
-                             "d_long_coverage": d_long, "se_long_coverage": se["long_coverage"]}
+        out["rows"][name] = {"options": opts, **{k: float(v) for k, v in f.items()}, "d_effective": float(d_eff), "se_effective": se["effective"],
+                             "d_coverage": float(d_cov), "se_coverage": se["coverage"],
+                             "d_long_coverage": float(d_long), "se_long_coverage": se["long_coverage"]}
         table.append((
             name, f"{f['cost']:.3f}", f"{f['effective']:.3f}", f"{d_eff:+.3f} ({se['effective']:.3f})",
             f"{f['fault_rate']:.3f}", f"{f['coverage']:.3f}", f"{d_cov:+.3f} ({se['coverage']:.3f})",
@@ -184,12 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{f['prompt']:.2f}", f"{f['median_ratio']:.0f}",
         ))
     widths = [max(len(str(r[i])) for r in [head, *table]) for i in range(len(head))]
-    print(f"{len(sessions)} sessions, {int(full['calls'].sum())} calls, {result.seconds:.0f} s")
+    print(title)
     for r in [head, tuple("-" * w for w in widths), *table]:
         print("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
-    if args.json:
-        Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
-    return 0
+    if json_path:
+        Path(json_path).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
 if __name__ == "__main__":

@@ -278,7 +278,7 @@ def _rebuild(
                 mode[k] = _Mode.STUBBED
                 left -= int(stub_cost[k])
         if reserve:
-            room = left + reserve - INDEX_OVERHEAD
+            room = min(left + reserve, cfg.compact_tokens) - INDEX_OVERHEAD
             for k in hottest:
                 if mode[k] == _Mode.DROP and 0 < compact_cost[k] <= room:
                     compact[k] = True
