@@ -6,7 +6,8 @@ caller would reach for, so ``except ValueError`` still works::
     PagerError(Exception)
     ├── ConfigError(PagerError, ValueError)        bad option to open() / a policy / a config file
     ├── InputError(PagerError, ValueError)         a request pager cannot schedule
-    │   └── MessageError(InputError)               one message is malformed; ``.index`` names it
+    │   ├── MessageError(InputError)               one message is malformed; ``.index`` names it
+    │   └── HistoryConflictError(InputError)       a history behind what another writer of the session recorded
     ├── BudgetError(PagerError, ValueError)        L1 alone does not fit; ``.over_by`` says by how much
     ├── StoreError(PagerError, OSError)            the SQLite store cannot be opened or written
     │   └── SchemaError(StoreError)                the store was written by an incompatible version
@@ -26,6 +27,7 @@ __all__ = [
     "BudgetError",
     "ConfigError",
     "HandleError",
+    "HistoryConflictError",
     "InputError",
     "InvariantRewriteError",
     "MessageError",
@@ -60,6 +62,16 @@ class MessageError(InputError):
         self.index = index
         self.reason = reason
         super().__init__(f"messages[{index}]: {reason}")
+
+
+class HistoryConflictError(InputError):
+    """The request's history is a shorter copy of what another writer of the session recorded.
+
+    Two writers share a session (two processes, two ``Pager`` objects); the
+    other one already recorded messages this request lacks. A single writer
+    that shortens its history rewinds it (a new branch); a second writer that
+    is behind gets this error instead of forking the session.
+    """
 
 
 class BudgetError(PagerError, ValueError):

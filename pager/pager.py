@@ -114,6 +114,7 @@ class Pager(Session):
             converted = fmt.to_messages(request)
             messages = converted.messages
             known = self._recorder.same_prefix(messages)
+            generation = getattr(self, "_generation", 0)
             h = self.history
             validate(
                 messages, check_encoding=False, start=known, part_types=getattr(fmt, "part_types", None),
@@ -128,7 +129,9 @@ class Pager(Session):
             tools_tokens = self._count_tools(tools)
             docs: list[Any] = []
             try:
-                with self.store.transaction():
+                with self._writing():
+                    if getattr(self, "_generation", 0) != generation:
+                        known = 0  # another writer's pages were loaded: match the whole history again
                     new_pages, docs = self._recorder.record(self.store, messages, known)
                     # indexed before scheduling: a page committed by the feeder's batch is recallable now
                     self._feeder.add(docs)
@@ -136,9 +139,8 @@ class Pager(Session):
                     self._calls += 1
                     self._persist(result)
             except BaseException:
-                # the store rolled back: bring the mirror and the index back in line with it
+                # the store rolled back (and _writing reloaded the mirror): drop the index's copies too
                 self._feeder.forget([d.page_id for d in docs])
-                self._reload()
                 raise
             if result.flush_index:
                 self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
@@ -205,16 +207,18 @@ class Pager(Session):
         with self._lock:
             self._check_open()
             text = _clean_text("pin", text)
-            self.store.add_pin(self.session, text)
-            self._add_pin(text)
+            with self._writing():
+                self.store.add_pin(self.session, text)
+                self._add_pin(text)
 
     def note(self, text: str) -> int:
         """Keep a short note in the task-state card; return how many notes the card shows."""
         with self._lock:
             self._check_open()
             text = _clean_text("note", text)[: agent_tools.NOTE_MAX_CHARS]
-            self.store.add_note(self.session, text, self.history.clock)
-            self._notes.append(text)
+            with self._writing():
+                self.store.add_note(self.session, text, self.history.clock)
+                self._notes.append(text)
             return min(len(self._notes), self.options.max_notes)
 
     def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
@@ -307,9 +311,11 @@ class Pager(Session):
             self._check_open()
             if self._rollover is None:
                 raise ToolError("new_context is only offered in rollover mode")
-            text = self._rollover.declare(parse_handoff(args, self._rollover.workspace), cid)
-            with self.store.transaction():
+            handoff = parse_handoff(args, self._rollover.workspace)
+            with self._writing():
+                text = self._rollover.declare(handoff, cid)
                 self._save_rollover(self._rollover.to_state(), self._rollover.take_events())
+                self.store.save_state(self.session, self._state())
             return text
 
     def task_state(self) -> TaskState:

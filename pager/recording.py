@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from pager.core.history import History, hash_messages
 from pager.core.messages import classify, tool_calls
+from pager.errors import HistoryConflictError
 from pager.storage.base import Store
 from pager.storage.index import IndexDoc
 
@@ -30,6 +31,8 @@ class Recorder:
         self._ident: list[tuple[Any, Any, Any]] = []  # (message, content, tool_calls) per recorded row
         self.recalled_pending: set[int] = set()
         self.recall_useful = 0
+        # rows from here on were recorded by another writer of the session (None: all are ours)
+        self.foreign_from: int | None = None
 
     def reset(self, history: History) -> None:
         """Follow a mirror rebuilt from the store (after a rolled-back transaction)."""
@@ -70,12 +73,20 @@ class Recorder:
         while common < limit and h.hash[common] == hashes[common]:
             common += 1
         fork: tuple[int, int] | None = None
+        if common == len(hashes) < len(h.hash) and self.foreign_from is not None and common >= self.foreign_from:
+            # a shorter copy of what another writer already recorded: a stale request, not a rewind
+            raise HistoryConflictError(
+                f"session {self.session!r}: this history has {len(hashes)} messages but another writer "
+                f"already recorded {len(h.hash)}; send the whole history (or use one Pager per session)"
+            )
         if common < len(h.hash):
             # the caller's history diverged from the recorded one: a new branch
             fork = (h.branch, common)
             h.truncate(common)
         del self._ident[common:]
         self._ident.extend((m, m.get("content"), m.get("tool_calls")) for m in messages[len(self._ident):])
+        if common >= len(h.hash):
+            self.foreign_from = None  # the caller's history includes every recorded row now
         if common == len(hashes) and fork is None:
             return 0, []
         classified = classify(messages, common, h.calls)

@@ -9,9 +9,10 @@ scheduler. ``Pager`` (``pager.pager``) adds the public verbs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import orjson
 
@@ -146,11 +147,54 @@ class Session:
             self._rollover = RolloverController(
                 self.options, self.counter, self.session, orjson.loads(raw) if raw else None
             )
+        self._version = self.store.lock_session(self.session)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Run a write in one store transaction, after catching up with any other writer of the session.
+
+        The store raises a session's version on every write; finding a version
+        this object did not write means another process or ``Pager`` recorded
+        pages, notes or state since: reload them first, so the caller's history
+        is matched against everything recorded (no duplicate, no spurious
+        branch). On error the store rolls back and so does the mirror.
+        """
+        try:
+            with self.store.transaction():
+                if self.store.lock_session(self.session) != self._version:
+                    self._refresh()
+                yield
+                self._version = self.store.lock_session(self.session)
+        except BaseException:
+            self._reload()
+            raise
+
+    def _refresh(self) -> None:
+        """Catch up with another writer: reload what changed (the whole mirror only if pages did)."""
+        head = self.store.ensure_session(self.session)
+        if head == self.history.branch and self.store.branch_page_ids(head) == self.history.page:
+            state = self.store.load_state(self.session) or {}
+            self._layout = Layout.from_state(state.get("layout"))
+            self._demoted = set(state.get("demoted", ()))
+            self._faults = int(state.get("faults", 0))
+            self._calls = int(state.get("calls", 0))
+            self._pins = self.store.pins(self.session)
+            self._notes = self.store.notes(self.session)
+            self._pin_terms = frozenset().union(*(extract_terms(p) for p in self._pins))
+            self._prev_out = None
+            return
+        mine = len(self.history)
+        self._reload()
+        recorder = getattr(self, "_recorder", None)
+        if recorder is not None:
+            # rows past what this writer had came from another writer of the session
+            recorder.foreign_from = min(mine, recorder.foreign_from if recorder.foreign_from is not None else mine)
 
     def _reload(self) -> None:
-        """Rebuild the in-memory state from the store (its transaction was rolled back)."""
+        """Rebuild the in-memory state from the store (after a rollback, or another writer's pages)."""
         self._load()
         self._prev_out = None
+        self._generation = getattr(self, "_generation", 0) + 1  # the mirror was rebuilt
         recorder = getattr(self, "_recorder", None)
         if recorder is not None:
             recorder.reset(self.history)
@@ -220,11 +264,14 @@ class Session:
         """Flush the recall index and close the store. Idempotent."""
         if self._closed:
             return
-        self._closed = True
         try:
             # counters changed by expand/search since the last assemble
-            self.store.save_state(self.session, self._state())
+            with self._writing():
+                self.store.save_state(self.session, self._state())
+        except PagerError:
+            pass  # the counters are statistics: a store that cannot take them must not block close
         finally:
+            self._closed = True
             try:
                 if self._feeder is not None:
                     self._feeder.close()

@@ -183,6 +183,22 @@ class StoreContract:
             store.save_state("s", {"calls": 1})
         assert store.count_pages() == 1 and store.load_state("s") == {"calls": 1}
 
+    def test_every_write_raises_the_session_version(self, store: Store) -> None:
+        b = store.ensure_session("s")
+        store.ensure_session("t")
+        seen = [store.lock_session("s")]
+        for write in (
+            lambda: store.record("s", b, None, 0, [new_page(1)]),
+            lambda: store.save_state("s", {"calls": 1}),
+            lambda: store.add_note("s", "n", 0),
+            lambda: store.add_pin("s", "p"),
+        ):
+            with store.transaction():
+                write()
+            seen.append(store.lock_session("s"))
+        assert seen == sorted(set(seen)) and len(seen) == 5  # strictly growing
+        assert store.lock_session("t") == store.lock_session("t")  # other sessions untouched
+
     def test_recall_index_is_provided(self, store: Store) -> None:
         index = store.open_index()
         try:

@@ -238,14 +238,39 @@ def test_clear_then_rebuild(ix: PageIndex) -> None:
     assert ids(ix.search("retry", session="A")) == [1]
 
 
-def test_second_writer_is_a_recall_index_error(tmp_path: Path) -> None:
+def test_two_writers_on_one_folder_both_commit(tmp_path: Path) -> None:
     first = PageIndex(tmp_path)
-    first.add([doc(1, "x")])
-    second = PageIndex(tmp_path)  # opening to read is fine
+    second = PageIndex(tmp_path)
+    first.add([doc(1, "alpha retry")])
+    second.add([doc(2, "beta retry")])
+    first.commit()
+    second.commit()
+    first.add([doc(3, "gamma retry")])
+    first.commit()
+    fresh = PageIndex(tmp_path)
+    assert len(fresh) == 3 and fresh.page_ids() == {1, 2, 3}
+    assert sorted(ids(fresh.search("retry", session="A", k=5))) == [1, 2, 3]
+    assert fresh.indexed_upto() == 3  # the higher watermark is kept, whoever committed last
+    for ix in (first, second, fresh):
+        ix.close()
+
+
+def test_a_writer_held_elsewhere_is_waited_for_then_a_recall_index_error(tmp_path: Path, monkeypatch) -> None:
+    import pager.storage.index as index_mod
+
+    monkeypatch.setattr(index_mod, "WRITER_WAIT_SECONDS", 0.2)
+    holder = PageIndex(tmp_path)
+    holder._w()  # hold Tantivy's lock, as a process in the middle of a commit does
+    other = PageIndex(tmp_path)
+    other.add([doc(2, "y")])
     with pytest.raises(RecallIndexError):
-        second.add([doc(2, "y")])
-    first.close()
-    second.close()
+        other.commit()
+    holder._release()
+    other.add([doc(2, "y")])
+    other.commit()  # the lock is free again
+    assert other.page_ids() == {2}
+    holder.close()
+    other.close()
 
 
 def test_context_manager(tmp_path: Path) -> None:

@@ -97,6 +97,7 @@ def test_a_version_1_store_is_migrated(tmp_path):
     db.executescript(
         "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
         "INSERT INTO settings VALUES ('schema_version', '1');"
+        "CREATE TABLE sessions (name TEXT PRIMARY KEY, head_branch INTEGER, created REAL NOT NULL, state BLOB);"
         "CREATE TABLE pages (id INTEGER PRIMARY KEY, session TEXT NOT NULL, hash TEXT NOT NULL, kind TEXT NOT NULL,"
         " role TEXT NOT NULL, seq INTEGER NOT NULL, step INTEGER NOT NULL, tokens INTEGER NOT NULL,"
         " stub_tokens INTEGER NOT NULL, chars INTEGER NOT NULL, call_id TEXT, call_ids TEXT, tool_name TEXT,"

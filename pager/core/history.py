@@ -212,11 +212,14 @@ class History:
             "page", "hash", "kind", "role", "tokens", "stub_tokens", "compact_tokens", "unit", "step", "path", "handle",
             "stale", "last_ref", "ref_count", "terms", "answers", "labels")}
         calls = self.calls
+        call_rows = {cid: r for cid, r in self.call_rows.items() if r < n}
         self.__init__(self.session, self.counter, self.term_index.max_df)  # type: ignore[misc]
         for name, value in saved.items():
             setattr(self, name, value)
         self.calls = calls
         self._reindex_maps()
+        # the calls made by the kept rows stay open or answered as they were (validation reads them)
+        self.call_rows = call_rows
 
     def _reindex_maps(self) -> None:
         self.row_of = {p: i for i, p in enumerate(self.page)}

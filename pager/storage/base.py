@@ -18,6 +18,10 @@ Contract, in brief:
 - ``record`` appends pages to a branch (forking a new branch that shares the
   parent's first ``fork_seq`` pages when the caller's history diverged) and
   returns the new ids in order.
+- Every write to a session (``record``, ``save_state``, ``add_note``,
+  ``add_pin``) raises its version, read with ``lock_session`` inside a
+  transaction; that is how a second writer of the same session notices the
+  first and catches up instead of duplicating its pages.
 - Reading an unknown page id raises ``StoreError``; an unknown handle reads as
   ``None``. Errors of the underlying database are translated into the
   ``PagerError`` tree (``StoreError`` and its subclasses) at the store.
@@ -126,6 +130,15 @@ class Store(Protocol):
     def branches(self, session: str) -> list[Branch]: ...
 
     def branch_page_ids(self, branch: int) -> list[int]: ...
+
+    def lock_session(self, session: str) -> int:
+        """Return the session's version, locking the session against other writers until commit.
+
+        Called inside ``transaction()``. The version grows with every write to
+        the session (pages, state, pins, notes), so a writer that finds a
+        version it did not write knows another writer changed the session.
+        """
+        ...
 
     def load_state(self, session: str) -> Any: ...
 

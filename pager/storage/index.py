@@ -36,9 +36,12 @@ session-scoped queries.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
+import threading
+import time
 from pathlib import Path
 from collections.abc import Collection, Iterable
 
@@ -49,7 +52,12 @@ from tantivy import Occur, Query
 from pager.core.pages import SCOPES
 from pager.errors import RecallIndexError
 
-__all__ = ["Hit", "IndexDoc", "PageIndex", "SCOPES"]
+__all__ = ["Hit", "IndexDoc", "PageIndex", "SCOPES", "shared_index"]
+
+log = logging.getLogger("pager.index")
+# Another process holding Tantivy's writer lock is waited for this long (it holds it only while
+# it commits) before the commit fails with RecallIndexError.
+WRITER_WAIT_SECONDS = 30.0
 
 MAX_QUERY_TERMS = 64
 MAX_QUERY_CHARS = 4096
@@ -175,14 +183,21 @@ _KEY_ANALYZER = (
 class PageIndex:
     """A Tantivy index of pages, searched for page-fault recall.
 
-    ``path=None`` keeps the index in RAM (tests). One writer is kept open,
-    created on first write; the searcher is reused until the next commit.
-    Every tantivy failure surfaces as ``RecallIndexError``.
+    ``path=None`` keeps the index in RAM (tests). Added pages are buffered
+    in this object; ``commit`` takes Tantivy's writer (waiting while another
+    process holds it), applies the batch, commits and releases the writer
+    again, so any number of processes can feed one index. Methods are
+    serialised by a lock, so threads may share one object (``shared_index``
+    hands out one per folder per process). The searcher is reused until the
+    next commit. Every tantivy failure surfaces as ``RecallIndexError``.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self._path = Path(path) if path is not None else None
         self._writer: tantivy.IndexWriter | None = None
+        self._lock = threading.RLock()
+        self._buffer: dict[int, tantivy.Document] = {}  # page id -> document, added since the last commit
+        self._deletes: set[int] = set()
         self._pending: set[int] = set()  # ids added since the last commit
         self._pending_max = 0
         self._index = self._open()
@@ -199,9 +214,19 @@ class PageIndex:
     # -- opening -------------------------------------------------------------
 
     def _open(self) -> tantivy.Index:
-        """Open or create the index; recreate it if its schema or format is stale."""
+        """Open or create the index; recreate it if its schema or format is stale, or it is damaged."""
         if self._path is None:
             return tantivy.Index(_SCHEMA)
+        try:
+            return self._open_disk()
+        except RecallIndexError as e:
+            # derived data: a damaged index (a crash mid-commit, a stray file) is rebuilt, never fatal
+            log.warning("recall index at %s is damaged (%s); starting it again", self._path, e)
+            self._wipe()
+            return self._open_disk()
+
+    def _open_disk(self) -> tantivy.Index:
+        assert self._path is not None
         try:
             self._path.mkdir(parents=True, exist_ok=True)
             p = str(self._path)
@@ -221,8 +246,8 @@ class PageIndex:
 
     def _wipe(self) -> None:
         assert self._path is not None
-        shutil.rmtree(self._path)
-        self._path.mkdir(parents=True)
+        shutil.rmtree(self._path, ignore_errors=True)
+        self._path.mkdir(parents=True, exist_ok=True)
 
     def _read_meta(self) -> tuple[int, int, bool]:
         hits = self._searcher.search(Query.term_query(_SCHEMA, "meta", _META), 1).hits
@@ -232,14 +257,27 @@ class PageIndex:
         return int(doc.get_first("upto") or 0), int(doc.get_first("max_id") or 0), True
 
     def _w(self) -> tantivy.IndexWriter:
-        if self._writer is None:
+        """Take Tantivy's writer, waiting while another process holds its lock."""
+        if self._writer is not None:
+            return self._writer
+        deadline = time.monotonic() + WRITER_WAIT_SECONDS
+        pause = 0.005
+        while True:
             try:
                 self._writer = self._index.writer(heap_size=WRITER_HEAP, num_threads=1)
+                return self._writer
             except ValueError as e:
-                raise RecallIndexError(
-                    f"cannot write the recall index (is another process using it?): {e}"
-                ) from e
-        return self._writer
+                busy = "lock" in str(e).lower()
+                if not busy or time.monotonic() > deadline:
+                    raise RecallIndexError(
+                        f"cannot write the recall index at {self._path}: {e}"
+                    ) from e
+                time.sleep(pause)
+                pause = min(pause * 2, 0.2)
+
+    def _release(self) -> None:
+        # dropping the writer releases Tantivy's lock for the other writers
+        self._writer = None
 
     # -- writing -------------------------------------------------------------
 
@@ -249,20 +287,19 @@ class PageIndex:
         A page id already indexed (or already added in this batch) replaces
         the older document instead of duplicating it.
         """
-        w = self._w()
         n = 0
-        try:
-            for d in docs:
-                pid = d.page_id
-                if pid <= self._max_id or pid in self._pending:
-                    w.delete_documents_by_term("page_id", pid)
-                w.add_document(self._to_doc(d))
-                self._pending.add(pid)
-                if pid > self._pending_max:
-                    self._pending_max = pid
-                n += 1
-        except (ValueError, OSError, RuntimeError) as e:
-            raise RecallIndexError(f"cannot add to the recall index: {e}") from e
+        with self._lock:
+            try:
+                for d in docs:
+                    pid = d.page_id
+                    self._buffer[pid] = self._to_doc(d)
+                    self._deletes.discard(pid)
+                    self._pending.add(pid)
+                    if pid > self._pending_max:
+                        self._pending_max = pid
+                    n += 1
+            except (ValueError, OSError, RuntimeError) as e:
+                raise RecallIndexError(f"cannot add to the recall index: {e}") from e
         return n
 
     @staticmethod
@@ -319,33 +356,53 @@ class PageIndex:
         ``upto_page_id`` is the highest store page id the index now covers;
         ``None`` keeps the larger of the recorded value and the highest id added.
         """
-        upto = max(self._upto, self._pending_max) if upto_page_id is None else upto_page_id
-        max_id = max(self._max_id, self._pending_max)
-        w = self._w()
-        try:
-            w.delete_documents_by_term("meta", _META)
-            meta = tantivy.Document()
-            meta.add_text("meta", _META)
-            meta.add_integer("upto", upto)
-            meta.add_integer("max_id", max_id)
-            w.add_document(meta)
-            w.commit()
-        except (ValueError, OSError, RuntimeError) as e:
-            self._rollback()
-            raise RecallIndexError(f"cannot commit the recall index: {e}") from e
-        self._upto, self._max_id, self._has_meta = upto, max_id, True
-        self._pending.clear()
-        self._pending_max = 0
-        self._reload()
+        with self._lock:
+            w = self._w()
+            try:
+                # another process may have committed since we last looked: its ids decide
+                # which of ours replace a document, and its watermark is kept if higher
+                self._reload()
+                their_upto, their_max, _ = self._read_meta()
+                upto = max(self._upto, self._pending_max) if upto_page_id is None else upto_page_id
+                upto = max(upto, their_upto)
+                max_id = max(self._max_id, their_max, self._pending_max)
+                known = max(self._max_id, their_max)
+                for pid in self._deletes:
+                    w.delete_documents_by_term("page_id", pid)
+                for pid, doc in self._buffer.items():
+                    if pid <= known:
+                        w.delete_documents_by_term("page_id", pid)
+                    w.add_document(doc)
+                w.delete_documents_by_term("meta", _META)
+                meta = tantivy.Document()
+                meta.add_text("meta", _META)
+                meta.add_integer("upto", upto)
+                meta.add_integer("max_id", max_id)
+                w.add_document(meta)
+                w.commit()
+            except (ValueError, OSError, RuntimeError) as e:
+                self._rollback()
+                raise RecallIndexError(f"cannot commit the recall index: {e}") from e
+            finally:
+                self._release()
+            self._upto, self._max_id, self._has_meta = upto, max_id, True
+            self._buffer.clear()
+            self._deletes.clear()
+            self._pending.clear()
+            self._pending_max = 0
+            self._reload()
 
     def _rollback(self) -> None:
+        self._buffer.clear()
+        self._deletes.clear()
         self._pending.clear()
         self._pending_max = 0
         if self._writer is not None:
             try:
                 self._writer.rollback()
             except (ValueError, OSError, RuntimeError):
-                self._writer = None  # a fresh writer starts from the last commit
+                pass
+            self._writer = None  # a fresh writer starts from the last commit
 
     def _reload(self) -> None:
         try:
@@ -370,32 +427,36 @@ class PageIndex:
 
     def delete(self, page_ids: Iterable[int]) -> None:
         """Buffer removal of pages (visible after the next ``commit``)."""
-        w = self._w()
-        try:
+        with self._lock:
             for pid in page_ids:
-                w.delete_documents_by_term("page_id", pid)
+                self._buffer.pop(pid, None)
                 self._pending.discard(pid)
-        except (ValueError, OSError, RuntimeError) as e:
-            raise RecallIndexError(f"cannot delete from the recall index: {e}") from e
+                self._deletes.add(pid)
 
     def clear(self) -> None:
         """Drop every page and reset ``indexed_upto`` to 0 (a rebuild starts here)."""
-        w = self._w()
-        try:
-            w.delete_all_documents()
-            w.commit()
-        except (ValueError, OSError, RuntimeError) as e:
-            self._rollback()
-            raise RecallIndexError(f"cannot clear the recall index: {e}") from e
-        self._upto = self._max_id = 0
-        self._has_meta = False
-        self._pending.clear()
-        self._pending_max = 0
-        self._reload()
+        with self._lock:
+            w = self._w()
+            try:
+                w.delete_all_documents()
+                w.commit()
+            except (ValueError, OSError, RuntimeError) as e:
+                self._rollback()
+                raise RecallIndexError(f"cannot clear the recall index: {e}") from e
+            finally:
+                self._release()
+            self._upto = self._max_id = 0
+            self._has_meta = False
+            self._buffer.clear()
+            self._deletes.clear()
+            self._pending.clear()
+            self._pending_max = 0
+            self._reload()
 
     def close(self) -> None:
         """Release the writer; pages added but not committed are discarded."""
         w, self._writer = self._writer, None
+        self._buffer.clear()
         self._pending.clear()
         if w is not None:
             try:
@@ -422,7 +483,26 @@ class PageIndex:
 
     def __len__(self) -> int:
         """Return the number of committed pages."""
-        return self._searcher.num_docs - (1 if self._has_meta else 0)
+        with self._lock:
+            return self._searcher.num_docs - (1 if self._has_meta else 0)
+
+    def page_ids(self) -> set[int]:
+        """Return the ids of every committed page (a consistency check reads them; O(pages))."""
+        with self._lock:
+            self._reload()
+            try:
+                n = self._searcher.num_docs
+                if not n:
+                    return set()
+                hits = self._searcher.search(Query.all_query(), n).hits
+                out = set()
+                for _score, addr in hits:
+                    pid = self._searcher.doc(addr).get_first("page_id")
+                    if pid is not None:
+                        out.add(int(pid))
+                return out
+            except (ValueError, OSError, RuntimeError) as e:
+                raise RecallIndexError(f"cannot read the recall index: {e}") from e
 
     # -- searching -----------------------------------------------------------
 
@@ -443,6 +523,8 @@ class PageIndex:
         CJK queries are all fine (huge ones are cut to 4 KB / 64 terms).
         """
         q = _clean(query[:MAX_QUERY_CHARS])
+        with self._lock:
+            self._reload()  # a person or the agent asked: see what other writers committed
         return self._run(
             _TEXT_ANALYZER.analyze(q), _bigrams(q), q.split(),
             session, k, exclude, kinds, cross_session, min_score,
@@ -501,9 +583,10 @@ class PageIndex:
         if not words and not grams:
             return []
         try:
-            return self._query(
-                words, grams, keys, session, k, exclude, kinds, cross_session, min_score
-            )
+            with self._lock:
+                return self._query(
+                    words, grams, keys, session, k, exclude, kinds, cross_session, min_score
+                )
         except (ValueError, OSError, RuntimeError) as e:
             raise RecallIndexError(f"recall query failed: {e}") from e
 
@@ -606,3 +689,61 @@ def _snippet(text: str, needles: list[str]) -> str:
     if start + SNIPPET_CHARS < len(text):
         out += "…"
     return out
+
+
+# -- one index per folder per process ------------------------------------------------
+
+_OPEN: dict[str, tuple["PageIndex", int]] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+class _SharedHandle:
+    """A reference to a process-wide ``PageIndex``; ``close`` drops the reference."""
+
+    def __init__(self, key: str, index: PageIndex) -> None:
+        self._key = key
+        self._index: PageIndex | None = index
+
+    def __getattr__(self, name: str) -> object:
+        index = self.__dict__.get("_index")
+        if index is None:
+            raise RecallIndexError("this recall index handle is closed")
+        return getattr(index, name)
+
+    def __len__(self) -> int:
+        return len(self._target())
+
+    def _target(self) -> PageIndex:
+        if self._index is None:
+            raise RecallIndexError("this recall index handle is closed")
+        return self._index
+
+    def close(self) -> None:
+        if self._index is None:
+            return
+        self._index = None
+        with _OPEN_LOCK:
+            index, refs = _OPEN[self._key]
+            if refs > 1:
+                _OPEN[self._key] = (index, refs - 1)
+                return
+            del _OPEN[self._key]
+        index.close()
+
+
+def shared_index(path: str | os.PathLike[str]) -> PageIndex:
+    """Return this process's index for folder ``path``, opening it on first use.
+
+    Sessions of one store in one process share it (Tantivy allows one writer
+    per folder): close each handle when done; the last close closes the index.
+    """
+    key = os.path.realpath(path)
+    with _OPEN_LOCK:
+        entry = _OPEN.get(key)
+        if entry is None:
+            index = PageIndex(path)
+            _OPEN[key] = (index, 1)
+        else:
+            index = entry[0]
+            _OPEN[key] = (index, entry[1] + 1)
+    return _SharedHandle(key, index)  # type: ignore[return-value]

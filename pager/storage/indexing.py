@@ -11,14 +11,18 @@ also serves ``Pager.reindex`` and ``pager reindex``.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Sequence
 
 from pager.core.messages import message_text
+from pager.errors import RecallIndexError
 from pager.core.pages import PageRecord
 from pager.storage.base import RecallIndex, Store
 from pager.storage.index import IndexDoc
 
-__all__ = ["COMMIT_EVERY", "IndexFeeder", "feed_index", "index_doc"]
+__all__ = ["COMMIT_EVERY", "IndexFeeder", "feed_index", "heal_index", "index_doc"]
+
+log = logging.getLogger("pager.index")
 
 # A Tantivy commit costs ~100 ms: batch them. The store is the source of
 # truth, so a crash only means the index catches up on the next open.
@@ -59,6 +63,30 @@ def feed_index(store: Store, index: RecallIndex, after: int = 0, progress: Any =
     return done
 
 
+def heal_index(store: Store, index: RecallIndex, progress: Any = None) -> int:
+    """Bring ``index`` in line with ``store``: catch up from its watermark, then fill any gap.
+
+    The watermark is the highest page id a commit covered; with several
+    writers, a page below it may still be missing (its writer died before its
+    own commit). When the index holds fewer pages than the store, the missing
+    ones are found by id and indexed. Returns how many pages were indexed.
+    """
+    done = 0
+    upto = index.indexed_upto()
+    if upto < store.max_page_id():
+        done += feed_index(store, index, upto, progress)
+    total = store.count_pages()
+    if len(index) < total:
+        have = index.page_ids() if hasattr(index, "page_ids") else set()
+        batch = [index_doc(rec, msg) for rec, msg in store.iter_pages(0) if rec.id not in have]
+        if batch:
+            log.info("recall index: %d pages were missing below the watermark; indexing them", len(batch))
+            index.add(batch)
+            index.commit()
+            done += len(batch)
+    return done
+
+
 class IndexFeeder:
     """One open index, kept current with the store."""
 
@@ -69,9 +97,16 @@ class IndexFeeder:
         self._upto = 0
         try:
             # derived data: bring it up to date with the store (it may be missing,
-            # or behind after a crash between the two commits)
-            if self.index.indexed_upto() < store.max_page_id():
-                feed_index(store, self.index, self.index.indexed_upto())
+            # behind after a crash between the two commits, or damaged)
+            heal_index(store, self.index)
+        except RecallIndexError as exc:
+            log.warning("recall index unusable (%s); rebuilding it from the store", exc)
+            try:
+                self.index.clear()
+                feed_index(store, self.index, 0)
+            except BaseException:
+                self.index.close()
+                raise
         except BaseException:
             self.index.close()
             raise

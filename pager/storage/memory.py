@@ -125,7 +125,8 @@ class MemoryStore:
         with self.transaction():
             row = self._sessions.get(session)
             if row is None:
-                row = {"head": self._new_branch(session, None, 0), "created": time.time(), "state": None}
+                row = {"head": self._new_branch(session, None, 0), "created": time.time(), "state": None,
+                       "version": 0}
                 self._sessions[session] = row
             return int(row["head"])
 
@@ -135,6 +136,14 @@ class MemoryStore:
     def branch_page_ids(self, branch: int) -> list[int]:
         return list(self._branch_pages.get(branch, ()))
 
+    def lock_session(self, session: str) -> int:
+        row = self._sessions.get(session)
+        return int(row["version"]) if row else 0
+
+    def _bump(self, session: str) -> None:
+        if session in self._sessions:
+            self._sessions[session]["version"] += 1
+
     def load_state(self, session: str) -> Any:
         row = self._sessions.get(session)
         return orjson.loads(row["state"]) if row and row["state"] else None
@@ -143,6 +152,7 @@ class MemoryStore:
         with self.transaction():
             if session in self._sessions:
                 self._sessions[session]["state"] = orjson.dumps(state)
+                self._bump(session)
 
     # -- pages ---------------------------------------------------------------------------
 
@@ -151,6 +161,7 @@ class MemoryStore:
     ) -> tuple[int, list[int]]:
         ids: list[int] = []
         with self.transaction():
+            self._bump(session)
             if fork is not None:
                 parent, fork_seq = fork
                 branch = self._new_branch(session, parent, fork_seq)
@@ -217,13 +228,17 @@ class MemoryStore:
             table.append((session, TimelineEntry(time.time(), kind, nid, text)))
 
     def add_note(self, session: str, text: str, step: int) -> None:
-        self._add(self._notes, "note", session, text)
+        with self.transaction():
+            self._add(self._notes, "note", session, text)
+            self._bump(session)
 
     def notes(self, session: str) -> list[str]:
         return [e.text for s, e in self._notes if s == session]
 
     def add_pin(self, session: str, text: str) -> None:
-        self._add(self._pins, "pin", session, text)
+        with self.transaction():
+            self._add(self._pins, "pin", session, text)
+            self._bump(session)
 
     def pins(self, session: str) -> list[str]:
         return [e.text for s, e in self._pins if s == session]

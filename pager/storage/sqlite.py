@@ -46,7 +46,8 @@ _BUSY_RETRIES = 50
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
-    name TEXT PRIMARY KEY, head_branch INTEGER, created REAL NOT NULL, state BLOB);
+    name TEXT PRIMARY KEY, head_branch INTEGER, created REAL NOT NULL, state BLOB,
+    version INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS branches (
     id INTEGER PRIMARY KEY, session TEXT NOT NULL, parent INTEGER, fork_seq INTEGER,
     created REAL NOT NULL);
@@ -79,7 +80,10 @@ PAGE_COLUMNS = (
 )
 _COLS = ", ".join(PAGE_COLUMNS)
 # Migrations from each older schema version to the next, applied in one transaction at open.
-_MIGRATIONS = {1: ("ALTER TABLE pages ADD COLUMN owner TEXT",)}
+_MIGRATIONS = {
+    1: ("ALTER TABLE pages ADD COLUMN owner TEXT",
+        "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0"),
+}
 
 
 def _record(row: Sequence[Any]) -> PageRecord:
@@ -181,9 +185,9 @@ class SQLiteStore:
 
     def open_index(self) -> Any:
         """Return the Tantivy recall index kept beside the database (``index/``)."""
-        from pager.storage.index import PageIndex
+        from pager.storage.index import shared_index
 
-        return PageIndex(self.path / "index")
+        return shared_index(self.path / "index")
 
     def setting(self, key: str, default: str | None = None) -> str | None:
         row = self._db.execute("SELECT value FROM settings WHERE key=?", (key,)).fetchone()
@@ -214,7 +218,7 @@ class SQLiteStore:
                 (session, now),
             )
             branch = int(cur.lastrowid or 0)
-            db.execute("INSERT INTO sessions VALUES (?, ?, ?, NULL)", (session, branch, now))
+            db.execute("INSERT INTO sessions VALUES (?, ?, ?, NULL, 0)", (session, branch, now))
         return branch
 
     def branches(self, session: str) -> list[Branch]:
@@ -228,6 +232,18 @@ class SQLiteStore:
     def branch_page_ids(self, branch: int) -> list[int]:
         return [r[0] for r in self._db.execute(
             "SELECT page FROM branch_pages WHERE branch=? ORDER BY seq", (branch,))]
+
+    def lock_session(self, session: str) -> int:
+        """Return the session's version; inside a transaction, no other writer changes it until commit.
+
+        ``BEGIN IMMEDIATE`` already holds SQLite's write lock for the whole
+        transaction, so reading is enough here.
+        """
+        row = self._db.execute("SELECT version FROM sessions WHERE name=?", (session,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def _bump(self, db: sqlite3.Connection, session: str) -> None:
+        db.execute("UPDATE sessions SET version=version+1 WHERE name=?", (session,))
 
     def load_state(self, session: str) -> Any:
         row = self._db.execute("SELECT state FROM sessions WHERE name=?", (session,)).fetchone()
@@ -301,6 +317,7 @@ class SQLiteStore:
         """
         ids: list[int] = []
         with self.transaction() as db:
+            self._bump(db, session)
             if fork is not None:
                 parent, fork_seq = fork
                 cur = db.execute(
@@ -344,7 +361,7 @@ class SQLiteStore:
 
     def save_state(self, session: str, state: Any) -> None:
         with self.transaction() as db:
-            db.execute("UPDATE sessions SET state=? WHERE name=?", (orjson.dumps(state), session))
+            db.execute("UPDATE sessions SET state=?, version=version+1 WHERE name=?", (orjson.dumps(state), session))
 
     # -- notes, pins, events --------------------------------------------------------------
 
@@ -354,6 +371,7 @@ class SQLiteStore:
                 "INSERT INTO notes (session, text, step, created) VALUES (?, ?, ?, ?)",
                 (session, text, step, time.time()),
             )
+            self._bump(db, session)
 
     def notes(self, session: str) -> list[str]:
         """Return the session's notes, oldest first."""
@@ -362,6 +380,7 @@ class SQLiteStore:
     def add_pin(self, session: str, text: str) -> None:
         with self.transaction() as db:
             db.execute("INSERT INTO pins (session, text, created) VALUES (?, ?, ?)", (session, text, time.time()))
+            self._bump(db, session)
 
     def pins(self, session: str) -> list[str]:
         """Return the session's pinned goals, oldest first."""

@@ -1,0 +1,141 @@
+"""Many writers on one store: processes, threads, sessions. No duplicate, no lost page, no lock error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import pager
+
+from helpers import coding_session
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WRITER = r"""
+import sys, pager
+sys.path.insert(0, {tests!r})
+from helpers import coding_session
+store, session, steps, start = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+history = coding_session(steps)
+with pager.open(store, session=session, context_window=200_000, log_reports=False) as p:
+    for n in range(start, len(history) + 1, 3):
+        p.assemble({{"messages": history[:n]}})
+    p.assemble({{"messages": history}})
+print("ok")
+"""
+
+
+def _run_writers(store: Path, jobs: list[tuple[str, int, int]]) -> None:
+    code = WRITER.format(tests=str(ROOT / "tests"))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(store), s, str(steps), str(start)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        for s, steps, start in jobs
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
+
+
+SERVER = r"""
+import sys, pager
+sys.path.insert(0, {tests!r})
+from helpers import coding_session
+history = coding_session(int(sys.argv[3]))
+with pager.open(sys.argv[1], session=sys.argv[2], context_window=200_000, log_reports=False) as p:
+    for line in sys.stdin:
+        p.assemble({{"messages": history[: int(line)]}})
+        print("ok", len(p.history), flush=True)
+"""
+
+
+def test_two_processes_serving_one_session_record_each_message_once(tmp_path):
+    """Two workers (as two proxy processes would) take turns serving one conversation."""
+    steps = 12
+    history = coding_session(steps)
+    code = SERVER.format(tests=str(ROOT / "tests"))
+    workers = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "ctx"), "same", str(steps)], cwd=ROOT,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        for n in range(3, len(history) + 1):
+            w = workers[n % 2]
+            w.stdin.write(f"{n}\n")
+            w.stdin.flush()
+            reply = w.stdout.readline().split()
+            assert reply == ["ok", str(n)], w.stderr.read()[-2000:]  # its mirror holds the other's pages too
+    finally:
+        for w in workers:
+            w.stdin.close()
+            w.wait(timeout=60)
+    with pager.open(tmp_path / "ctx", session="same") as p:
+        assert p.store.count_pages("same") == len(history)  # each message once
+        assert len(p.store.branches("same")) == 1  # and no spurious branch
+
+
+def test_processes_on_different_sessions_share_the_index(tmp_path):
+    store = tmp_path / "ctx"
+    _run_writers(store, [("a", 10, 2), ("b", 10, 3), ("c", 10, 4)])
+    with pager.open(store, session="a") as p:
+        assert p.store.count_pages() == 3 * len(coding_session(10))
+        # every page of every session is in the index, none twice
+        assert p._feeder.index.page_ids() == {r.id for r, _ in p.store.iter_pages(0)}
+        assert len(p._feeder.index) == p.store.count_pages()
+        for s in ("a", "b", "c"):
+            assert p._feeder.index.search("parse_config", session=s, k=3)
+
+
+def test_two_pagers_of_one_session_in_one_process_interleave(tmp_path):
+    history = coding_session(8)
+    with pager.open(tmp_path / "ctx", session="s") as a, pager.open(tmp_path / "ctx", session="s") as b:
+        for n in range(3, len(history) + 1):
+            (a if n % 2 else b).assemble({"messages": history[:n]})
+        a.note("from a")
+        b.assemble({"messages": history})  # b sees a's note at its next assemble
+        assert "from a" in b.notes()
+        assert a.store.count_pages("s") == len(history) and len(a.store.branches("s")) == 1
+
+
+def test_a_second_writer_behind_the_first_is_refused_not_forked(tmp_path):
+    history = coding_session(6)
+    with pager.open(tmp_path / "ctx", session="s") as a, pager.open(tmp_path / "ctx", session="s") as b:
+        a.assemble({"messages": history[:4]})
+        b.assemble({"messages": history})
+        with pytest.raises(pager.HistoryConflictError, match="another writer"):
+            a.assemble({"messages": history[:6]})
+        a.assemble({"messages": history})  # caught up: fine
+        assert len(a.store.branches("s")) == 1 and a.store.count_pages("s") == len(history)
+        # one writer shortening its own history rewinds it: a new branch, as ever
+        a.assemble({"messages": history[:5] + [{"role": "user", "content": "no, do it differently"}]})
+        assert len(a.store.branches("s")) == 2
+
+
+def test_one_pager_shared_by_threads(tmp_path):
+    history = coding_session(10)
+    errors: list[BaseException] = []
+    with pager.open(tmp_path / "ctx", session="s") as p:
+        def work(i: int) -> None:
+            try:
+                for n in range(4, len(history) + 1):
+                    p.assemble({"messages": history})
+                    p.search("parse_config")
+                    if n % 4 == 0:
+                        p.note(f"thread {i} at {n}")
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert p.store.count_pages("s") == len(history)
+        assert len(p.store.branches("s")) == 1
+        assert len(p.notes()) == len(set(p.notes())) == 6 * len([n for n in range(4, len(history) + 1) if n % 4 == 0])
