@@ -607,9 +607,24 @@ def _weights(value: Any) -> tuple[float, ...]:
 
 
 # Weights fitted by ``python -m pager.fit`` on the 40 development sessions (all
-# of them; the cross-validated figures are in docs/policies.md). A logistic
-# model of "a need of the next 8 calls is in this page"; only the order counts.
-FITTED_WEIGHTS: tuple[float, ...] = (0.0,) * len(FEATURES)
+# of them; the cross-validated figures are in docs/policies.md): a Poisson model
+# of the residual needs of the next 8 calls a page holds, per token. Only the
+# order counts.
+FITTED_WEIGHTS: tuple[float, ...] = (
+    -0.3715,  # age
+    -0.0217,  # ref_age
+    -0.2407,  # log_age
+    -0.2611,  # log_ref_age
+    -0.2979,  # log_refs
+    -0.0948,  # log_size
+    -0.7531,  # stale
+    -0.1322,  # relevance
+    -0.4446,  # other_task
+    -0.0067,  # overlap
+    1.1393,  # assistant
+    0.1843,  # tool
+    0.5793,  # file
+)
 
 
 @register_policy
