@@ -48,16 +48,17 @@ def test_compact_lines_are_stable_between_rounds() -> None:
 
 def test_a_task_switch_runs_a_major_round_unless_switched_off() -> None:
     inp = table(10)
-    first = plan(attrs.evolve(inp, task=1), CFG)
-    again = plan(attrs.evolve(inp, task=1), CFG, first.layout)
+    cfg = attrs.evolve(CFG, task_rounds=True)
+    first = plan(attrs.evolve(inp, task=1), cfg)
+    again = plan(attrs.evolve(inp, task=1), cfg, first.layout)
     assert not again.round
-    switched = plan(attrs.evolve(inp, task=7), CFG, first.layout)
+    switched = plan(attrs.evolve(inp, task=7), cfg, first.layout)
     assert switched.round and switched.reason == Reason.TASK_SWITCH
-    quiet = plan(attrs.evolve(inp, task=7), attrs.evolve(CFG, task_rounds=False), first.layout)
+    quiet = plan(attrs.evolve(inp, task=7), CFG, first.layout)  # off by default
     assert not quiet.round
     # an unknown task (-1, a layout saved before tasks were tracked) is no switch
     old = attrs.evolve(first.layout, task=-1)
-    assert not plan(attrs.evolve(inp, task=7), CFG, old).round
+    assert not plan(attrs.evolve(inp, task=7), cfg, old).round
     assert Layout.from_state(switched.layout.to_state()) == switched.layout
 
 

@@ -51,7 +51,7 @@ def _prompts(**options: Any) -> tuple[list[list[str]], list[Any]]:
     msgs, _, _ = _session()
     p = pager.open(":memory:", session="tasks", counter=HeuristicCounter(), context_window=100_000,
                    output_reserve=1_000, high_watermark=5_000, low_watermark=2_500, recent_units=1,
-                   recall_pages=0, stub_threshold=10_000, inline_max=10_000, **options)
+                   recall_pages=0, stub_threshold=10_000, inline_max=10_000, task_rounds=True, **options)
     texts, reports = [], []
     for i in range(2, len(msgs) + 1):
         if msgs[i - 1]["role"] == "assistant":

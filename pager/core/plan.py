@@ -145,7 +145,7 @@ class PlanConfig:
     recall_tokens: int = 2000
     old_share: float = 0.9  # the old generation may hold this share of the low watermark
     minor_rounds: bool = True  # False: every round is a major one (rebuilds everything after L1)
-    task_rounds: bool = True  # a switch of the active task runs a round at once
+    task_rounds: bool = False  # a switch of the active task runs a major round at once
     compact_tokens: int = 0  # a round may spend this much on compact lines of the units it drops (0: none)
 
 
