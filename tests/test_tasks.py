@@ -22,7 +22,8 @@ def test_detect_continue_switch_return_and_short_messages() -> None:
     assert detect_task(B, 1, tasks, 9) == 9  # nothing in common: a new task
     tasks[9] = B
     assert detect_task(frozenset({"parse_alpha", "src/alpha/parser.py", "new_term"}), 9, tasks, 20) == 1  # back
-    assert detect_task(frozenset({"yes"}), 9, tasks, 20) == 9  # one term is no evidence of a switch
+    assert detect_task(frozenset({"some_name"}), 9, tasks, 20) == 9  # one identifier is no evidence
+    assert detect_task(frozenset({"README.md"}), 9, tasks, 20) == 20  # one file name is
     assert detect_task(frozenset(), 9, tasks, 20) == 9
 
 

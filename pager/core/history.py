@@ -33,12 +33,12 @@ REFERRING_ROLES = ("assistant", "user")
 # Task detection: a user message continues the active task when it shares at
 # least this share of its terms (of at most TASK_K) with the task's user
 # messages; otherwise it returns to the earlier task it shares most with
-# (same threshold), or starts a new task if it has TASK_MIN_TERMS terms and
-# matches none. A short message with fewer terms ("go on") has no evidence of
-# a switch and stays in the active task.
+# (same threshold), or starts a new task if its terms weigh at least
+# terms.MIN_STRENGTH (one path or file name, or two identifiers) and it matches
+# none. A message with less ("go on", "yes") is no evidence of a switch and
+# stays in the active task.
 TASK_MATCH = 0.25
 TASK_K = 8
-TASK_MIN_TERMS = 2
 
 
 def task_of(label_set: Sequence[str]) -> int | None:
@@ -64,7 +64,8 @@ def detect_task(
     def share(task: int) -> float:
         return terms_mod.relevance(tasks.get(task, frozenset()), terms, k=TASK_K)
 
-    if len(terms) < TASK_MIN_TERMS or share(active) >= TASK_MATCH:
+    evidence = sum(terms_mod.term_weight(t) for t in terms)
+    if evidence < terms_mod.MIN_STRENGTH or share(active) >= TASK_MATCH:
         return active
     best, best_share = None, TASK_MATCH
     for task in tasks:
