@@ -35,7 +35,7 @@ from pager.replay.cost import pricing
 from pager.replay.facts import Facts
 from pager.replay.runner import BenchResult, run
 from pager.replay.session import load_sessions
-from pager.replay.strategies import FullResend, PagerStrategy
+from pager.replay.strategies import ClearToolResults, FullResend, PagerStrategy
 
 # The price of a fault, in base-input-token units.
 FAULT_RECALL_TOKENS = 340
@@ -131,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="an extra row (options added to the defaults)")
     ap.add_argument("--config", action="append", default=[], metavar="NAME=FILE.json",
                     help="an extra row from a JSON file of options (e.g. python -m pager.fit --write)")
+    ap.add_argument("--clear", action="store_true",
+                    help="add the clear-old-tool-results baseline (trigger 100,000, keep 3) as a row")
     ap.add_argument("--only", default=None, help="comma-separated standard rows to keep")
     ap.add_argument("--min-assistant", type=int, default=10)
     ap.add_argument("--folds", type=int, default=1, help="split sessions into N folds by session")
@@ -164,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     facts = Facts()
     strategies: list[Any] = [FullResend(facts=facts)]
     strategies += [PagerStrategy(name, **opts) for name, opts in rows.items()]
+    if args.clear:
+        strategies.append(ClearToolResults(100_000, 3, name="clear (baseline)", facts=facts))
+        rows["clear (baseline)"] = {}
     price = pricing("anthropic")
     result = run(sessions, strategies, pricing=price, facts=facts, progress=args.progress)
     sums = {name: per_session(result, name) for name in ["full", *rows]}
