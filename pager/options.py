@@ -20,6 +20,7 @@ from pager.errors import ConfigError
 __all__ = ["Options", "load_config", "read_json_file"]
 
 MODES = ("paging", "rollover")
+CACHE_MARKS = ("pager", "merge", "caller")  # pager.formats.breakpoints.MODES
 
 
 def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
@@ -66,6 +67,9 @@ class Options:
     reminder_threshold: int = attrs.field(default=16_000, validator=_non_negative)
     log_reports: bool = True
     scope: str = "session"
+    owner: str | None = None  # the user or agent identity of this session's pages (default: the session)
+    pool: str | None = None  # the project pool of new pages when scope="project"
+    cache_marks: str = "pager"  # Anthropic cache breakpoints: pager's own, merged with the caller's, or the caller's
     # Switches of the paging scheduler's components (issue 15's ablations); each
     # default is the shipped behaviour.
     task_focus: bool = True  # relevance also counts the active task's user message
@@ -81,6 +85,14 @@ class Options:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.scope not in SCOPES:
             raise ConfigError(f"scope must be one of {SCOPES}, got {self.scope!r}")
+        if self.scope == "project" and not self.pool:
+            raise ConfigError("scope='project' needs pool=<name> (the project pool the pages go to)")
+        for name in ("owner", "pool"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"{name} must be a non-empty string or None, got {value!r}")
+        if self.cache_marks not in CACHE_MARKS:
+            raise ConfigError(f"cache_marks must be one of {list(CACHE_MARKS)}, got {self.cache_marks!r}")
         if self.low_watermark > self.high_watermark:
             raise ConfigError(
                 f"low_watermark ({self.low_watermark}) must not exceed high_watermark ({self.high_watermark})"

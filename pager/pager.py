@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any, Mapping, Sequence
 
+import attrs
+
 from pager import tools as agent_tools
 from pager.core.handoff import parse_handoff
 from pager.core.messages import message_text, validate
@@ -31,6 +33,7 @@ from pager.report import Report, ReportLog
 from pager.schedulers.base import ScheduleResult
 from pager.schedulers.window import handoff_from_events, task_state
 from pager.session import Session, open_store
+from pager.sharing import Sharing
 from pager.statefiles import TaskState
 from pager.storage.base import Store
 
@@ -68,7 +71,7 @@ def open(  # noqa: A001 - the public verb is open(), like shelve.open
     return Pager(path, session, context_window, config=config, counter=counter, **options)
 
 
-class Pager(Session):
+class Pager(Sharing, Session):
     """A scheduling session over a durable store. Use ``pager.open``."""
 
     def __init__(
@@ -85,7 +88,8 @@ class Pager(Session):
                          options=options)
         self._lock = threading.RLock()
         self._count_tools = ToolTokens(self.counter)
-        self._recorder = Recorder(self.session, self.history, self.options.scope)
+        self._recorder = Recorder(self.session, self.history, self.options.scope, self.options.owner,
+                                  self.options.pool)
         self.reports = ReportLog(self.store.path, enabled=self.options.log_reports)
         self.last_report: Report | None = None
 
@@ -145,8 +149,9 @@ class Pager(Session):
             if result.flush_index:
                 self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
             self._prev_out = result.messages
+            hints = attrs.evolve(result.hints, cache_marks=self.options.cache_marks)
             out = fmt.render(request, result.messages, tools=result.tools if result.tools is not None else (
-                tools if expose else None), hints=result.hints)
+                tools if expose else None), hints=hints)
             self._report(result, len(messages), new_pages, (time.perf_counter() - t0) * 1000.0)
             return out
 
@@ -230,7 +235,7 @@ class Pager(Session):
             for name, v in (("start_line", start_line), ("end_line", end_line)):
                 if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                     raise ToolError(f"{name} must be a positive integer, got {v!r}")
-            pid = self.store.page_by_handle(self.session, handle)
+            pid = self._readable_page(handle)  # its own session's, or a readable pool's
             if pid is None:
                 raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")
             _session, msg = self.store.message(pid)
@@ -240,11 +245,12 @@ class Pager(Session):
             return line_range(message_text(msg), start_line, end_line)
 
     def search(self, query: str, k: int = 5, *, cross_session: bool = False) -> list[Any]:
-        """Search this session's history; return index hits, best first.
+        """Search what this session may read; return index hits, best first.
 
-        With ``cross_session=True`` pages other sessions recorded with
-        ``scope="shared"`` are searched too, each hit naming its session;
-        ``session`` and ``private`` pages never leave their session.
+        That is its own pages, its owner's private pages, and the project
+        pools whose ACL lets it read; with ``cross_session=True`` also every
+        ``shared`` page. Each hit names its session, owner, pool and scope.
+        ``session`` pages never leave their session.
         """
         with self._lock:
             self._check_open()
@@ -253,7 +259,8 @@ class Pager(Session):
             if not isinstance(k, int) or isinstance(k, bool) or k < 1:
                 raise InputError(f"k must be a positive integer, got {k!r}")
             self._feeder.flush()
-            hits = self._feeder.index.search(query, session=self.session, k=k, cross_session=cross_session)
+            hits = self._feeder.index.search(query, session=self.session, k=k, cross_session=cross_session,
+                                             audiences=self._audiences())
             self._faults += sum(1 for hit in hits if hit.page_id in self._demoted)
             return hits
 

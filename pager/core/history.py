@@ -10,7 +10,7 @@ writes the store.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import orjson
@@ -250,6 +250,7 @@ class History:
         extract_limit: int = 2000,
         scope: str = "session",
         owner: str | None = None,
+        pool: str | None = None,
     ) -> list[Prepared]:
         """Return the pages of ``messages[start:]``, ready to record (nothing stored yet)."""
         records = []
@@ -278,10 +279,10 @@ class History:
                 chars=len(text), handle=handle,
                 message=raws[seq] if raws[seq] is not None else orjson.dumps(msg, option=orjson.OPT_SORT_KEYS),
                 call_id=cls.call_id, call_ids=cls.call_ids, tool_name=cls.tool_name, path=cls.path,
-                labels=(f"task:{task if task is not None else 0}",), scope=scope, owner=owner,
+                labels=(f"task:{task if task is not None else 0}",), scope=scope, owner=owner, pool=pool,
             )
             line = compact_line(msg, cls.kind, handle, step, cls.path)
-            records.append(Prepared(page, text, terms, self.counter.count(line) + 1))
+            records.append(Prepared(attrs.evolve(page, terms=tuple(terms)), text, terms, self.counter.count(line) + 1))
             if cls.kind == "assistant":
                 step += 1
         return records
@@ -350,24 +351,50 @@ class History:
         if kind == "user" and self.first_user is None:
             self.first_user = row
 
-    def load(self, rows: Iterable[tuple[PageRecord, Mapping[str, Any]]], branch: int, extract_limit: int = 2000) -> None:
-        """Rebuild the mirror from stored ``(page record, message)`` pairs in branch order."""
+    def load(
+        self,
+        records: Sequence[PageRecord],
+        branch: int,
+        message_of: Callable[[int], Mapping[str, Any]],
+        extract_limit: int = 2000,
+    ) -> None:
+        """Append stored pages (in branch order) to the mirror.
+
+        Terms kept with each page are used as stored; ``message_of(page_id)``
+        is read only for a page stored without them, and for the last
+        assistant message's calls (a new result can only answer those).
+        """
         self.branch = branch
-        for rec, msg in rows:
+        last_calls = max((i for i, rec in enumerate(records) if rec.call_ids), default=None)
+        for i, rec in enumerate(records):
             r = len(self.page)
-            terms = _page_terms(message_text(msg), rec.path, extract_limit)
+            if rec.terms is not None:
+                terms = frozenset(rec.terms)
+            else:
+                terms = _page_terms(message_text(message_of(rec.id)), rec.path, extract_limit)
             self._add_row(rec.id, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
                           rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels)
-            line = compact_line(msg, rec.kind, rec.handle, rec.step, rec.path)
-            self.compact_tokens.append(self.counter.count(line) + 1)
-            for call in tool_calls(msg):
-                self.calls[call.id] = (call.name, call.arguments)
-                self.call_rows[call.id] = r
+            # computed on first use by ``fill_compact_tokens`` (loading reads no message)
+            self.compact_tokens.append(-1)
+            for cid in rec.call_ids:
+                self.call_rows[cid] = r
+            if i == last_calls:
+                for call in tool_calls(message_of(rec.id)):
+                    self.calls[call.id] = (call.name, call.arguments)
             self._link(r, rec.kind, rec.call_id)
             self._add_task_terms(r)
             if rec.kind == "file" and rec.path:
                 self.path_rows[rec.path] = r
             self.term_index.add_page(rec.id, terms)
+
+    def fill_compact_tokens(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Count the compact lines of rows loaded from the store (``messages``: one per row)."""
+        if -1 not in self.compact_tokens:
+            return
+        for r, n in enumerate(self.compact_tokens):
+            if n < 0:
+                line = compact_line(messages[r], self.kind[r], self.handle[r], self.step[r], self.path[r])
+                self.compact_tokens[r] = self.counter.count(line) + 1
 
     def open_calls_at(self, k: int) -> set[str]:
         """Return the call ids still unanswered just before row ``k`` (validation state)."""

@@ -147,6 +147,8 @@ class PagingScheduler:
         """Plan and render the prompt for one call."""
         o = self.options
         h = call.history
+        if o.compact_tokens:
+            h.fill_compact_tokens(call.messages)
         cols = h.columns()
         n = len(h)
         pinned = np.zeros(n, dtype=bool)
