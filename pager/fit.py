@@ -7,7 +7,7 @@ message, into the same history mirror the facade keeps
 *candidate* page -- not pinned in L1, older than the ``recent_units`` units
 every round keeps -- is one sample:
 
-- its features are ``pager.core.heat.features`` of the page table the
+- its features are ``pager.core.fitted.features`` of the page table the
   scheduler would build at that call (recency, reference count and age of the
   last reference, kind, size, staleness, relevance to the latest user message,
   task label, term overlap with the latest step);
@@ -41,7 +41,8 @@ import attrs
 import numpy as np
 import orjson
 
-from pager.core.heat import FEATURES, PageTable, features, get_policy
+from pager.core.fitted import FEATURES, features
+from pager.core.heat import PageTable, get_policy
 from pager.core.history import History, hash_messages
 from pager.core.messages import classify, tool_calls
 from pager.core.tokens import TokenCounter, default_counter

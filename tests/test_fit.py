@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pager import fit as fit_mod
-from pager.core.heat import FEATURES, PageTable, features, get_policy
+from pager.core.fitted import FEATURES, features
+from pager.core.heat import PageTable, get_policy
 from pager.errors import ConfigError
 from pager.replay.session import load_sessions
 
