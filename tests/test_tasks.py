@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import pager
-from pager.core.history import detect_task
+from pager.core.tasks import detect_task
 from pager.core.tokens import HeuristicCounter
 
 from helpers import assistant, call, system, tool, user
