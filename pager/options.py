@@ -33,6 +33,25 @@ def _non_negative(_inst: Any, attribute: attrs.Attribute, value: int | float) ->
         raise ConfigError(f"{attribute.name} must be a non-negative number, got {value!r}")
 
 
+def _path_or_none(value: Any) -> Any:
+    # absolute when built: the options are saved with the session, and a reopen from another
+    # working directory must find the same checkpoint files
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and value and "\x00" not in value:
+        return os.path.abspath(value)
+    return value
+
+
+def _int_tuple(value: Any) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"expected a list of integers, got {value!r}")
+    out = tuple(value)
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in out):
+        raise ConfigError(f"expected a list of integers, got {value!r}")
+    return out
+
+
 @attrs.frozen(slots=True)
 class Options:
     """Every knob of the scheduler, with its default.
@@ -70,6 +89,16 @@ class Options:
     owner: str | None = None  # the user or agent identity of this session's pages (default: the session)
     pool: str | None = None  # the project pool of new pages when scope="project"
     cache_marks: str = "pager"  # Anthropic cache breakpoints: pager's own, merged with the caller's, or the caller's
+    # live task state and rollover notices (seeds 000, 001, 003, 004)
+    state_dir: str | None = attrs.field(default=None, converter=_path_or_none)
+    wal_max_bytes: int = attrs.field(default=256 * 1024, validator=_non_negative)
+    l1_cap: int = attrs.field(default=8_000, validator=_non_negative)
+    notice_percents: tuple[int, ...] = attrs.field(default=(25, 50, 75), converter=_int_tuple)
+    window_notice: bool = True
+    effective_window_percent: int = attrs.field(default=95, validator=_positive)
+    auto_compact_ratio: float = attrs.field(default=0.9, validator=_non_negative)
+    body_after_prefix: bool = True
+    max_steps: int = attrs.field(default=0, validator=_non_negative)
     # Switches of the paging scheduler's components (issue 15's ablations); each
     # default is the shipped behaviour.
     task_focus: bool = True  # relevance also counts the active task's user message
@@ -97,6 +126,19 @@ class Options:
             raise ConfigError(
                 f"low_watermark ({self.low_watermark}) must not exceed high_watermark ({self.high_watermark})"
             )
+        if any(not 0 < p < 100 for p in self.notice_percents) or list(self.notice_percents) != sorted(
+            set(self.notice_percents)
+        ):
+            raise ConfigError(
+                f"notice_percents must be increasing percentages between 1 and 99, got {list(self.notice_percents)}"
+            )
+        if not 0 < self.effective_window_percent <= 100:
+            raise ConfigError(f"effective_window_percent must be in 1..100, got {self.effective_window_percent}")
+        if not 0 < self.auto_compact_ratio <= 1:
+            raise ConfigError(f"auto_compact_ratio must be in (0, 1], got {self.auto_compact_ratio}")
+        if self.state_dir is not None and (not isinstance(self.state_dir, str) or not self.state_dir
+                                           or "\x00" in self.state_dir):
+            raise ConfigError(f"state_dir must be a directory path, got {self.state_dir!r}")
         if self.output_reserve is not None and not (0 <= self.output_reserve < self.context_window):
             raise ConfigError(
                 f"output_reserve must be in [0, context_window), got {self.output_reserve} "
@@ -118,6 +160,7 @@ class Options:
     def to_dict(self) -> dict[str, Any]:
         data = attrs.asdict(self)
         data["policy_params"] = dict(self.policy_params)
+        data["notice_percents"] = list(self.notice_percents)
         return data
 
     @classmethod

@@ -15,7 +15,9 @@ from pager.core.pages import PageRecord
 
 from helpers import assistant, call, system, tool, user
 
-SECRET = "zebracorn_{}"  # a word only one page holds
+def secret(n: int) -> str:
+    """Return a word only page ``n`` holds (one token: letters only)."""
+    return "zebra" + "".join(chr(97 + int(d)) for d in f"{n:04d}")
 
 
 READERS = [("s1", "alice"), ("s2", "alice"), ("s3", "bob"), ("s4", None)]
@@ -40,44 +42,56 @@ def store_factory(request, tmp_path):
     store.close()
 
 
-def _expected(scope: str, acl: tuple | None, writer: tuple[str, str], reader: tuple[str, str | None]) -> bool:
+def _expected(scope: str, acl: tuple | None, writer: tuple[str, str], reader: tuple[str, str | None],
+              pool: str) -> bool:
     rec = PageRecord(id=1, session=writer[0], hash="h", kind="user", role="user", seq=0, step=0, tokens=1,
                      stub_tokens=1, chars=1, call_id=None, call_ids=(), tool_name=None, path=None, stale=False,
                      labels=(), last_ref=0, ref_count=0, scope=scope, handle="pg:0-a", owner=writer[1],
-                     pool="repo" if scope == "project" else None)
-    acls = {} if acl is None else {"repo": PoolAcl(*acl)}
+                     pool=pool if scope == "project" else None)
+    acls = {} if acl is None else {pool: PoolAcl(*acl)}
     return can_read(rec, Reader(reader[0], reader[1]), acls)
 
 
-@pytest.mark.parametrize("scope,acl_name", list(itertools.product(
-    ["private", "session", "project", "shared"], list(ACLS))))
-def test_the_visible_set_is_exactly_the_specified_one(store_factory, scope, acl_name):
+COMBOS = list(itertools.product(["private", "session", "project", "shared"], list(ACLS)))
+
+
+def test_the_visible_set_is_exactly_the_specified_one(store_factory):
+    """Every (scope, ACL) a writer can give, against every kind of reader: search, recall tool, expand."""
     store = store_factory
-    acl = ACLS[acl_name]
-    writer = ("s1", "alice")
-    opts = {"scope": scope, "owner": writer[1]}
-    if scope == "project":
-        opts["pool"] = "repo"
-    word = SECRET.format("x")
-    with pager.open(store, session=writer[0], **opts) as w:
-        w.assemble({"messages": [system("agent"), user(f"remember {word}")]})
-        handle = w.history.handle[1]
-        if acl is not None:
-            w.grant("repo", readers=acl[0], writers=acl[1])
-    for reader in READERS:
-        want = _expected(scope, acl, writer, reader) or reader[0] == writer[0] and scope != "private"
+    writer_owner = "alice"
+    handles = {}
+    for n, (scope, acl_name) in enumerate(COMBOS):
+        acl = ACLS[acl_name]
+        pool = f"repo{n}"
+        opts = {"scope": scope, "owner": writer_owner}
+        if scope == "project":
+            opts["pool"] = pool
+        word = secret(n)
+        with pager.open(store, session=f"w{n}", **opts) as w:
+            w.assemble({"messages": [system("agent"), user(f"remember {word}")]})
+            handles[n] = w.history.handle[1]
+            if acl is not None:
+                w.grant(pool, readers=acl[0], writers=acl[1])
+    readers = [(f"w{n}", writer_owner) for n in (0, 4)] + [("s2", "alice"), ("s3", "bob"), ("s4", None)]
+    for reader in readers:
         with pager.open(store, session=reader[0], owner=reader[1]) as r:
-            found = any(h.handle == handle for h in r.search(word, k=10, cross_session=True))
-            tool_text = r.call_tool(call("c1", "recall", query=word))["content"]
-            try:
-                r.expand(handle)
-                expanded = True
-            except pager.HandleError as exc:
-                expanded = False
-                assert "unknown handle" in str(exc)  # no existence leak
-            assert found == want, (scope, acl_name, reader, "search")
-            assert (handle in tool_text) == want, (scope, acl_name, reader, "recall tool")
-            assert expanded == want, (scope, acl_name, reader, "expand")
+            for n, (scope, acl_name) in enumerate(COMBOS):
+                acl = ACLS[acl_name]
+                writer = (f"w{n}", writer_owner)
+                want = _expected(scope, acl, writer, reader, f"repo{n}")
+                word, handle = secret(n), handles[n]
+                found = any(h.handle == handle for h in r.search(word, k=10, cross_session=True))
+                tool_text = r.call_tool(call("c1", "recall", query=word))["content"]
+                try:
+                    r.expand(handle)
+                    expanded = True
+                except pager.HandleError as exc:
+                    expanded = False
+                    assert "unknown handle" in str(exc)  # no existence leak
+                case = (scope, acl_name, reader)
+                assert found == want, (*case, "search")
+                assert (handle in tool_text) == want, (*case, "recall tool")
+                assert expanded == want, (*case, "expand")
 
 
 def test_promotion_moves_a_page_up_with_who_and_when_and_is_acl_checked(tmp_path):
