@@ -334,9 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     samples = collect(sessions, horizon=args.horizon, recent_units=args.recent_units, stride=args.stride)
     fit_args = {"l2": args.l2, "size_cost": args.size_cost}
-    print(f"{len(sessions)} sessions, {samples.needs.size} calls, {samples.y.size} samples, "
-          f"{samples.y.mean():.3f} positive; {args.folds}-fold cross-validation by session")
     folds = min(args.folds, len(sessions))
+    print(f"{len(sessions)} sessions, {samples.needs.size} calls, {samples.y.size} samples, "
+          f"{samples.y.mean():.3f} positive; {folds}-fold cross-validation by session")
     if folds >= 2:
         cv = cross_validate(samples, folds, args.quota, **fit_args)
         print(f"{'policy':<10} {'AUC':>6} {'quota cov':>10}")
