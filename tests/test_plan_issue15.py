@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from pager.core.plan import FULL, INDEX, STUB, Layout, PlanConfig, Reason, plan
+from pager.core.plan import FULL, INDEX, RECALL, STUB, Layout, Reason, plan
 
 from test_plan import CFG, cut, table
 
@@ -78,3 +78,23 @@ def test_minor_rounds_off_rebuilds_everything_after_l1() -> None:
         else:
             off = n
     assert on >= 1 and off == 0
+
+
+def test_recall_lands_at_the_tail_stays_until_the_round_and_respects_the_quota() -> None:
+    full = table(60)
+    cfg = attrs.evolve(CFG, recall_pages=2, recall_tokens=500)
+    rows = 30
+    first = plan(cut(full, rows), CFG)
+    # three candidates offered; the quota takes two, at the tail
+    offered = [(int(full.page[4]), 100), (int(full.page[6]), 100), (int(full.page[8]), 100)]
+    with_recall = plan(attrs.evolve(cut(full, rows + 2), recall=offered), cfg, first.layout)
+    assert not with_recall.round
+    assert with_recall.layout.slots[-1].kind == RECALL and len(with_recall.recalled) == 2
+    assert with_recall.layout.slots[: len(first.layout.slots)] == first.layout.slots  # nothing earlier moved
+    # the next call appends after the block and keeps it (the cache reads it), until a round
+    nxt = plan(cut(full, rows + 4), cfg, with_recall.layout)
+    if not nxt.round:
+        assert nxt.layout.slots[: len(with_recall.layout.slots)] == with_recall.layout.slots
+    # quota 0: no block
+    off = plan(attrs.evolve(cut(full, rows + 2), recall=offered), attrs.evolve(cfg, recall_pages=0), first.layout)
+    assert not any(s.kind == RECALL for s in off.layout.slots)
