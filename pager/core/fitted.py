@@ -8,8 +8,9 @@ kind. ``FittedPolicy`` ("fitted") scores a page as the dot product of its
 features with weights fitted offline by ``pager.fit`` (cross-validated by
 session; see docs/policies.md). Pure, like every policy.
 
-The policy registers itself when this module is imported; ``pager.core``
-imports it, so ``get_policy("fitted")`` always finds it.
+The policy registers itself when this module is imported, and
+``heat.get_policy("fitted")`` imports it on first use of the name
+(``heat.SHIPPED_ELSEWHERE``).
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ Writing a policy::
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, ClassVar, Iterable, Mapping, Sequence, TypeVar
 
 import attrs
@@ -282,6 +283,10 @@ class HeatPolicy:
 
 POLICIES: dict[str, type[HeatPolicy]] = {}
 
+# Shipped policies that live in their own module (they need more than this one
+# does), loaded by ``get_policy`` on first use of their name.
+SHIPPED_ELSEWHERE: dict[str, str] = {"fitted": "pager.core.fitted"}
+
 _P = TypeVar("_P", bound=type[HeatPolicy])
 
 
@@ -324,9 +329,13 @@ def get_policy(
             raise ConfigError(f"cannot change parameters of {spec!r}; pass its class instead")
         return _construct(type(spec), lambda: attrs.evolve(spec, **params))
     if isinstance(spec, str):
-        cls = POLICIES.get(spec.strip().lower())
+        key = spec.strip().lower()
+        if key not in POLICIES and key in SHIPPED_ELSEWHERE:
+            importlib.import_module(SHIPPED_ELSEWHERE[key])  # registers itself
+        cls = POLICIES.get(key)
         if cls is None:
-            raise ConfigError(f"unknown heat policy {spec!r}; valid: {', '.join(sorted(POLICIES))}")
+            valid = sorted(set(POLICIES) | set(SHIPPED_ELSEWHERE))
+            raise ConfigError(f"unknown heat policy {spec!r}; valid: {', '.join(valid)}")
     elif isinstance(spec, type) and issubclass(spec, HeatPolicy):
         cls = spec
     else:
