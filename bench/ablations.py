@@ -12,8 +12,8 @@ coverage it prints the fault rate and the *effective cost* of issue 15: a call
 *faults* when at least one of its needs is missing from its prompt, and each
 fault costs ``read x prompt + write x 340 + 5 x 40`` base-input tokens (one more
 model call on the cached prompt, a recall call and its result, its output).
-``pager.replay`` computes the same figures once it has them; this script uses
-its own copy so the table does not depend on which version is installed.
+The price is ``pager.replay.cost.FAULT_COST`` and a call's fault
+``CallRecord.fault``, the same figures ``pager bench`` prints.
 
 ``+/-`` columns are paired differences from the defaults row with a
 session-bootstrap standard error (2,000 resamples of sessions, fixed seed): a
@@ -31,16 +31,11 @@ from typing import Any, Sequence
 import numpy as np
 import orjson
 
-from pager.replay.cost import pricing
+from pager.replay.cost import FAULT_COST, pricing
 from pager.replay.facts import Facts
 from pager.replay.runner import BenchResult, run
 from pager.replay.session import load_sessions
 from pager.replay.strategies import ClearToolResults, FullResend, PagerStrategy
-
-# The issue's price of a fault, in base-input-token units.
-FAULT_RECALL_TOKENS = 340
-FAULT_OUTPUT_TOKENS = 40
-OUTPUT_PRICE = 5.0
 
 # One switch per row against the shipped defaults.
 ROWS: dict[str, dict[str, Any]] = {
@@ -67,11 +62,6 @@ def parse_row(spec: str) -> tuple[str, dict[str, Any]]:
     return name.strip(), opts
 
 
-def fault_price(prompt: int, read: float, write: float) -> float:
-    """Return the price of one fault on a prompt of ``prompt`` tokens."""
-    return read * prompt + write * FAULT_RECALL_TOKENS + OUTPUT_PRICE * FAULT_OUTPUT_TOKENS
-
-
 def per_session(result: BenchResult, name: str) -> dict[str, np.ndarray]:
     """Return per-session sums of one strategy: cost, effective cost, faults, needs, ..."""
     p = result.pricing
@@ -81,9 +71,9 @@ def per_session(result: BenchResult, name: str) -> dict[str, np.ndarray]:
     for r in result.runs:
         recs = r.records.get(name, ())
         cost = sum(p.cost(c.prompt_tokens, c.cached_tokens) for c in recs)
-        faults = [c for c in recs if c.covered < c.needs]
+        faults = [c for c in recs if c.fault]
         cols["cost"].append(cost)
-        cols["effective"].append(cost + sum(fault_price(c.prompt_tokens, p.read, p.write) for c in faults))
+        cols["effective"].append(cost + sum(FAULT_COST.cost(c.prompt_tokens, p) for c in faults))
         cols["calls"].append(len(recs))
         cols["faults"].append(len(faults))
         for key, attr in (("needs", "needs"), ("covered", "covered"), ("long_needs", "long_needs"),
