@@ -99,6 +99,15 @@ class Options:
     auto_compact_ratio: float = attrs.field(default=0.9, validator=_non_negative)
     body_after_prefix: bool = True
     max_steps: int = attrs.field(default=0, validator=_non_negative)
+    # Switches of the paging scheduler's components (issue 15's ablations); each
+    # default is the shipped behaviour.
+    task_focus: bool = True  # relevance also counts the active task's user message
+    minor_rounds: bool = True  # rounds keep the old generation byte-stable when it fits
+    # a detected task switch (or return) runs a major round at once; off by default:
+    # on the Claude Code development sessions it lowered long-range coverage
+    # (0.713 against 0.752, docs/tuning.md) at equal effective cost
+    task_rounds: bool = False
+    compact_tokens: int = attrs.field(default=0, validator=_non_negative)  # rounds: tokens for compact lines
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:

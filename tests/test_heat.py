@@ -18,6 +18,7 @@ from pager.errors import ConfigError, InputError, PagerError
 from pager.core.heat import (
     DEFAULT_POLICY,
     POLICIES,
+    SHIPPED_ELSEWHERE,
     DecayPolicy,
     HeatPolicy,
     LFUPolicy,
@@ -31,7 +32,7 @@ from pager.core.heat import (
 from pager.core.pages import KIND_CODE, PageRecord
 
 I64 = np.iinfo(np.int64)
-SHIPPED = sorted(POLICIES)
+SHIPPED = sorted(set(POLICIES) | set(SHIPPED_ELSEWHERE))  # every shipped policy, loaded or not
 
 
 # ---------------------------------------------------------------------------
@@ -339,6 +340,8 @@ def test_params_reproduce_policy() -> None:
         "relevance_weight",
         "size_penalty",
         "ref_recency",
+        "task_penalty",
+        "overlap_weight",
     }
 
 

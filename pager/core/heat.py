@@ -38,6 +38,7 @@ Writing a policy::
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, ClassVar, Iterable, Mapping, Sequence, TypeVar
 
 import attrs
@@ -99,12 +100,20 @@ def _column(dtype: type) -> Any:
     return convert
 
 
+def _optional_column(dtype: type) -> Any:
+    """Return a converter like ``_column`` that lets None through (filled in after init)."""
+    convert = _column(dtype)
+    return lambda value: None if value is None else convert(value)
+
+
 _ROW_DEFAULTS: dict[str, Any] = {
     "ref_count": 0,
     "tokens": 0,
     "kind": "user",
     "stale": False,
     "relevance": 0.0,
+    "task": True,
+    "overlap": 0.0,
 }
 
 
@@ -117,6 +126,11 @@ class PageTable:
     copied). ``last_ref`` equals ``created`` for a page never referred back to.
     ``relevance`` (in [0, 1]) is the page's overlap with the pinned goals and
     the active task, computed by the caller (see ``pager.terms``).
+
+    Two columns are optional (a caller that does not know them passes
+    nothing): ``task``, whether the page belongs to the active task (default
+    all True: one task), and ``overlap`` (in [0, 1]), the page's term overlap
+    with the latest steps, what the agent is working on right now (default 0).
     """
 
     page_id: np.ndarray = attrs.field(converter=_column(np.int64))
@@ -127,8 +141,15 @@ class PageTable:
     kind: np.ndarray = attrs.field(converter=_column(np.int8))
     stale: np.ndarray = attrs.field(converter=_column(np.bool_))
     relevance: np.ndarray = attrs.field(converter=_column(np.float64))
+    task: np.ndarray | None = attrs.field(default=None, converter=_optional_column(np.bool_))
+    overlap: np.ndarray | None = attrs.field(default=None, converter=_optional_column(np.float64))
 
     def __attrs_post_init__(self) -> None:
+        n = len(self.page_id)
+        if self.task is None:
+            object.__setattr__(self, "task", _column(np.bool_)(np.ones(n, dtype=bool)))
+        if self.overlap is None:
+            object.__setattr__(self, "overlap", _column(np.float64)(np.zeros(n)))
         lengths = {f.name: len(getattr(self, f.name)) for f in attrs.fields(type(self))}
         if len(set(lengths.values())) > 1:
             raise InputError(f"page table columns differ in length: {lengths}")
@@ -262,6 +283,10 @@ class HeatPolicy:
 
 POLICIES: dict[str, type[HeatPolicy]] = {}
 
+# Shipped policies that live in their own module (they need more than this one
+# does), loaded by ``get_policy`` on first use of their name.
+SHIPPED_ELSEWHERE: dict[str, str] = {"fitted": "pager.core.fitted"}
+
 _P = TypeVar("_P", bound=type[HeatPolicy])
 
 
@@ -304,9 +329,13 @@ def get_policy(
             raise ConfigError(f"cannot change parameters of {spec!r}; pass its class instead")
         return _construct(type(spec), lambda: attrs.evolve(spec, **params))
     if isinstance(spec, str):
-        cls = POLICIES.get(spec.strip().lower())
+        key = spec.strip().lower()
+        if key not in POLICIES and key in SHIPPED_ELSEWHERE:
+            importlib.import_module(SHIPPED_ELSEWHERE[key])  # registers itself
+        cls = POLICIES.get(key)
         if cls is None:
-            raise ConfigError(f"unknown heat policy {spec!r}; valid: {', '.join(sorted(POLICIES))}")
+            valid = sorted(set(POLICIES) | set(SHIPPED_ELSEWHERE))
+            raise ConfigError(f"unknown heat policy {spec!r}; valid: {', '.join(valid)}")
     elif isinstance(spec, type) and issubclass(spec, HeatPolicy):
         cls = spec
     else:
@@ -481,6 +510,11 @@ class ReferencePolicy(HeatPolicy):
     relevance_weight: float = _weight_field(1.0)
     size_penalty: float = _weight_field(0.5)
     ref_recency: float = attrs.field(default=0.5, converter=_to_float, validator=_fraction)
+    # A page of another task than the active one loses this many bits, so a
+    # task switch demotes the old task's units together at the next round and a
+    # return to it restores them (``PageTable.task``).
+    task_penalty: float = _weight_field(0.0)
+    overlap_weight: float = _weight_field(0.0)
 
     def score(self, table: PageTable, clock: int) -> np.ndarray:
         if self.ref_recency == 1.0:
@@ -502,6 +536,10 @@ class ReferencePolicy(HeatPolicy):
         if self.size_penalty:
             size = np.maximum(table.tokens, 0).astype(np.float64) / SIZE_UNIT
             heat -= self.size_penalty * np.log2(1.0 + size)
+        if self.task_penalty:
+            heat -= self.task_penalty * ~table.task
+        if self.overlap_weight:
+            heat += self.overlap_weight * np.clip(np.nan_to_num(table.overlap), 0.0, 1.0)
         return heat
 
 

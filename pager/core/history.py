@@ -18,6 +18,8 @@ import orjson
 import attrs
 
 from pager.core import terms as terms_mod
+from pager.core.compact import compact_line
+from pager.core.tasks import detect_task, task_of
 from pager.core.messages import Classified, message_text, tool_calls
 from pager.core.pages import KIND_CODE, TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
 from pager.core.render import stub_text
@@ -72,6 +74,7 @@ class Prepared:
     page: NewPage
     text: str
     terms: frozenset[str]
+    compact_tokens: int = 0  # tokens of the page's compact line (``pager.core.compact``)
 
 
 class History:
@@ -87,6 +90,7 @@ class History:
         self.role: list[str] = []
         self.tokens: list[int] = []
         self.stub_tokens: list[int] = []
+        self.compact_tokens: list[int] = []
         self.unit: list[int] = []
         self.step: list[int] = []
         self.path: list[str | None] = []
@@ -101,6 +105,7 @@ class History:
         self.calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, arguments)
         self.path_rows: dict[str, int] = {}  # path -> row of its newest read
         self.first_user: int | None = None
+        self.task_terms: dict[int, frozenset[str]] = {}  # task -> terms of its user messages
         self.term_index = terms_mod.TermIndex(max_df=max_df)
         self.row_of: dict[int, int] = {}
 
@@ -116,12 +121,32 @@ class History:
 
     @property
     def task(self) -> int:
-        """The active task: the position of the latest user message (a task label's number)."""
+        """The active task: the label number of the newest page (the row of the task's first user message)."""
         for lab in reversed(self.labels):
-            for x in lab:
-                if x.startswith("task:"):
-                    return int(x[5:])
+            t = task_of(lab)
+            if t is not None:
+                return t
         return 0
+
+    @property
+    def latest_user(self) -> int | None:
+        """The row of the latest user message, or None."""
+        for i in range(len(self.role) - 1, -1, -1):
+            if self.kind[i] == "user":
+                return i
+        return None
+
+    def task_column(self) -> np.ndarray:
+        """Return, per row, whether the page belongs to the active task (unlabelled pages do)."""
+        active = self.task
+        return np.fromiter(
+            ((task_of(lab) in (None, active)) for lab in self.labels), dtype=bool, count=len(self.labels)
+        )
+
+    def _add_task_terms(self, row: int) -> None:
+        task = task_of(self.labels[row])
+        if task is not None and self.kind[row] == "user":
+            self.task_terms[task] = self.task_terms.get(task, frozenset()) | self.terms[row]
 
     def pinned_count(self) -> int:
         """Rows up to and including the first user message are L1."""
@@ -141,7 +166,7 @@ class History:
             return
         # rebuilding derived maps is simpler and safer than undoing them
         saved = {name: getattr(self, name)[:n] for name in (
-            "page", "hash", "kind", "role", "tokens", "stub_tokens", "unit", "step", "path", "handle",
+            "page", "hash", "kind", "role", "tokens", "stub_tokens", "compact_tokens", "unit", "step", "path", "handle",
             "stale", "last_ref", "ref_count", "terms", "answers", "labels")}
         calls = self.calls
         call_rows = {cid: r for cid, r in self.call_rows.items() if r < n}
@@ -163,6 +188,7 @@ class History:
                 self.first_user = i
             if kind == "file" and self.path[i]:
                 self.path_rows[self.path[i]] = i
+            self._add_task_terms(i)
             self.term_index.add_page(self.page[i], self.terms[i])
         # stale flags derive from path order; recompute so a truncated newer read un-stales
         newest = self.path_rows
@@ -185,7 +211,8 @@ class History:
         """Return the pages of ``messages[start:]``, ready to record (nothing stored yet)."""
         records = []
         step = self.clock
-        task = self.task
+        task: int | None = self.task if self.first_user is not None else None
+        tasks = dict(self.task_terms)
         for offset, cls in enumerate(classified):
             seq = start + offset
             msg = messages[seq]
@@ -199,17 +226,19 @@ class History:
                 stub_tokens = min(MESSAGE_OVERHEAD + self.counter.count(stub), tokens)
             else:
                 stub_tokens = tokens
+            terms = _page_terms(text, cls.path, extract_limit)
             if cls.kind == "user":
-                task = seq
+                task = detect_task(terms, task, tasks, seq)
+                tasks[task] = tasks.get(task, frozenset()) | terms
             page = NewPage(
                 hash=h, kind=cls.kind, role=cls.role, step=step, tokens=tokens, stub_tokens=stub_tokens,
                 chars=len(text), handle=handle,
                 message=raws[seq] if raws[seq] is not None else orjson.dumps(msg, option=orjson.OPT_SORT_KEYS),
                 call_id=cls.call_id, call_ids=cls.call_ids, tool_name=cls.tool_name, path=cls.path,
-                labels=(f"task:{task}",), scope=scope, owner=owner, pool=pool,
+                labels=(f"task:{task if task is not None else 0}",), scope=scope, owner=owner, pool=pool,
             )
-            terms = _page_terms(text, cls.path, extract_limit)
-            records.append(Prepared(attrs.evolve(page, terms=tuple(terms)), text, terms))
+            line = compact_line(msg, cls.kind, handle, step, cls.path)
+            records.append(Prepared(attrs.evolve(page, terms=tuple(terms)), text, terms, self.counter.count(line) + 1))
             if cls.kind == "assistant":
                 step += 1
         return records
@@ -222,10 +251,12 @@ class History:
             row = len(self.page)
             self._add_row(pid, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
                           rec.handle, False, rec.step, 0, prep.terms, rec.call_id, rec.labels)
+            self.compact_tokens.append(prep.compact_tokens)
             if rec.kind == "assistant":
                 for cid in rec.call_ids:
                     self.call_rows[cid] = row
             self._link(row, rec.kind, rec.call_id)
+            self._add_task_terms(row)
             if rec.kind == "file" and rec.path:
                 old = self.path_rows.get(rec.path)
                 if old is not None:
@@ -299,15 +330,27 @@ class History:
                 terms = _page_terms(message_text(message_of(rec.id)), rec.path, extract_limit)
             self._add_row(rec.id, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
                           rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels)
+            # computed on first use by ``fill_compact_tokens`` (loading reads no message)
+            self.compact_tokens.append(-1)
             for cid in rec.call_ids:
                 self.call_rows[cid] = r
             if i == last_calls:
                 for call in tool_calls(message_of(rec.id)):
                     self.calls[call.id] = (call.name, call.arguments)
             self._link(r, rec.kind, rec.call_id)
+            self._add_task_terms(r)
             if rec.kind == "file" and rec.path:
                 self.path_rows[rec.path] = r
             self.term_index.add_page(rec.id, terms)
+
+    def fill_compact_tokens(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Count the compact lines of rows loaded from the store (``messages``: one per row)."""
+        if -1 not in self.compact_tokens:
+            return
+        for r, n in enumerate(self.compact_tokens):
+            if n < 0:
+                line = compact_line(messages[r], self.kind[r], self.handle[r], self.step[r], self.path[r])
+                self.compact_tokens[r] = self.counter.count(line) + 1
 
     def open_calls_at(self, k: int) -> set[str]:
         """Return the call ids still unanswered just before row ``k`` (validation state)."""
@@ -327,6 +370,7 @@ class History:
             "page": np.asarray(self.page, dtype=np.int64),
             "tokens": np.asarray(self.tokens, dtype=np.int64),
             "stub_tokens": np.asarray(self.stub_tokens, dtype=np.int64),
+            "compact_tokens": np.asarray(self.compact_tokens, dtype=np.int64),
             "unit": np.asarray(self.unit, dtype=np.int64),
             "created": np.asarray(self.step, dtype=np.int64),
             "last_ref": np.asarray(self.last_ref, dtype=np.int64),

@@ -40,7 +40,7 @@ import numpy as np
 
 from pager.errors import BudgetError
 
-__all__ = ["Layout", "Plan", "PlanConfig", "PlanInput", "Reason", "Slot", "SlotKind", "plan"]
+__all__ = ["INDEX", "Layout", "Plan", "PlanConfig", "PlanInput", "Reason", "Slot", "SlotKind", "plan"]
 
 
 class SlotKind(str, enum.Enum):
@@ -50,9 +50,10 @@ class SlotKind(str, enum.Enum):
     STUB = "stub"  # a tool output replaced by its head and a handle
     CARD = "card"  # the task-state card
     RECALL = "recall"  # a block of recalled pages
+    INDEX = "index"  # compact lines of dropped units (``pager.core.compact``)
 
 
-FULL, STUB, CARD, RECALL = SlotKind.FULL, SlotKind.STUB, SlotKind.CARD, SlotKind.RECALL
+FULL, STUB, CARD, RECALL, INDEX = SlotKind.FULL, SlotKind.STUB, SlotKind.CARD, SlotKind.RECALL, SlotKind.INDEX
 
 
 class Reason(str, enum.Enum):
@@ -62,6 +63,7 @@ class Reason(str, enum.Enum):
     FIRST_CALL = "first call"
     DIVERGED = "history diverged"
     CARD_CHANGED = "card changed"
+    TASK_SWITCH = "task switch"
     OVER_BUDGET = "over budget"
     HIGH_WATERMARK = "high watermark"
 
@@ -74,6 +76,7 @@ class _Mode(enum.IntEnum):
     VERBATIM = 2  # everything in full
     STUBBED = 3  # every output stubbed
 RECALL_OVERHEAD = 40  # the block's header and message framing, in tokens
+INDEX_OVERHEAD = 40  # the same for an index block
 
 
 @attrs.frozen(slots=True)
@@ -97,6 +100,7 @@ class Layout:
     card: str = ""  # the card text as emitted; a change forces a round
     stable: int = 0  # slots[:stable] are L1 and the old generation, kept by minor rounds
     stable_row: int = 0  # history rows before this are covered by the old generation
+    task: int = -1  # the active task when the layout was planned (-1: unknown)
 
     def to_state(self) -> dict:
         return {
@@ -106,6 +110,7 @@ class Layout:
             "card": self.card,
             "stable": self.stable,
             "stable_row": self.stable_row,
+            "task": self.task,
         }
 
     @classmethod
@@ -122,6 +127,7 @@ class Layout:
         return cls(
             slots=slots, upto=int(data["upto"]), branch=int(data.get("branch", 0)), card=data.get("card", ""),
             stable=int(data.get("stable", 0)), stable_row=int(data.get("stable_row", 0)),
+            task=int(data.get("task", -1)),
         )
 
 
@@ -138,6 +144,9 @@ class PlanConfig:
     recall_pages: int = 5
     recall_tokens: int = 2000
     old_share: float = 0.9  # the old generation may hold this share of the low watermark
+    minor_rounds: bool = True  # False: every round is a major one (rebuilds everything after L1)
+    task_rounds: bool = False  # a switch of the active task runs a major round at once
+    compact_tokens: int = 0  # a round may spend this much on compact lines of the units it drops (0: none)
 
 
 @attrs.frozen(slots=True)
@@ -156,6 +165,8 @@ class PlanInput:
     recall: Sequence[tuple[int, int]] = ()  # (page id, rendered tokens), best first
     recall_spans: Mapping[int, tuple[int, int]] = attrs.field(factory=dict)  # page -> lines shown
     branch: int = 0
+    task: int = -1  # the active task (-1: unknown); a change is a task switch
+    compact_tokens: np.ndarray | None = None  # int64 tokens of each row's compact line
 
     def __len__(self) -> int:
         return int(self.page.shape[0])
@@ -247,18 +258,38 @@ def _rebuild(
         )
     left = min(left, hard_left)
     older = np.arange(uniq.size - n_recent)
+    compact = np.zeros(uniq.size, dtype=bool)
+    compact_cost = np.zeros(uniq.size, dtype=np.int64)
     if older.size:
+        hottest = older[np.lexsort((-older, -heat[older]))]
+        # compact lines of dropped units get a reserve of the quota, if any unit must go
+        reserve = 0
+        if cfg.compact_tokens and inp.compact_tokens is not None and int(kept_cost[older].sum()) > left:
+            np.add.at(compact_cost, upos, inp.compact_tokens[rows])
+            reserve = min(cfg.compact_tokens, int(compact_cost[older].sum()) + INDEX_OVERHEAD, left)
+        left -= reserve
         # hottest first; ties: newer unit first. A unit that does not fit may
         # still fit with all its outputs stubbed.
-        for k in older[np.lexsort((-older, -heat[older]))]:
+        for k in hottest:
             if kept_cost[k] <= left:
                 mode[k] = _Mode.KEPT
                 left -= int(kept_cost[k])
             elif stub_cost[k] < kept_cost[k] and stub_cost[k] <= left:
                 mode[k] = _Mode.STUBBED
                 left -= int(stub_cost[k])
+        if reserve:
+            room = min(left + reserve, cfg.compact_tokens) - INDEX_OVERHEAD
+            for k in hottest:
+                if mode[k] == _Mode.DROP and 0 < compact_cost[k] <= room:
+                    compact[k] = True
+                    room -= int(compact_cost[k])
     slots = list(l1)
     total = l1_tokens
+    if compact.any():
+        lined = [int(r) for r in rows if compact[unit_pos[int(inp.unit[r])]]]
+        cost = int(inp.compact_tokens[lined].sum()) + INDEX_OVERHEAD  # type: ignore[index]
+        slots.append(Slot(INDEX, pages=tuple(int(inp.page[r]) for r in lined), tokens=cost))
+        total += cost
     first_young = -1
     tail_from = uniq.size - n_recent
     for r in rows:
@@ -289,10 +320,11 @@ def _round(
     keeps everything up to the first young slot. A *major* round rebuilds
     everything after L1; it runs when the old generation has outgrown its
     share (``cfg.old_share`` of the low watermark), or the layout cannot be
-    kept (first call, divergence, card change).
+    kept (first call, divergence, card change), or the active task changed.
     """
     l1_slots, l1_tokens = _l1_slots(inp)
-    if prev is not None and reason in (Reason.HIGH_WATERMARK, Reason.OVER_BUDGET) and prev.stable >= len(l1_slots):
+    # a task switch runs a major round: the old generation may hold the old task
+    if cfg.minor_rounds and prev is not None and reason in (Reason.HIGH_WATERMARK, Reason.OVER_BUDGET) and prev.stable >= len(l1_slots):
         old = list(prev.slots[: prev.stable])
         old_tokens = sum(_slot_tokens(s, idx, inp) for s in old)
         old_limit = l1_tokens + int((cfg.low - l1_tokens) * cfg.old_share)
@@ -333,7 +365,14 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
         reason = Reason.DIVERGED
     elif prev.card != inp.card:
         reason = Reason.CARD_CHANGED
-    elif any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots):
+    elif cfg.task_rounds and prev.task >= 0 and inp.task >= 0 and prev.task != inp.task:
+        # the heat of the old task's pages just dropped (and a returned-to
+        # task's rose): rebuild now, in one batch, rather than at the next
+        # high watermark
+        reason = Reason.TASK_SWITCH
+    elif any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots) or any(
+        p not in idx for s in prev.slots if s.kind == INDEX for p in s.pages
+    ):
         reason = Reason.DIVERGED
     else:
         slots = list(prev.slots)
@@ -378,6 +417,7 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
             slots.append(Slot(RECALL, pages=recalled, tokens=spent + RECALL_OVERHEAD, spans=spans))
             total += spent + RECALL_OVERHEAD
     layout = Layout(
-        slots=tuple(slots), upto=n, branch=inp.branch, card=inp.card, stable=stable, stable_row=stable_row
+        slots=tuple(slots), upto=n, branch=inp.branch, card=inp.card, stable=stable, stable_row=stable_row,
+        task=inp.task,
     )
     return Plan(layout=layout, tokens=total, round=did_round, reason=reason, recalled=recalled)

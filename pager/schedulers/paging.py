@@ -28,7 +28,8 @@ from pager.core.heat import HeatPolicy, PageTable
 from pager.core.l1guard import GuardResult, guard_card, items
 from pager.core.history import History
 from pager.core.messages import message_text
-from pager.core.plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, Slot, plan
+from pager.core.compact import compact_line, index_block
+from pager.core.plan import CARD, FULL, INDEX, RECALL, STUB, Layout, PlanConfig, PlanInput, Slot, plan
 from pager.core.render import excerpt_span, line_range, recall_block, stub_message
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter
 from pager.formats.base import RenderHints
@@ -152,15 +153,17 @@ class PagingScheduler:
     def _focus_terms(self, call: PagingCall) -> frozenset[str]:
         """Return the active task's terms: pinned goals and the latest user message but the first."""
         h = call.history
-        task = h.task  # the latest user message's row
-        if task and task != h.first_user and task < len(h) and h.kind[task] == "user":
-            return call.pin_terms | h.terms[task]
+        latest = h.latest_user
+        if self.options.task_focus and latest is not None and latest != h.first_user:
+            return call.pin_terms | h.terms[latest]
         return call.pin_terms
 
     def schedule(self, call: PagingCall) -> ScheduleResult:
         """Plan and render the prompt for one call."""
         o = self.options
         h = call.history
+        if o.compact_tokens:
+            h.fill_compact_tokens(call.messages)
         cols = h.columns()
         n = len(h)
         pinned = np.zeros(n, dtype=bool)
@@ -173,7 +176,8 @@ class PagingScheduler:
         table = PageTable(
             page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"],
             ref_count=cols["ref_count"], tokens=cols["tokens"], kind=cols["kind"], stale=cols["stale"],
-            relevance=relevance,
+            relevance=relevance, task=h.task_column() if self.options.task_focus else None,
+            overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
         )
         heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
         budget = o.budget - call.tools_tokens
@@ -183,11 +187,14 @@ class PagingScheduler:
             budget=budget, high=min(budget, l1 + o.high_watermark), low=min(budget, l1 + o.low_watermark),
             recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
             recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
+            minor_rounds=o.minor_rounds, task_rounds=o.task_rounds and o.task_focus,
+            compact_tokens=o.compact_tokens,
         )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
             pinned=pinned, tool=cols["tool"], heat=heat, card_tokens=card_tokens, card=card,
-            recall=recall, recall_spans=spans, branch=h.branch,
+            recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
+            compact_tokens=cols["compact_tokens"],
         )
         prev = call.prev
         result = plan(inp, cfg, prev)
@@ -246,6 +253,11 @@ class PagingScheduler:
                 out.append({"role": "user", "content": layout.card})
             elif slot.kind == RECALL:
                 out.append({"role": "user", "content": self._recall_text(h, slot, messages, handles)})
+            elif slot.kind == INDEX:
+                rows = [h.row_of[p] for p in slot.pages]
+                lines = [compact_line(messages[r], h.kind[r], h.handle[r], h.step[r], h.path[r]) for r in rows]
+                handles.extend(h.handle[r] for r in rows)
+                out.append({"role": "user", "content": index_block(lines)})
         return pairing.normalize(out), handles
 
     def _recall_text(
@@ -282,6 +294,8 @@ class PagingScheduler:
                 stubbed += 1
             elif slot.kind == RECALL:
                 layers["l3"] += slot.tokens
+            elif slot.kind == INDEX:
+                layers["stubs"] += slot.tokens
         return layers, kept, stubbed
 
 
