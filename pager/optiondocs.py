@@ -139,7 +139,7 @@ OPTION_DOCS: dict[str, tuple[str, str]] = {
         'Higher: more pins and notes in every prompt, a bigger prefix on every call.',
     ),
     'notice_percents': (
-        "Rollover mode: a usage notice is appended once per window when the window's use crosses each of these percentages (seed 004 `noticeThresholds`); `[]` disables them.",
+        "Rollover mode: a usage notice is appended once per window when the window's use crosses each of these percentages; `[]` disables them.",
         'More thresholds: the model paces itself better; each notice costs a few dozen tokens.',
     ),
     'window_notice': (
@@ -147,21 +147,25 @@ OPTION_DOCS: dict[str, tuple[str, str]] = {
         '',
     ),
     'effective_window_percent': (
-        'Rollover mode: the share of `context_window` treated as usable (seed 004 `effectiveContextWindowPercent`); the hard limit is at most this share minus `output_reserve`.',
+        'Rollover mode: the share of `context_window` treated as usable; the hard limit is at most this share minus `output_reserve`.',
         'Lower: a margin for token-count error (the counter underestimates some text).',
     ),
     'auto_compact_ratio': (
-        'Rollover mode: the host rolls over by itself once the prompt reaches this share of the effective window (seed 004 `autoCompactTokenLimitRatio`), if that comes before the output reserve.',
+        'Rollover mode: the host rolls over by itself once the prompt reaches this share of the effective window, if that comes before the output reserve.',
         'Lower: earlier, cheaper windows; higher: longer windows.',
     ),
     'body_after_prefix': (
-        "Rollover mode: usage notices count the window's body after its fixed prefix (L1, the first message, tool schemas) against the room after that prefix (seed 004 `bodyAfterPrefix`); `False` counts the whole prompt against the hard limit.",
+        "Rollover mode: usage notices count the window's body after its fixed prefix (L1, the first message, tool schemas) against the room after that prefix (the budget's body-after-prefix view); `False` counts the whole prompt against the hard limit.",
         '',
     ),
     'max_steps': (
-        "Rollover mode: the host rolls over (reason `max-steps`) after this many assistant messages in one window, at a step boundary, whatever the token count (seed 001's step trigger); `0` disables it.",
+        "Rollover mode: the host rolls over (reason `max-steps`) after this many assistant messages in one window, at a step boundary, whatever the token count; `0` disables it.",
         'Lower: shorter, fresher windows; more rollovers to pay for.',
     ),
+    'task_focus': ("Paging: relevance also counts the latest user message, and the heat policy's task column (`PageTable.task`) marks the active task's pages; `False` reads only the pinned goals and treats every page as the active task's (no task rounds).", 'Off: the working set ignores which task the user is on.'),
+    'minor_rounds': ("Paging: a round keeps the old generation byte for byte while it fits `old_share` (a *minor* round); `False` makes every round *major*, rebuilding everything after L1.", 'Off: fresher rounds, more cache rewrites (effective cost +0.002 on the development sessions, docs/tuning.md).'),
+    'task_rounds': ("Paging: a detected task switch, or a return to an earlier task (see docs/policies.md, Task clustering), runs a major round at once, so the old task's units leave and a returned-to task's come back in one batch. Needs `task_focus`.", 'On: follows a user who switches tasks; on the development sessions it lowered long-range coverage (0.713 against 0.752), so it ships off.'),
+    'compact_tokens': ('Paging: a round may spend this many tokens on an index block of compact lines, one per page of the units it drops (the agent\'s call with cut arguments, a one-line head of each result, every handle); `0` writes none.', 'Higher: a trace of more dropped steps, less room for pages in full; measured cost-neutral and coverage-neutral at 600-1,500 (docs/tuning.md).'),
 }
 
 # The knobs `pager tune` trades against each other (docs/tuning.md's table).

@@ -12,7 +12,7 @@ LAYERS = [
     {"errors", "core"},
     {"options", "optiondocs", "formats", "storage", "statefiles", "stateio", "report"},
     {"schedulers"},
-    {"recording", "session", "sharing", "statedir", "pager", "tools", "testing"},
+    {"recording", "session", "sharing", "statedir", "pager", "tools", "testing", "testing_pg", "fit"},
 ]
 
 

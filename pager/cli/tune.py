@@ -106,6 +106,8 @@ def register(subparsers: Any) -> None:
                    help="list the configurations that would be replayed, and stop")
     add_explain(p)
     add_progress(p)
+    p.add_argument("--fit", action="store_true",
+                   help="fit the 'fitted' heat policy's weights from the sessions instead (python -m pager.fit)")
     p.set_defaults(func=main)
 
 
@@ -355,6 +357,11 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
 
 def main(args: argparse.Namespace) -> int:
     """Run ``pager tune``; return the exit status (1: nothing replayed, or a run failed)."""
+    if args.fit:
+        from pager.fit import main as fit_main
+
+        return fit_main([*map(str, args.paths), "--min-assistant", str(args.min_assistant),
+                         *(["--write", args.write] if args.write else [])])
     try:
         points = run_tune(args, sys.stdout, sys.stderr)
     except KeyboardInterrupt:

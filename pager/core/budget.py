@@ -14,7 +14,7 @@ A context window has three limits, all derived from one ``BudgetConfig``::
   prompt at or past it leaves no room for the answer (or reaches the host's
   auto-rollover point), so the host rolls over by itself. ``BudgetConfig``'s
   own defaults (100 %, ratio 1.0) make it ``context_window - output_reserve``;
-  ``pager.open`` passes seed 004's 95 % and 0.9 in rollover mode.
+  ``pager.open`` passes 95 % and 0.9 in rollover mode (effective_window_percent, auto_compact_ratio).
 - ``base_limit = hard_limit - fallback_reserve``: past it the model gets one
   *fallback* step in which the only tool it may call is ``new_context``; the
   request's other tools are pruned (``prune_tools``) and a call to any of them
@@ -24,11 +24,11 @@ A context window has three limits, all derived from one ``BudgetConfig``::
 
 ``evaluate_budget`` checks, in this order: a handoff the model already
 declared; the hard limit; the step count (``max_steps`` assistant messages in
-the window, seed 001's trigger); the base limit after the fallback was given;
+the window: the step trigger); the base limit after the fallback was given;
 the base limit; the reminder zone.
 
 Besides those actions, ``due_notice`` picks the usage notice a window is owed
-(seed 004's 25 / 50 / 75 %, each once per window): the share of the window
+(25 / 50 / 75 % by default, each once per window): the share of the window
 used, counted either on the whole prompt against the hard limit or, with
 ``body_after_prefix``, on the body after the window's fixed prefix (L1, the
 first message, tool schemas) against the room after that prefix.

@@ -21,7 +21,7 @@ from pager.errors import ToolError
 __all__ = ["check_promotion"]
 
 # A source that names the agent's own reasoning or an earlier window is no source: what it
-# "confirms" is an inference, however it is labelled (seed 000: inferences are never promoted).
+# "confirms" is an inference, however it is labelled (inferences are never promoted to facts).
 _AGENT_SOURCE_RE = re.compile(
     r"infer|hypothes|assum|guess|speculat|believ|suspect|\bagent\b|assistant|\bmodel\b|\bllm\b|"
     r"hand-?\s?off|new_context|memo\b|previous\s+(?:window|context|session|generation|analysis|notes?)|"

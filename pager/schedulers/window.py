@@ -179,7 +179,7 @@ def task_state(
                      current=current, done=done, progress=tuple(progress))
 
 
-# Progress lines (seed 001's progress log): "done: X", "- [x] X", "failed: X", "current: X", "- [~] X".
+# Progress lines: "done: X", "- [x] X", "failed: X", "current: X", "- [~] X".
 _PROGRESS_RE = re.compile(
     r"^\s*(?:[-*+]\s+)?(?:(?P<done>done|completed|finished)\s*:|\[(?P<x>[xX])\]|"
     r"(?P<failed>failed|failure)\s*:|(?P<current>current|doing|now)\s*:|\[(?P<wip>~)\])\s*(?P<text>.+)$",

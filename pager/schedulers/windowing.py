@@ -265,11 +265,11 @@ class WindowOps:
 
         The window-open notice (once per window, with its id and the tokens
         left), the checkpoint files once after a reopen, and the highest usage
-        threshold crossed and not yet given (seed 004's 25 / 50 / 75 %).
+        threshold crossed and not yet given (25 / 50 / 75 % by default).
         """
         labels: list[str] = []
         if not self.window.opened:
-            # the window-open notice: which window, its id, the tokens left (seed 004)
+            # the window-open notice: which window, its id, the tokens left
             now = size()
             self.window = attrs.evolve(self.window, opened=True, prefix_tokens=now)
             if self.options.window_notice:
