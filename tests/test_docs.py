@@ -52,7 +52,11 @@ DOCS = ROOT / "docs"
 DATA = ROOT / "pager" / "data"
 DOC_FILES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 SHELL = {"bash", "sh", "console"}
-NOT_RUN = (("pip", "install"), ("python", "-m", "pytest"))
+# Not run here: installs, the test suite itself, and PostgreSQL's own tools (docs/scale-out.md's
+# backups need a server; tests/test_store_postgres.py exercises the store on a real one).
+NOT_RUN = (("pip", "install"), ("python", "-m", "pytest"), ("pg_dump",), ("pg_restore",), ("psql",))
+# Docs with a runner of their own (they start servers and fake framework models).
+OWN_RUNNER = {"integrations.md": "tests/test_integrations_doc.py"}
 
 
 def blocks(path: Path, lang: str) -> list[str]:
@@ -89,7 +93,13 @@ def pager_argv(words: list[str]) -> list[str] | None:
         return words[1:]
     if words[:3] == ["python", "-m", "pager"]:
         return words[3:]
+    if words[:3] == ["python", "-m", "pager.fit"]:
+        return ["fit", *words[3:]]  # run through pager.fit.main (run_doc)
     if any(tuple(words[:len(k)]) == k for k in NOT_RUN):
+        return None
+    if words and "=" in words[0] and words[0].split("=", 1)[0].isupper():
+        # an agent started with its base URL pointed at the proxy (claude, codex): a third-party
+        # program; tests/test_integrations_doc.py runs these recipes with the real SDKs instead
         return None
     raise AssertionError(f"a documented command this test cannot run: {shlex.join(words)}")
 
@@ -225,6 +235,8 @@ def fast(monkeypatch: pytest.MonkeyPatch, work: Path) -> None:
 def run_doc(path: Path, work: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
     """Run every block of ``path`` in ``work``; return the commands that were not run."""
     not_run = []
+    if path.name in OWN_RUNNER:
+        return [f"every block: run by {OWN_RUNNER[path.name]}"]
     for i, (lang, code) in enumerate(all_blocks(path)):
         where = f"{path.relative_to(ROOT)}[{i}]"
         if lang == "python":
@@ -235,11 +247,18 @@ def run_doc(path: Path, work: Path, capsys: pytest.CaptureFixture[str]) -> list[
         elif lang in SHELL:
             for words in shell_commands(lang, code):
                 argv = pager_argv(words)
-                if argv is None:
+                if argv is None or argv[:1] in (["proxy"], ["mcp"]):
+                    # servers run until stopped: tests/test_integrations_doc.py starts them as
+                    # subprocesses and runs the recipes against them
                     not_run.append(shlex.join(words))
                     continue
                 try:
-                    rc = main(argv)
+                    if argv[:1] == ["fit"]:
+                        from pager.fit import main as fit_main
+
+                        rc = fit_main(argv[1:])
+                    else:
+                        rc = main(argv)
                 except SystemExit as exc:
                     rc = exc.code
                 out, err = capsys.readouterr()
