@@ -86,6 +86,10 @@ class Pager(Session):
         self._lock = threading.RLock()
         self._count_tools = ToolTokens(self.counter)
         self._recorder = Recorder(self.session, self.history, self.options.scope)
+        if len(self.history):
+            # rows found at open may be another writer's (a proxy process started while another served
+            # the session): a shorter copy of them is a stale request, not a rewind to fork at
+            self._recorder.foreign_from = 0
         self.reports = ReportLog(self.store.path, enabled=self.options.log_reports)
         self.last_report: Report | None = None
 
