@@ -87,6 +87,20 @@ def child(store: str, session: str, focus: str, ack_path: str, state_dir: str, s
     os.close(fd)
 
 
+def _holders(store: Path) -> list[str]:
+    """Return the processes that have a file of ``store`` open (a diagnosis for a failed reopen)."""
+    out = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            for fd in fd_dir.iterdir():
+                target = os.readlink(fd)
+                if target.startswith(str(store)):
+                    out.append(f"{fd_dir.parent.name}:{target[len(str(store)):]}")
+        except OSError:
+            continue
+    return out
+
+
 def _damage(index_dir: Path, r: random.Random) -> str:
     """Damage the derived index the way a crash or an operator might; return what was done."""
     if not index_dir.exists():
@@ -172,7 +186,8 @@ def run(kills: int, *, seed: int = 0, max_delay: float = 1.2, workdir: str | Non
                 faults = cc.check_store(store, acked, notes, STEPS)
             except Exception as exc:  # noqa: BLE001 - an unopenable store is what we count
                 counts["unopenable"] += 1
-                counts["failures"].append(f"round {counts['rounds']}: reopen failed: {exc!r}")
+                counts["failures"].append(f"round {counts['rounds']}: reopen failed after {focus}: {exc!r}; "
+                                          f"holders: {_holders(store)}")
                 if log:
                     log(traceback.format_exc())
                 shutil.rmtree(store / "index", ignore_errors=True)  # go on with the campaign
