@@ -69,3 +69,31 @@ def test_an_index_missing_a_segment_file_is_rebuilt_at_open(tmp_path, suffix):
     with pager.open(tmp_path / "ctx", session="a", log_reports=False) as p:
         assert p._feeder.index.page_ids() == {r.id for r, _ in p.store.iter_pages(0)}
         assert p.search("parse_config") or p.search("segment") or p.search("watermark")
+
+
+
+def test_a_session_created_by_another_connection_meanwhile_is_taken_not_created_twice(tmp_path):
+    """Two processes opening one new session at once: the second sees the first's row, no UNIQUE error."""
+    import threading
+    import time
+
+    from pager.storage.sqlite import SQLiteStore
+
+    a, b = SQLiteStore(tmp_path / "ctx"), SQLiteStore(tmp_path / "ctx")
+    got: list[object] = []
+    with b.transaction():
+        created = b.ensure_session("new")  # not committed yet: a reads no row, then waits for the lock
+        t = threading.Thread(target=lambda: got.append(_try(a.ensure_session, "new")))
+        t.start()
+        time.sleep(0.5)
+    t.join()
+    assert got == [created] and a.sessions() == ["new"]
+    a.close()
+    b.close()
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the test compares it
+        return exc
