@@ -1,0 +1,41 @@
+"""Hostile input: every public method, fuzzed; each error a PagerError, no hang, every prompt valid.
+
+The fast version of ``bench/chaos`` part 3 (``python bench/chaos/run.py``):
+a few hundred generated calls, plus the inputs that broke earlier versions,
+one test each.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+import pager
+from pager.errors import InputError, MessageError
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench" / "chaos"))
+
+import chaos_fuzz  # noqa: E402
+
+from helpers import coding_session  # noqa: E402
+
+
+def test_fuzzed_calls_to_every_public_method(tmp_path):
+    counts = chaos_fuzz.run(450, seed=5, workdir=str(tmp_path), big_every=150)
+    assert counts["calls"] >= 450
+    assert set(counts["by_method"]) == set(chaos_fuzz.METHODS)
+    assert counts["untyped_errors"] == 0, counts["samples"]
+    assert counts["hangs"] == 0 and counts["crashed_workers"] == 0, counts["samples"]
+    assert counts["invalid_prompts"] == 0, counts["samples"]
+    assert counts["typed_errors"] > 0  # the generators do reach the checks
+
+
+@pytest.mark.parametrize("role", [[], {}, {"user"}])
+def test_an_unhashable_role_is_a_message_error(role):
+    with pager.open(":memory:", session="s") as p:
+        with pytest.raises(MessageError, match="role"):
+            p.assemble({"messages": [{"role": role, "content": "hi"}]})
