@@ -36,6 +36,9 @@ from pager.storage.base import Store
 
 __all__ = ["Pager", "open", "store_sessions"]
 
+# Tantivy takes the hit count as a 64-bit size; far fewer hits than this are ever useful.
+MAX_SEARCH_K = 10_000
+
 
 def store_sessions(path: str | os.PathLike[str] | Store) -> list[str]:
     """Return the session names recorded in the store at ``path`` (oldest first)."""
@@ -254,8 +257,8 @@ class Pager(Session):
             self._check_open()
             if not isinstance(query, str):
                 raise InputError(f"query must be a string, got {type(query).__name__}")
-            if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-                raise InputError(f"k must be a positive integer, got {k!r}")
+            if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_K:
+                raise InputError(f"k must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}")
             self._feeder.flush()
             hits = self._feeder.index.search(query, session=self.session, k=k, cross_session=cross_session)
             self._faults += sum(1 for hit in hits if hit.page_id in self._demoted)

@@ -39,3 +39,12 @@ def test_an_unhashable_role_is_a_message_error(role):
     with pager.open(":memory:", session="s") as p:
         with pytest.raises(MessageError, match="role"):
             p.assemble({"messages": [{"role": role, "content": "hi"}]})
+
+
+@pytest.mark.parametrize("k", [2**70, 10**6, "5", 0, True])
+def test_search_k_out_of_range_is_an_input_error(k):
+    with pager.open(":memory:", session="s") as p:
+        p.assemble({"messages": coding_session(2)})
+        with pytest.raises(InputError, match="k must be"):
+            p.search("parse_config", k=k)
+        assert p.search("parse_config", k=10_000)
