@@ -48,3 +48,13 @@ def test_search_k_out_of_range_is_an_input_error(k):
         with pytest.raises(InputError, match="k must be"):
             p.search("parse_config", k=k)
         assert p.search("parse_config", k=10_000)
+
+
+@pytest.mark.parametrize("usage", [{"input_tokens": math.inf}, {"prompt_tokens": "12"}, {"prompt_tokens": []},
+                                   {"completion_tokens": 2**70}, {"prompt_tokens": -5},
+                                   {"prompt_tokens": 1, "prompt_tokens_details": {"cached_tokens": math.nan}}])
+def test_usage_figures_that_are_not_token_counts_are_input_errors(usage):
+    with pager.open(":memory:", session="s") as p:
+        with pytest.raises(InputError, match="usage"):
+            p.observe({"usage": usage})
+        assert p.observe({"usage": {"prompt_tokens": 10.0, "completion_tokens": 2}})["prompt_tokens"] == 10

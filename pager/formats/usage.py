@@ -28,15 +28,27 @@ def parse_usage(response: Any) -> Usage:
     if not isinstance(usage, Mapping):
         raise InputError("response has no usage mapping")
     details = usage.get("prompt_tokens_details") or {}
-    prompt = usage.get("prompt_tokens")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    if prompt is None and "input_tokens" in usage:
-        cached = int(usage.get("cache_read_input_tokens") or 0)
-        prompt = int(usage.get("input_tokens") or 0) + cached + int(usage.get("cache_creation_input_tokens") or 0)
-    completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
+    prompt = _count(usage, "prompt_tokens")
+    cached = _count(details, "cached_tokens") if isinstance(details, Mapping) else 0
+    if usage.get("prompt_tokens") is None and "input_tokens" in usage:
+        cached = _count(usage, "cache_read_input_tokens")
+        prompt = _count(usage, "input_tokens") + cached + _count(usage, "cache_creation_input_tokens")
+    key = "completion_tokens" if "completion_tokens" in usage else "output_tokens"
     return Usage(
-        prompt_tokens=int(prompt or 0),
-        completion_tokens=int(completion or 0),
-        cached_tokens=int(cached or 0),
-        cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+        prompt_tokens=prompt,
+        completion_tokens=_count(usage, key),
+        cached_tokens=cached,
+        cache_write_tokens=_count(usage, "cache_creation_input_tokens"),
     )
+
+
+def _count(usage: Mapping[str, Any], key: str) -> int:
+    """Return a token figure (missing or null: 0); ``InputError`` for anything but a whole number."""
+    value = usage.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+        raise InputError(f"usage {key} must be a token count, got {value!r}")
+    return value
