@@ -56,9 +56,20 @@ class Report:
 
 
 class ReportLog:
-    """Append reports as JSON lines to ``reports.jsonl`` in the store folder."""
+    """Append reports as JSON lines to ``reports.jsonl`` in the store folder.
 
-    def __init__(self, folder: str | os.PathLike[str] | None, enabled: bool = True) -> None:
+    The file rotates by size: past ``max_bytes`` it becomes ``reports.jsonl.1``
+    (older ones shift up to ``.{keep}``, the oldest is dropped), so a long-lived
+    store's log stays bounded.
+    """
+
+    MAX_BYTES = 16 * 1024 * 1024
+    KEEP = 3
+
+    def __init__(self, folder: str | os.PathLike[str] | None, enabled: bool = True, *,
+                 max_bytes: int | None = None, keep: int | None = None) -> None:
+        self.max_bytes = self.MAX_BYTES if max_bytes is None else max_bytes
+        self.keep = self.KEEP if keep is None else keep
         # a store with no folder (in memory, a database server) keeps no report file
         self.path = Path(folder) / "reports.jsonl" if folder is not None else None
         self.enabled = enabled and self.path is not None
@@ -66,10 +77,27 @@ class ReportLog:
     def append(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        # one write call per line: a crash leaves at most one torn last line,
-        # which readers skip
-        with open(self.path, "ab") as fh:  # type: ignore[arg-type]
-            fh.write(orjson.dumps(record) + b"\n")
+        assert self.path is not None
+        line = orjson.dumps(record) + b"\n"
+        try:
+            if self.path.exists() and self.path.stat().st_size + len(line) > self.max_bytes:
+                self._rotate()
+            # one write call per line: a crash leaves at most one torn last line, which readers skip
+            with open(self.path, "ab") as fh:
+                fh.write(line)
+        except OSError:
+            pass  # reports are observability: a full disk must not fail the call that produced one
+
+    def _rotate(self) -> None:
+        assert self.path is not None
+        for i in range(self.keep - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
+        if self.keep:
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        else:
+            self.path.unlink()
 
     def read(self) -> list[dict[str, Any]]:
         if self.path is None or not self.path.exists():

@@ -130,7 +130,7 @@ class Session:
         ids = self.store.branch_page_ids(branch)
         records = self.store.load_pages(ids)
         self.history = History(self.session, self.counter)
-        self.history.load(((rec, self.store.message(rec.id)[1]) for rec in records), branch)
+        self.history.load(records, branch, lambda pid: self.store.message(pid)[1])
         state = self.store.load_state(self.session) or {}
         self._layout = Layout.from_state(state.get("layout"))
         # pins and notes change only through this object: read them once, not per call

@@ -94,12 +94,14 @@ class StoreContract:
     def test_fields_round_trip(self, store: Store) -> None:
         b = store.ensure_session("s")
         page = new_page(3, kind="file", call_id="c9", path="src/a.py", labels=("task:0", "goal:x"),
-                        tool_name="read_file", scope="shared", owner="alice", call_ids=())
+                        tool_name="read_file", scope="shared", owner="alice", call_ids=(),
+                        terms=("src/a.py", "load_config"))
         _, (pid,) = store.record("s", b, None, 0, [page])
         rec = store.load_pages([pid])[0]
         assert (rec.kind, rec.call_id, rec.path, rec.labels, rec.tool_name, rec.scope, rec.owner) == (
             "file", "c9", "src/a.py", ("task:0", "goal:x"), "read_file", "shared", "alice")
         assert rec.handle == page.handle and rec.hash == page.hash and rec.tokens == page.tokens
+        assert set(rec.terms or ()) == {"src/a.py", "load_config"}
 
     def test_page_ids_grow_across_sessions(self, store: Store) -> None:
         a, b = store.ensure_session("a"), store.ensure_session("b")
@@ -198,6 +200,25 @@ class StoreContract:
             seen.append(store.lock_session("s"))
         assert seen == sorted(set(seen)) and len(seen) == 5  # strictly growing
         assert store.lock_session("t") == store.lock_session("t")  # other sessions untouched
+
+    def test_scopes_pools_and_handles_across_sessions(self, store: Store) -> None:
+        a, b = store.ensure_session("a"), store.ensure_session("b")
+        _, (pa,) = store.record("a", a, None, 0, [new_page(1, scope="project", pool="repo", owner="alice")])
+        _, (pb,) = store.record("b", b, None, 0, [new_page(1)])  # the same handle in another session
+        rec = store.load_pages([pa])[0]
+        assert (rec.scope, rec.pool, rec.owner) == ("project", "repo", "alice")
+        assert store.pages_by_handle("pg:1-abc001") == [pb, pa]
+        before = store.lock_session("a")
+        with store.transaction():
+            store.set_scope(pa, "shared", None)
+        assert (store.load_pages([pa])[0].scope, store.load_pages([pa])[0].pool) == ("shared", None)
+        assert store.lock_session("a") > before
+        assert store.pool_acls() == {}
+        store.set_pool_acl("repo", ["bob", "*"], ["alice"])
+        acl = store.pool_acls()["repo"]
+        assert acl.readers == {"bob", "*"} and acl.writers == {"alice"}
+        with pytest.raises(StoreError):
+            store.set_scope(987654, "shared", None)
 
     def test_recall_index_is_provided(self, store: Store) -> None:
         index = store.open_index()

@@ -50,11 +50,20 @@ def test_search_k_out_of_range_is_an_input_error(k):
         assert p.search("parse_config", k=10_000)
 
 
-@pytest.mark.parametrize("usage", [{"input_tokens": math.inf}, {"prompt_tokens": "12"}, {"prompt_tokens": []},
-                                   {"completion_tokens": 2**70}, {"prompt_tokens": -5},
-                                   {"prompt_tokens": 1, "prompt_tokens_details": {"cached_tokens": math.nan}}])
+@pytest.mark.parametrize("usage", [{"prompt_tokens": math.inf, "completion_tokens": 1},
+                                   {"prompt_tokens": math.nan, "completion_tokens": 1},
+                                   {"input_tokens": "12", "output_tokens": 1}, {"prompt_tokens": [], "completion_tokens": 1},
+                                   {"prompt_tokens": 1, "completion_tokens": 2**70}, {"prompt_tokens": -5}])
 def test_usage_figures_that_are_not_token_counts_are_input_errors(usage):
     with pager.open(":memory:", session="s") as p:
-        with pytest.raises(InputError, match="usage"):
+        with pytest.raises(InputError):
             p.observe({"usage": usage})
         assert p.observe({"usage": {"prompt_tokens": 10.0, "completion_tokens": 2}})["prompt_tokens"] == 10
+
+
+@pytest.mark.parametrize("cached", [math.nan, math.inf, 2**70])
+def test_an_odd_cached_figure_counts_as_none(cached):
+    with pager.open(":memory:", session="s") as p:
+        got = p.observe({"usage": {"prompt_tokens": 10, "completion_tokens": 2,
+                                   "prompt_tokens_details": {"cached_tokens": cached}}})
+        assert got["cached_tokens"] == 0

@@ -134,10 +134,22 @@ def test_owner_other_than_session() -> None:
         ]
     )
     index.commit()
-    assert ids(index.search("pool", session="pool", k=5)) == [1]  # alice's private page hidden
-    assert index.search("pool", session="alice") == []  # not alice's session
-    assert set(ids(index.search("pool", session="alice", cross_session=True))) == {1, 2}
+    assert ids(index.search("pool", session="pool", k=5)) == [1]  # alice's private page: alice only
+    assert set(ids(index.search("pool", session="pool", k=5, audiences=["alice"]))) == {1, 2}
+    assert ids(index.search("pool", session="other", audiences=["alice"])) == [2]  # any of alice's sessions
     assert index.search("pool", session="bob", cross_session=True) == []
+
+
+def test_project_pool_pages_are_read_through_the_pool() -> None:
+    index = PageIndex()
+    index.add([doc(1, "deploy recipe", session="s1", scope="project", pool="repo"),
+               doc(2, "deploy secret", session="s1")])
+    index.commit()
+    assert ids(index.search("deploy", session="s2")) == []
+    assert ids(index.search("deploy", session="s2", audiences=["pool:repo"])) == [1]
+    assert ids(index.search("deploy", session="s2", audiences=["pool:other"])) == []
+    hit = index.search("deploy", session="s2", audiences=["pool:repo"])[0]
+    assert (hit.session, hit.pool, hit.scope) == ("s1", "repo", "project")
 
 
 def test_bad_scope_rejected() -> None:

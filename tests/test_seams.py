@@ -133,3 +133,15 @@ def test_a_request_in_no_known_format_is_refused():
             p.assemble({"model": "m", "prompt": "hello"})
         with pytest.raises(InputError):
             p.assemble(["not", "a", "mapping"])  # type: ignore[arg-type]
+
+
+def test_the_report_log_rotates_by_size(tmp_path):
+    from pager.report import ReportLog
+
+    log = ReportLog(tmp_path, max_bytes=200, keep=2)
+    for i in range(40):
+        log.append({"i": i, "pad": "x" * 20})
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["reports.jsonl", "reports.jsonl.1", "reports.jsonl.2"]
+    assert all(p.stat().st_size <= 200 for p in tmp_path.iterdir())
+    assert log.read()[-1]["i"] == 39  # the newest line is in the live file

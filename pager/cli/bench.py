@@ -100,6 +100,9 @@ def register(subparsers: Any) -> None:
                    help="a pager variant with these options (values parsed as JSON when "
                    "they are; 'name=' names it); repeatable")
     p.add_argument("--no-pager", action="store_true", help="leave out pager with its defaults")
+    p.add_argument("--native", action="store_true",
+                   help="replay original Claude Code logs in Anthropic format with pager's cache breakpoints, "
+                   "beside the same sessions as chat (see pager.replay.native)")
     add_long_gap(p)
     add_progress(p)
     p.set_defaults(func=main)
@@ -293,5 +296,9 @@ def run_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> BenchResult
 
 def main(args: argparse.Namespace) -> int:
     """Run ``pager bench``; return the exit status."""
+    if getattr(args, "native", False):
+        from pager.replay.native import bench_main
+
+        return bench_main(args, sys.stdout, sys.stderr, args.paths or default_paths())
     result = run_bench(args, sys.stdout, sys.stderr)
     return 0 if result is not None else 1

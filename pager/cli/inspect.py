@@ -21,6 +21,9 @@ def register(sub: Any) -> None:
     p.add_argument("--session", help="only this session")
     p.add_argument("--pages", action="store_true", help="list every page of the head branch")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--format", metavar="NAME",
+                   help="print each session's history as a request in wire format NAME "
+                   "(openai-chat, anthropic-messages, openai-responses)")
     p.set_defaults(func=run)
 
 
@@ -55,6 +58,19 @@ def _summary(store: Any, session: str, report: dict[str, Any] | None) -> dict[st
     }
 
 
+def _export(store: Any, sessions: list[str], format: str) -> int:
+    """Print each session's head branch as one request in wire format ``format`` (JSON lines)."""
+    from pager.formats.base import get_format
+    from pager.formats.export import export_request
+
+    get_format(format)  # ConfigError naming the known formats
+    for session in sessions:
+        ids = store.branch_page_ids(store.ensure_session(session))
+        messages = [store.message(pid)[1] for pid in ids]
+        print(orjson.dumps({"session": session, "request": export_request(messages, format)}).decode())
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from pager.report import ReportLog
     from pager.storage.sqlite import DB_NAME, Store
@@ -73,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         for rec in ReportLog(folder).read():
             if rec.get("type") == "assemble":
                 last[rec["session"]] = rec
+        if args.format:
+            return _export(store, sessions, args.format)
         out = [_summary(store, s, last.get(s)) for s in sessions]
     finally:
         store.close()

@@ -22,6 +22,9 @@ _PATH_KEYS = ("file_path", "path", "filename", "file", "target_file", "absolute_
 _READ_COMMANDS = {"cat", "head", "tail", "nl", "sed", "less", "more", "bat", "open", "view"}
 _SHELL_META = re.compile(r"[|><;&`$]|\|\||&&")
 _OPEN_FILE_CALL = re.compile(r"""^\s*open_file\(\s*['"]([^'"]+)['"]""")
+# A command that reads one file is short; anything longer is not parsed at all, which keeps a
+# model-written megabyte-long command from costing more than a length check (shlex is quadratic).
+MAX_COMMAND_CHARS = 4_096
 
 
 def _args(arguments: Any) -> Mapping[str, Any]:
@@ -50,6 +53,8 @@ _CD_PREFIX = re.compile(r"^\s*cd\s+[^\s;&|]+\s*&&\s*")
 
 def _command_path(command: str) -> str | None:
     # "cd /repo && cat x" is how many agents read; the cd changes nothing we key on
+    if len(command) > MAX_COMMAND_CHARS:
+        return None
     command = _CD_PREFIX.sub("", command.strip(), count=1)
     if not command or "\n" in command or _SHELL_META.search(command):
         return None
@@ -95,14 +100,14 @@ def file_read_path(tool_name: str | None, arguments: Any) -> str | None:
     if name in _SHELL_TOOLS:
         command = args.get("command") or args.get("cmd")
         if isinstance(command, list):
-            command = " ".join(str(c) for c in command)
+            command = " ".join(str(c) for c in command[:64])
         if isinstance(command, str):
             return _command_path(command)
         return None
     if name in ("execute_ipython_cell", "ipython", "python"):
         code = args.get("code")
         if isinstance(code, str):
-            m = _OPEN_FILE_CALL.match(code)
+            m = _OPEN_FILE_CALL.match(code[:MAX_COMMAND_CHARS])
             if m and "\n" not in code.strip():
                 return m.group(1)
     return None

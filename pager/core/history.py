@@ -10,7 +10,7 @@ writes the store.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import orjson
@@ -207,7 +207,8 @@ class History:
                 call_id=cls.call_id, call_ids=cls.call_ids, tool_name=cls.tool_name, path=cls.path,
                 labels=(f"task:{task}",), scope=scope, owner=owner,
             )
-            records.append(Prepared(page, text, _page_terms(text, cls.path, extract_limit)))
+            terms = _page_terms(text, cls.path, extract_limit)
+            records.append(Prepared(attrs.evolve(page, terms=tuple(terms)), text, terms))
             if cls.kind == "assistant":
                 step += 1
         return records
@@ -274,17 +275,34 @@ class History:
         if kind == "user" and self.first_user is None:
             self.first_user = row
 
-    def load(self, rows: Iterable[tuple[PageRecord, Mapping[str, Any]]], branch: int, extract_limit: int = 2000) -> None:
-        """Rebuild the mirror from stored ``(page record, message)`` pairs in branch order."""
+    def load(
+        self,
+        records: Sequence[PageRecord],
+        branch: int,
+        message_of: Callable[[int], Mapping[str, Any]],
+        extract_limit: int = 2000,
+    ) -> None:
+        """Append stored pages (in branch order) to the mirror.
+
+        Terms kept with each page are used as stored; ``message_of(page_id)``
+        is read only for a page stored without them, and for the last
+        assistant message's calls (a new result can only answer those).
+        """
         self.branch = branch
-        for rec, msg in rows:
+        last_calls = max((i for i, rec in enumerate(records) if rec.call_ids), default=None)
+        for i, rec in enumerate(records):
             r = len(self.page)
-            terms = _page_terms(message_text(msg), rec.path, extract_limit)
+            if rec.terms is not None:
+                terms = frozenset(rec.terms)
+            else:
+                terms = _page_terms(message_text(message_of(rec.id)), rec.path, extract_limit)
             self._add_row(rec.id, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
                           rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels)
-            for call in tool_calls(msg):
-                self.calls[call.id] = (call.name, call.arguments)
-                self.call_rows[call.id] = r
+            for cid in rec.call_ids:
+                self.call_rows[cid] = r
+            if i == last_calls:
+                for call in tool_calls(message_of(rec.id)):
+                    self.calls[call.id] = (call.name, call.arguments)
             self._link(r, rec.kind, rec.call_id)
             if rec.kind == "file" and rec.path:
                 self.path_rows[rec.path] = r

@@ -38,8 +38,9 @@ __all__ = [
 ]
 
 KINDS = ("system", "user", "assistant", "tool", "file")
-# Who may see a page: its session only, its owner only, or every session of the store.
-SCOPES = ("session", "private", "shared")
+# Who may see a page, narrowest first: its owner only, its session, its session and a project
+# pool (readers by the pool's ACL), every session of the store.
+SCOPES = ("private", "session", "project", "shared")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 # Kinds that are one tool call's output: paired with their call, stubbed when big.
 TOOL_KINDS = ("tool", "file")
@@ -90,6 +91,9 @@ class NewPage:
     labels: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
     scope: str = "session"
     owner: str | None = None
+    pool: str | None = None  # the project pool of a "project" page
+    # the page's referable terms (paths, identifiers, errors), kept so a reopen need not re-extract them
+    terms: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
 
 
 @attrs.frozen(slots=True)
@@ -117,6 +121,8 @@ class PageRecord:
     scope: str
     handle: str
     owner: str | None = None
+    pool: str | None = None
+    terms: tuple[str, ...] | None = None  # None: not stored (a page written before terms were kept)
 
 
 @attrs.frozen(slots=True)
@@ -144,4 +150,6 @@ def page_record(values: Mapping[str, Any]) -> PageRecord:
         stale=bool(values["stale"]), labels=seq(values["labels"]), last_ref=int(values["last_ref"]),
         ref_count=int(values["ref_count"]), scope=values["scope"] or "session", handle=values["handle"],
         owner=values.get("owner"),
+        pool=values.get("pool"),
+        terms=None if values.get("terms") is None else seq(values["terms"]),
     )

@@ -7,5 +7,7 @@ way in and renders with it on the way out.
 """
 
 from pager.formats import base, openai_chat  # noqa: F401  (registers openai-chat)
+# registered after chat: detection tries the newest format first
+from pager.formats import anthropic_messages, openai_responses  # noqa: F401,E402
 
-__all__ = ["base", "openai_chat"]
+__all__ = ["anthropic_messages", "base", "openai_chat", "openai_responses"]

@@ -106,7 +106,17 @@ def load_session(path: str | os.PathLike[str]) -> Session:
         data = p.read_bytes()
     except OSError as exc:
         raise InputError(f"{p}: cannot read: {exc.strerror or exc}") from exc
-    return parse_session(data.splitlines(), name=str(p))
+    try:
+        return parse_session(data.splitlines(), name=str(p))
+    except InputError as exc:
+        # an original agent log (Claude Code, OpenAI Responses): import it (pager.replay.importers)
+        from pager.replay.importers import chat_messages, load_native
+
+        try:
+            native = load_native(p)
+        except InputError:
+            raise exc from None
+        return Session(id=native.id, header=dict(native.header), messages=tuple(chat_messages(native)), path=str(p))
 
 
 def discover(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:

@@ -38,6 +38,7 @@ import attrs
 from pager.core.pages import SCOPES, NewPage, PageRecord, StatUpdate
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pager.core.pools import PoolAcl
     from pager.storage.index import Hit, IndexDoc
 
 __all__ = [
@@ -162,6 +163,19 @@ class Store(Protocol):
     def count_pages(self, session: str | None = None) -> int: ...
 
     def update_stats(self, stats: Sequence[StatUpdate]) -> None: ...
+
+    def pages_by_handle(self, handle: str) -> list[int]:
+        """Return the ids of the pages with ``handle`` in any session, newest first (callers check access)."""
+        ...
+
+    def set_scope(self, page_id: int, scope: str, pool: str | None) -> None:
+        """Move a page to another scope and pool (raises its session's version)."""
+        ...
+
+    # -- pools
+    def set_pool_acl(self, pool: str, readers: Sequence[str], writers: Sequence[str]) -> None: ...
+
+    def pool_acls(self) -> dict[str, "PoolAcl"]: ...
 
     # -- pins, notes, events
     def add_note(self, session: str, text: str, step: int) -> None: ...

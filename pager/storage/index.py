@@ -20,17 +20,17 @@ boosted, against paths, handles and labels. The terms are OR-ed and scored by
 BM25; a kind filter scores zero, and excluded pages are dropped after the search.
 
 Visibility is built into the terms, not checked by a filter: each page's
-words are indexed under one JSON key per *audience* allowed to see it (its
-session, its owner, and ``shared`` for shared pages), so a session-scoped
-query walks only that session's posting lists. That is what keeps a query
-near 0.2 ms at 100k pages where a session filter over global posting lists
-cost 2 ms. A query from session ``S`` reads key ``S``; with
-``cross_session=True`` it also reads ``shared`` (per word the better of the
-two scores counts, not their sum). A ``private`` page has its owner as only
-audience (the owner defaults to the page's session), so it never reaches
-another session. A page whose owner differs from its session is reachable by
-the owner only cross-session: the ``away`` field hides it from the owner's
-session-scoped queries.
+words are indexed under one JSON key per *audience* allowed to see it, so a
+query walks only the posting lists of what its reader may see. That is what
+keeps a query near 0.2 ms at 100k pages where a session filter over global
+posting lists cost 2 ms. The audiences of a page, by scope: ``session`` its
+session; ``private`` its owner only (the owner defaults to the session);
+``project`` its session and its pool (``"pool:<name>"``); ``shared`` its
+session and everyone (``shared``). A query from session ``S`` reads key ``S``,
+the keys of the ``audiences`` it names (its owner, the pools it may read:
+the facade decides from the pools' ACLs, ``pager.core.pools``) and, with
+``cross_session=True``, ``shared``; per word the best of those scores counts,
+not their sum.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ PRUNE_SHARE = 0.2
 PRUNE_MIN_DF = 2000
 PRUNE_KEEP = 3
 _SHARED = "shared"  # audience key of shared pages; session keys start with "h"
+POOL_PREFIX = "pool:"  # a project pool's audience is the hash of "pool:<name>"
 _META = "upto"
 _OVERFETCH = 8  # extra candidates so ties at the cut are broken by page_id, not doc order
 
@@ -104,6 +105,7 @@ class IndexDoc:
     handle: str | None = None
     owner: str = ""  # empty means the page's session
     scope: str = attrs.field(default="session", validator=attrs.validators.in_(SCOPES))
+    pool: str | None = None  # the project pool of a "project" page
 
 
 @attrs.frozen
@@ -118,6 +120,9 @@ class Hit:
     path: str | None
     handle: str | None
     snippet: str
+    owner: str | None = None
+    pool: str | None = None
+    scope: str = "session"
 
 
 def _clean(s: str) -> str:
@@ -153,7 +158,9 @@ def _build_schema() -> tantivy.Schema:
     sb.add_integer_field("step", stored=True)
     sb.add_text_field("session", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("kind", stored=True, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("away", tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("owner", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("pool", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("scope", stored=True, tokenizer_name="raw", index_option="basic")
     # JSON fields keyed by audience (see the module docstring).
     sb.add_json_field("text", tokenizer_name="pg_text", index_option="freq")
     sb.add_json_field("cjk", tokenizer_name="whitespace", index_option="freq")
@@ -290,8 +297,14 @@ class PageIndex:
                 pause = min(pause * 2, 0.2)
 
     def _release(self) -> None:
-        # dropping the writer releases Tantivy's lock for the other writers
-        self._writer = None
+        # give Tantivy's lock back to the other writers, after its merge threads finished:
+        # nothing of ours may write to the folder once commit (or close) returned
+        w, self._writer = self._writer, None
+        if w is not None:
+            try:
+                w.wait_merging_threads()
+            except (ValueError, OSError, RuntimeError) as e:
+                log.warning("recall index: waiting for merges failed: %s", e)
 
     # -- writing -------------------------------------------------------------
 
@@ -321,12 +334,15 @@ class PageIndex:
         session = _clean(d.session)
         owner = _clean(d.owner) if d.owner else session
         home, own = _audience(session), _audience(owner)
+        # who may read it: its session; its owner only; its session and a project pool; everyone
         if d.scope == "private":
             audiences = [own]
+        elif d.scope == "project" and d.pool:
+            audiences = [home, _audience(POOL_PREFIX + _clean(d.pool))]
         elif d.scope == "shared":
-            audiences = [home, _SHARED] if own == home else [home, own, _SHARED]
+            audiences = [home, _SHARED]
         else:
-            audiences = [home] if own == home else [home, own]
+            audiences = [home]
         text = _clean(d.text)
         labels = [_clean(x) for x in d.labels]
         words = [text, *labels]
@@ -336,10 +352,11 @@ class PageIndex:
         doc.add_integer("step", d.step)
         doc.add_text("session", session)
         doc.add_text("kind", d.kind)
-        if own != home:
-            doc.add_text("away", own)  # the owner sees it cross-session only
-        if home not in audiences:
-            doc.add_text("away", home)  # hidden from its own session: private to another owner
+        if d.owner:
+            doc.add_text("owner", owner)
+        if d.pool:
+            doc.add_text("pool", _clean(d.pool))
+        doc.add_text("scope", d.scope)
         if d.path:
             path = _clean(d.path)
             doc.add_text("path", path)
@@ -534,8 +551,13 @@ class PageIndex:
         kinds: Collection[str] | None = None,
         cross_session: bool = False,
         min_score: float = 0.0,
+        audiences: Collection[str] = (),
     ) -> list[Hit]:
         """Return up to ``k`` pages matching free text ``query``, best first.
+
+        A query reads its session's pages, plus the pages of each name in
+        ``audiences`` (an owner's private pages, ``"pool:<name>"`` for a project
+        pool), plus shared pages with ``cross_session``.
 
         Never raises on odd input: syntax characters, empty, huge, emoji or
         CJK queries are all fine (huge ones are cut to 4 KB / 64 terms).
@@ -545,7 +567,7 @@ class PageIndex:
             self._reload()  # a person or the agent asked: see what other writers committed
         return self._run(
             _TEXT_ANALYZER.analyze(q), _bigrams(q), q.split(),
-            session, k, exclude, kinds, cross_session, min_score,
+            session, k, exclude, kinds, cross_session, min_score, audiences,
         )  # fmt: skip
 
     def search_terms(
@@ -558,6 +580,7 @@ class PageIndex:
         kinds: Collection[str] | None = None,
         cross_session: bool = False,
         min_score: float = 0.0,
+        audiences: Collection[str] = (),
     ) -> list[Hit]:
         """Return up to ``k`` pages matching pre-extracted ``terms``, best first.
 
@@ -576,7 +599,7 @@ class PageIndex:
             words.extend(_TEXT_ANALYZER.analyze(t))
             grams.extend(_bigrams(t))
             chunks.append(t)
-        return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score)
+        return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score, audiences)
 
     def _run(
         self,
@@ -589,6 +612,7 @@ class PageIndex:
         kinds: Collection[str] | None,
         cross_session: bool,
         min_score: float,
+        audiences: Collection[str] = (),
     ) -> list[Hit]:
         if k <= 0:
             return []
@@ -603,7 +627,7 @@ class PageIndex:
         try:
             with self._lock:
                 return self._query(
-                    words, grams, keys, session, k, exclude, kinds, cross_session, min_score
+                    words, grams, keys, session, k, exclude, kinds, cross_session, min_score, audiences
                 )
         except (ValueError, OSError, RuntimeError) as e:
             raise RecallIndexError(f"recall query failed: {e}") from e
@@ -619,9 +643,12 @@ class PageIndex:
         kinds: Collection[str] | None,
         cross_session: bool,
         min_score: float,
+        audiences: Collection[str] = (),
     ) -> list[Hit]:
         home = _audience(_clean(session))
-        paths = [f"{{}}.{home}"] + ([f"{{}}.{_SHARED}"] if cross_session else [])
+        readers = [home] + [_audience(_clean(a)) for a in audiences if a]
+        readers += [_SHARED] if cross_session else []
+        paths = [f"{{}}.{r}" for r in dict.fromkeys(readers)]
 
         def term(field: str, value: str) -> Query:
             qs = [Query.term_query(_SCHEMA, p.format(field), value) for p in paths]
@@ -640,8 +667,6 @@ class PageIndex:
             # turning every page of that kind into a zero-score candidate.
             clauses = [(Occur.Must, Query.boolean_query(clauses)), (Occur.Must, kq)]
         s = self._searcher
-        if not cross_session and s.doc_freq("away", home):  # skipped when empty: keeps a pure OR
-            clauses.append((Occur.MustNot, Query.term_query(_SCHEMA, "away", home)))
         # Excluded pages are filtered after the search: a must_not term set over
         # hundreds of ids cost more than the whole query; over-fetching by
         # len(exclude) still guarantees k survivors.
@@ -685,6 +710,9 @@ class PageIndex:
             path=doc.get_first("path"),
             handle=doc.get_first("handle"),
             snippet=_snippet((doc.get_first("body") or b"").decode(), needles),
+            owner=doc.get_first("owner"),
+            pool=doc.get_first("pool"),
+            scope=doc.get_first("scope") or "session",
         )
 
 

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 import attrs
 import orjson
 
+from pager.core.pools import PoolAcl
 from pager.errors import StoreError
 from pager.storage.base import (
     Branch,
@@ -49,13 +50,14 @@ class MemoryStore:
         self._pins: list[tuple[str, TimelineEntry]] = []
         self._notes: list[tuple[str, TimelineEntry]] = []
         self._events: list[tuple[str, Event]] = []
+        self._pools: dict[str, PoolAcl] = {}
         self._next = {"page": 1, "branch": 1, "pin": 1, "note": 1}
         self._index: Any = None
 
     # -- plumbing -------------------------------------------------------------------
 
     _TABLES = ("_settings", "_sessions", "_branches", "_branch_session", "_branch_pages", "_pages",
-               "_messages", "_pins", "_notes", "_events", "_next")
+               "_messages", "_pins", "_notes", "_events", "_next", "_pools")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -175,6 +177,7 @@ class MemoryStore:
                     step=p.step, tokens=p.tokens, stub_tokens=p.stub_tokens, chars=p.chars, call_id=p.call_id,
                     call_ids=p.call_ids, tool_name=p.tool_name, path=p.path, stale=False, labels=p.labels,
                     last_ref=p.step, ref_count=0, scope=p.scope, handle=p.handle, owner=p.owner,
+                    terms=p.terms, pool=p.pool,
                 )
                 self._messages[pid] = bytes(p.message)
                 del seq_list[start_seq + offset :]
@@ -209,6 +212,24 @@ class MemoryStore:
         if session is None:
             return len(self._pages)
         return sum(1 for r in self._pages.values() if r.session == session)
+
+    def pages_by_handle(self, handle: str) -> list[int]:
+        return sorted((pid for pid, r in self._pages.items() if r.handle == handle), reverse=True)
+
+    def set_scope(self, page_id: int, scope: str, pool: str | None) -> None:
+        with self.transaction():
+            rec = self._pages.get(page_id)
+            if rec is None:
+                raise StoreError(f"in-memory store: no page with id {page_id}")
+            self._pages[page_id] = attrs.evolve(rec, scope=scope, pool=pool)
+            self._bump(rec.session)
+
+    def set_pool_acl(self, pool: str, readers: Sequence[str], writers: Sequence[str]) -> None:
+        with self.transaction():
+            self._pools[pool] = PoolAcl(readers, writers)
+
+    def pool_acls(self) -> dict[str, PoolAcl]:
+        return dict(self._pools)
 
     def update_stats(self, stats: Sequence[StatUpdate]) -> None:
         with self.transaction():

@@ -27,6 +27,7 @@ import orjson
 
 from pager.errors import SchemaError, StoreError
 from pager.core.pages import page_record
+from pager.core.pools import PoolAcl
 from pager.storage.base import (
     Branch,
     Event,
@@ -57,7 +58,10 @@ CREATE TABLE IF NOT EXISTS pages (
     stub_tokens INTEGER NOT NULL, chars INTEGER NOT NULL, call_id TEXT, call_ids TEXT,
     tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
     last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
-    scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT);
+    scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT,
+    terms TEXT, pool TEXT);
+CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, readers TEXT NOT NULL, writers TEXT NOT NULL,
+    updated REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
 CREATE INDEX IF NOT EXISTS pages_handle ON pages(handle);
 CREATE TABLE IF NOT EXISTS branch_pages (
@@ -76,12 +80,13 @@ CREATE TABLE IF NOT EXISTS events (
 PAGE_COLUMNS = (
     "id", "session", "hash", "kind", "role", "seq", "step", "tokens", "stub_tokens", "chars",
     "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
-    "handle", "owner",
+    "handle", "owner", "terms", "pool",
 )
 _COLS = ", ".join(PAGE_COLUMNS)
 # Migrations from each older schema version to the next, applied in one transaction at open.
 _MIGRATIONS = {
-    1: ("ALTER TABLE pages ADD COLUMN owner TEXT",
+    1: ("ALTER TABLE pages ADD COLUMN owner TEXT", "ALTER TABLE pages ADD COLUMN terms TEXT",
+        "ALTER TABLE pages ADD COLUMN pool TEXT",
         "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0"),
 }
 
@@ -339,19 +344,45 @@ class SQLiteStore:
                 cur = db.execute(
                     "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
                     " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
-                    " message, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " message, owner, terms, pool) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         session, p.hash, p.kind, p.role, start_seq + offset, p.step,
                         p.tokens, p.stub_tokens, p.chars, p.call_id,
                         orjson.dumps(list(p.call_ids)).decode(), p.tool_name,
                         p.path, 0, orjson.dumps(list(p.labels)).decode(),
                         p.step, 0, p.scope, p.handle, p.message, p.owner,
+                        orjson.dumps(list(p.terms)).decode(), p.pool,
                     ),
                 )
                 pid = int(cur.lastrowid or 0)
                 ids.append(pid)
                 db.execute("INSERT INTO branch_pages VALUES (?, ?, ?)", (branch, start_seq + offset, pid))
         return branch, ids
+
+    def pages_by_handle(self, handle: str) -> list[int]:
+        """Return the ids of pages with ``handle`` in any session, newest first."""
+        return [int(r[0]) for r in self._db.execute(
+            "SELECT id FROM pages WHERE handle=? ORDER BY id DESC", (handle,))]
+
+    def set_scope(self, page_id: int, scope: str, pool: str | None) -> None:
+        """Move a page to another scope (and pool); the page's session version rises."""
+        with self.transaction() as db:
+            row = db.execute("SELECT session FROM pages WHERE id=?", (page_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"store {self.path}: no page with id {page_id}")
+            db.execute("UPDATE pages SET scope=?, pool=? WHERE id=?", (scope, pool, page_id))
+            self._bump(db, row[0])
+
+    def set_pool_acl(self, pool: str, readers: Sequence[str], writers: Sequence[str]) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO pools VALUES (?, ?, ?, ?)",
+                (pool, orjson.dumps(sorted(readers)).decode(), orjson.dumps(sorted(writers)).decode(), time.time()),
+            )
+
+    def pool_acls(self) -> dict[str, PoolAcl]:
+        return {n: PoolAcl(orjson.loads(r), orjson.loads(w))
+                for n, r, w in self._db.execute("SELECT name, readers, writers FROM pools")}
 
     def update_stats(self, stats: Sequence[StatUpdate]) -> None:
         """Store what later messages changed of pages: last reference, reference count, staleness."""

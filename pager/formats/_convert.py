@@ -1,0 +1,141 @@
+"""What the non-chat formats share: SDK objects as dicts, counted renditions, the conversion memo.
+
+A neutral message made from a provider shape that chat messages cannot say
+(a thinking block, a reasoning item, a tool result with ``is_error``) keeps
+two views of it:
+
+``content``
+    What pager counts and searches: text parts (``{"type": "text", ...}``,
+    the provider's own text parts by reference) and images. A block chat has
+    no word for is given a text rendition here, so it is counted, never lost
+    from the budget.
+``native``
+    The provider's payload, verbatim (the very objects the caller sent), which
+    the format renders back. Absent when ``content`` already is the payload.
+
+Conversion is memoised per original object: a harness resends its whole
+history on every call, and returning the *same* neutral dicts for the same
+objects lets the facade skip re-validating and re-hashing them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Mapping, Sequence
+
+import orjson
+
+__all__ = ["ConversionMemo", "ValueMemo", "as_plain", "json_text", "text_part"]
+
+
+def as_plain(obj: Any) -> Any:
+    """Return ``obj`` as plain JSON data when it is an SDK (pydantic) object; else ``obj`` itself."""
+    dump = getattr(obj, "model_dump", None)
+    if dump is not None and not isinstance(obj, Mapping):
+        # exclude_none: the SDKs model optional fields as None, which the APIs
+        # do not always accept back as null
+        return dump(mode="json", exclude_none=True)
+    return obj
+
+
+def json_text(value: Any) -> str:
+    """Return ``value`` as compact JSON text (keys sorted, so the same value is the same bytes)."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def text_part(text: str) -> dict[str, Any]:
+    """Return a neutral text part."""
+    return {"type": "text", "text": text}
+
+
+class ConversionMemo:
+    """Remember the neutral messages made from each original object, by identity.
+
+    An entry holds the original object, so its ``id()`` cannot be reused by
+    another object while the entry lives. ``sig`` is a tuple of sub-objects
+    (the message's ``content``) whose identity must also match: a caller that
+    replaces a message's content gets a fresh conversion. Least recently used
+    entries go past ``capacity``. Thread-safe.
+    """
+
+    def __init__(self, capacity: int = 20_000) -> None:
+        self.capacity = capacity
+        self._d: OrderedDict[int, tuple[Any, tuple[Any, ...], Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, obj: Any, sig: tuple[Any, ...] = ()) -> Any:
+        """Return what was stored for ``obj`` (None when nothing, or when ``sig`` changed)."""
+        key = id(obj)
+        with self._lock:
+            hit = self._d.get(key)
+            if hit is None or hit[0] is not obj or len(hit[1]) != len(sig):
+                return None
+            if any(a is not b for a, b in zip(hit[1], sig)):
+                return None
+            self._d.move_to_end(key)
+            return hit[2]
+
+    def put(self, obj: Any, sig: tuple[Any, ...], value: Any) -> None:
+        """Remember ``value`` for ``obj``."""
+        with self._lock:
+            self._d[id(obj)] = (obj, sig, value)
+            self._d.move_to_end(id(obj))
+            while len(self._d) > self.capacity:
+                self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+class ValueMemo:
+    """Remember the neutral message made from a value (a system prompt), by its JSON bytes.
+
+    A harness often rebuilds its system prompt for every call; equal values
+    must give the same neutral object, whichever session asks. Thread-safe.
+    """
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = capacity
+        self._d: OrderedDict[bytes, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_make(self, value: Any, make: Any) -> Any:
+        """Return the object remembered for ``value``, making it with ``make(value)`` the first time."""
+        key = orjson.dumps(as_plain(value) if not isinstance(value, list) else [as_plain(v) for v in value])
+        with self._lock:
+            hit = self._d.get(key)
+            if hit is not None:
+                self._d.move_to_end(key)
+                return hit
+        made = make(value)
+        with self._lock:
+            self._d[key] = made
+            while len(self._d) > self.capacity:
+                self._d.popitem(last=False)
+        return made
+
+
+def strip_key(block: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """Return ``block`` without ``key`` (a copy only when it has it)."""
+    if key not in block:
+        return block
+    return {k: v for k, v in block.items() if k != key}
+
+
+def first_text(parts: Sequence[Any] | str | None) -> str:
+    """Return the text of a content value (string or text parts) joined by newlines."""
+    if parts is None:
+        return ""
+    if isinstance(parts, str):
+        return parts
+    out = []
+    for p in parts:
+        if isinstance(p, Mapping) and isinstance(p.get("text"), str):
+            out.append(p["text"])
+    return "\n".join(out)

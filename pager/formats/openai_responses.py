@@ -1,0 +1,374 @@
+"""OpenAI Responses: ``instructions`` + ``input`` items in, the same out.
+
+Conversion (``to_messages``):
+
+- ``instructions`` (a string) becomes a neutral ``system`` message: L1;
+- a ``message`` item (``input_text`` / ``output_text`` parts, or a string)
+  becomes a neutral message of its role, its parts counted as they are;
+- a run of model output items (``reasoning`` with its ``encrypted_content``,
+  assistant ``message``, ``function_call``, ``custom_tool_call``, built-in tool
+  calls) becomes one neutral assistant message: the calls that expect an
+  output item become ``tool_calls``, and the run is kept verbatim as
+  ``native``, so a reasoning item never leaves the turn it reasoned for;
+- a ``function_call_output`` (or ``custom_tool_call_output``, any
+  ``*_call_output`` with a ``call_id``) becomes a neutral ``tool`` message.
+
+Rendering turns them back into items: the caller's own items verbatim, a stub
+as an output item of the same type keeping the ``call_id``, pager's inserted
+messages as ``{"role": "user", "content": text}``.
+
+Server-kept history cannot be paged. A request with ``previous_response_id``
+or ``conversation``, an ``item_reference`` item, or an output item answering a
+call that is not in ``input`` (a partial history, as ``store=true`` clients
+send) raises ``InputError`` saying to send the full input instead.
+``store=true`` with a full ``input`` is accepted: the server may keep the
+response; pager still sends everything it schedules.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from pager.errors import InputError, MessageError, ToolError
+from pager.formats._convert import ConversionMemo, ValueMemo, as_plain, json_text, text_part
+from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
+from pager.formats.usage import parse_usage
+
+__all__ = ["FORMAT", "ItemError", "OpenAIResponses", "item_text"]
+
+USER_ROLES = frozenset({"user", "system", "developer"})
+# output items that expect an answering "*_output" item from the caller
+CALL_TYPES = frozenset(
+    {"function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call"}
+)
+TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+FULL_INPUT = (
+    "pager schedules the whole history itself, so it cannot page a history the server keeps: "
+    "send the full input instead (every earlier item in 'input', no previous_response_id)"
+)
+
+
+class ItemError(MessageError):
+    """One ``input`` item is malformed; ``index`` is its position in ``input``."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(index, reason)
+        self.args = (f"input[{index}]: {reason}",)
+
+    def __str__(self) -> str:
+        return f"input[{self.index}]: {self.reason}"
+
+
+def item_text(item: Mapping[str, Any]) -> str:
+    """Return the text an item is counted and searched by (JSON for items with no text)."""
+    itype = item.get("type")
+    if itype == "reasoning":
+        # counted by its summary: encrypted reasoning is not billed back as text
+        return "\n".join(str(s.get("text", "")) for s in item.get("summary") or () if isinstance(s, Mapping))
+    return json_text({k: v for k, v in item.items() if k not in ("id", "status")})
+
+
+def _kind(i: int, item: Mapping[str, Any]) -> str:
+    """Return ``message``, ``assistant``, ``output`` (answers a call) or ``run`` (a model item)."""
+    itype = item.get("type")
+    if itype is None or itype == "message":
+        role = item.get("role")
+        if role in USER_ROLES:
+            return "message"
+        if role == "assistant":
+            return "run"
+        raise ItemError(i, f"message role must be user, assistant, system or developer, got {role!r}")
+    if not isinstance(itype, str):
+        raise ItemError(i, "'type' must be a string")
+    if itype == "item_reference":
+        raise InputError(f"input[{i}] is an item_reference: {FULL_INPUT}")
+    if itype.endswith("_output"):
+        if not isinstance(item.get("call_id"), str) or not item["call_id"]:
+            raise ItemError(i, f"{itype} has no call_id")
+        return "output"
+    return "run"
+
+
+def _parts(i: int, content: Any) -> Any:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ItemError(i, f"message content must be a string or a list of parts, got {type(content).__name__}")
+    same = True
+    parts = []
+    for j, part in enumerate(content):
+        p = as_plain(part)
+        if not isinstance(p, Mapping) or not isinstance(p.get("type"), str):
+            raise ItemError(i, f"content[{j}] must be a part with a 'type'")
+        if p["type"] in TEXT_PARTS and not isinstance(p.get("text"), str):
+            raise ItemError(i, f"content[{j}] ({p['type']}) needs a string 'text'")
+        # chat-valid text parts only, so the neutral message is a chat message
+        if p["type"] == "text" and set(p) <= {"type", "text"}:
+            parts.append(p)
+        elif p["type"] in TEXT_PARTS:
+            parts.append(text_part(p["text"]))
+            same = False
+        elif p["type"] == "input_image":
+            parts.append(text_part("[image]"))
+            same = False
+        else:
+            parts.append(text_part(json_text(p)))
+            same = False
+        same = same and p is part
+    return content if same else parts
+
+
+def _call(i: int, item: Mapping[str, Any]) -> dict[str, Any] | None:
+    itype = item.get("type")
+    if itype not in CALL_TYPES:
+        return None
+    cid = item.get("call_id")
+    if not isinstance(cid, str) or not cid:
+        raise ItemError(i, f"{itype} has no call_id")
+    if itype == "function_call":
+        args = item.get("arguments", "")
+        if not isinstance(args, str):
+            raise ItemError(i, "function_call arguments must be a JSON string")
+        name = item.get("name")
+    elif itype == "custom_tool_call":
+        args = item.get("input", "")
+        args = args if isinstance(args, str) else json_text(args)
+        name = item.get("name")
+    else:
+        args = json_text(item.get("action", {}))
+        name = itype[: -len("_call")]
+    if not isinstance(name, str):
+        raise ItemError(i, f"{itype} needs a string 'name'")
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def _run_message(start: int, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    content: list[Any] = []
+    calls = []
+    for off, item in enumerate(items):
+        i = start + off
+        if item.get("type") in (None, "message"):
+            parts = _parts(i, item.get("content"))
+            if isinstance(parts, str):
+                content.append(text_part(parts))
+            else:
+                content.extend(parts)
+            continue
+        call = _call(i, item)
+        if call is not None:
+            calls.append(call)
+            continue
+        text = item_text(item)
+        if text:
+            content.append(text_part(text))
+    out: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        out["tool_calls"] = calls
+    out["native"] = list(items)
+    return out
+
+
+def _output_message(i: int, item: Mapping[str, Any]) -> dict[str, Any]:
+    output = item.get("output", "")
+    if output is None:
+        output = ""
+    content = output if isinstance(output, str) else _parts(i, output)
+    return {"role": "tool", "tool_call_id": item["call_id"], "content": content, "native": item}
+
+
+class OpenAIResponses:
+    """OpenAI Responses API requests (``instructions``, ``input`` items, ``tools``)."""
+
+    name = "openai-responses"
+
+    def __init__(self) -> None:
+        self._memo = ConversionMemo()
+        self._instructions = ValueMemo()
+
+    def detect(self, request: Mapping[str, Any]) -> bool:
+        return "input" in request and "messages" not in request
+
+    def validate(self, request: Mapping[str, Any]) -> None:
+        self.to_messages(request)
+
+    def to_messages(self, request: Mapping[str, Any]) -> Converted:
+        for key in ("previous_response_id", "conversation"):
+            if request.get(key):
+                raise InputError(f"request has {key!r}: {FULL_INPUT}")
+        raw = request.get("input")
+        items: Sequence[Any]
+        if isinstance(raw, str):
+            items = [{"role": "user", "content": raw}]
+        elif isinstance(raw, (list, tuple)):
+            items = raw
+        else:
+            raise InputError(f"request['input'] must be a string or a list of items, got {type(raw).__name__}")
+        out: list[Mapping[str, Any]] = []
+        ins = request.get("instructions")
+        if ins:
+            out.append(self._instructions_neutral(ins))
+        plain = [as_plain(x) for x in items]
+        kinds = []
+        for i, item in enumerate(plain):
+            if not isinstance(item, Mapping):
+                raise ItemError(i, f"must be an object, got {type(items[i]).__name__}")
+            kinds.append(_kind(i, item))
+        memo = self._memo
+        open_calls: set[str] = set()
+        seen_calls: set[str] = set()
+        i = 0
+        while i < len(plain):
+            end = i + 1
+            if kinds[i] == "run":
+                while end < len(plain) and kinds[end] == "run":
+                    end += 1
+            key = items[i]
+            sig = tuple(items[i:end]) + ((items[i].get("content"),) if isinstance(items[i], Mapping) else ())
+            neutral = memo.get(key, sig)
+            if neutral is None:
+                if kinds[i] == "run":
+                    neutral = _run_message(i, plain[i:end])
+                elif kinds[i] == "output":
+                    neutral = _output_message(i, plain[i])
+                else:
+                    n: dict[str, Any] = {"role": plain[i]["role"], "content": _parts(i, plain[i].get("content"))}
+                    n["native"] = plain[i]
+                    neutral = n
+                memo.put(key, sig, neutral)
+            if neutral["role"] == "assistant":
+                open_calls = {c["id"] for c in neutral.get("tool_calls") or ()}
+                seen_calls |= open_calls
+            elif neutral["role"] == "tool":
+                if neutral["tool_call_id"] in seen_calls and neutral["tool_call_id"] not in open_calls:
+                    raise ItemError(i, f"output for call {neutral['tool_call_id']!r} must follow its call, "
+                                       "before any other message")
+                if neutral["tool_call_id"] not in open_calls:
+                    raise InputError(
+                        f"input[{i}] answers call {neutral['tool_call_id']!r}, which is not in input "
+                        f"(a partial history, as with store=true): {FULL_INPUT}"
+                    )
+                open_calls.discard(neutral["tool_call_id"])
+            else:
+                open_calls = set()
+            out.append(neutral)
+            i = end
+        tools = request.get("tools") or ()
+        if not isinstance(tools, (list, tuple)):
+            raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")
+        return Converted(messages=out, tools=[as_plain(t) for t in tools])
+
+    def _instructions_neutral(self, ins: Any) -> dict[str, Any]:
+        if not isinstance(ins, str):
+            raise InputError(f"request['instructions'] must be a string, got {type(ins).__name__}")
+        return self._instructions.get_or_make(ins, lambda text: {"role": "system", "content": text})
+
+    def render(
+        self,
+        request: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Any] | None,
+        hints: RenderHints,
+    ) -> dict[str, Any]:
+        out = dict(request)
+        items: list[Any] = []
+        instructions: list[str] = []
+        call_types: dict[str, str] = {}
+        for m in messages:
+            role = m.get("role")
+            native = m.get("native")
+            if role in ("system", "developer") and native is None:
+                instructions.append(_text(m.get("content")))
+            elif role == "assistant":
+                items.extend(_assistant_items(m, call_types))
+            elif role == "tool":
+                cid = m.get("tool_call_id")
+                if native is not None and native.get("call_id") == cid:
+                    items.append(native)
+                else:
+                    itype = call_types.get(str(cid), "function_call") + "_output"
+                    items.append({"type": itype, "call_id": cid, "output": _text(m.get("content"))})
+            elif native is not None:
+                items.append(native)
+            else:
+                items.append({"role": role, "content": m.get("content")})
+        if instructions:
+            out["instructions"] = "\n\n".join(instructions)
+        if isinstance(request.get("input"), str) and len(items) == 1 and items[0].get("role") == "user" \
+                and items[0].get("content") == request["input"]:
+            out["input"] = request["input"]
+        else:
+            out["input"] = items
+        if tools is not None:
+            out["tools"] = list(tools)
+        return out
+
+    def tool_specs(self, specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for s in specs:
+            fn = s.get("function") or {}
+            spec = {"type": "function", "name": fn.get("name"), "parameters": fn.get("parameters") or {"type": "object"}}
+            if fn.get("description"):
+                spec["description"] = fn["description"]
+            out.append(spec)
+        return out
+
+    def tool_name(self, tool: Any) -> str | None:
+        tool = as_plain(tool)
+        if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+            return tool["name"]
+        return None
+
+    def parse_tool_call(self, call: Any) -> ToolCallRequest:
+        call = as_plain(call)
+        if not isinstance(call, Mapping):
+            raise ToolError(f"a function_call item must be a mapping, got {type(call).__name__}")
+        if call.get("type", "function_call") not in ("function_call", "custom_tool_call"):
+            raise ToolError(f"expected a function_call item, got type {call.get('type')!r}")
+        raw = call.get("arguments", call.get("input"))
+        if raw is None:
+            raw = "{}"
+        if not isinstance(raw, (str, Mapping)):
+            raise ToolError(f"arguments must be a JSON string, got {type(raw).__name__}")
+        return ToolCallRequest(id=str(call.get("call_id") or ""), name=str(call.get("name") or ""), arguments=raw)
+
+    def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:
+        # Responses has no error flag on an output item: the text says it
+        return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+    def parse_usage(self, response: Any) -> Usage:
+        return parse_usage(response)
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and "text" in p)
+
+
+def _assistant_items(m: Mapping[str, Any], call_types: dict[str, str]) -> list[Any]:
+    native = m.get("native")
+    calls = m.get("tool_calls") or ()
+    if native is not None:
+        ids = [it.get("call_id") for it in native if isinstance(it, Mapping) and it.get("type") in CALL_TYPES]
+        if ids == [c.get("id") for c in calls]:
+            for it in native:
+                if isinstance(it, Mapping) and it.get("type") in CALL_TYPES:
+                    call_types[str(it.get("call_id"))] = str(it["type"])
+            return list(native)
+    out: list[Any] = []
+    text = _text(m.get("content"))
+    if text:
+        out.append({"role": "assistant", "content": text})
+    for c in calls:
+        fn = c.get("function") or {}
+        call_types[str(c.get("id"))] = "function_call"
+        out.append({"type": "function_call", "call_id": c.get("id"), "name": fn.get("name"),
+                    "arguments": fn.get("arguments", "")})
+    return out
+
+
+FORMAT = register_format(OpenAIResponses())

@@ -1,0 +1,72 @@
+"""Usage figures per provider, from real SDK objects and dicts; unknown shapes are errors."""
+
+from __future__ import annotations
+
+import anthropic.types as at
+import openai.types.responses as rt
+import pytest
+from langchain_core.messages import AIMessage
+from openai.types.chat import ChatCompletion
+
+from pager.errors import InputError
+from pager.formats.usage import parse_usage
+
+
+def test_anthropic_message():
+    resp = at.Message.model_validate({
+        "id": "m", "type": "message", "role": "assistant", "model": "claude", "content": [],
+        "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 7, "cache_read_input_tokens": 800,
+                  "cache_creation_input_tokens": 100},
+    })
+    u = parse_usage(resp)
+    assert (u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cache_write_tokens) == (912, 7, 800, 100)
+
+
+def test_anthropic_without_cache_fields_counts_nulls_as_zero():
+    u = parse_usage(at.Usage(input_tokens=30, output_tokens=2))
+    assert (u.prompt_tokens, u.cached_tokens) == (30, 0)
+
+
+def test_responses():
+    usage = {"input_tokens": 1000, "output_tokens": 5, "total_tokens": 1005,
+             "input_tokens_details": {"cached_tokens": 800, "cache_write_tokens": 0},
+             "output_tokens_details": {"reasoning_tokens": 0}}
+    resp = rt.Response.model_validate({
+        "id": "resp_1", "object": "response", "created_at": 0, "model": "gpt-5", "output": [],
+        "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "usage": usage,
+    })
+    u = parse_usage(resp)
+    assert (u.prompt_tokens, u.completion_tokens, u.cached_tokens) == (1000, 5, 800)
+
+
+def test_chat_completion():
+    resp = ChatCompletion.model_validate({
+        "id": "c", "object": "chat.completion", "created": 0, "model": "gpt-4o", "choices": [],
+        "usage": {"prompt_tokens": 2000, "completion_tokens": 9, "total_tokens": 2009,
+                  "prompt_tokens_details": {"cached_tokens": 1536}},
+    })
+    u = parse_usage(resp)
+    assert (u.prompt_tokens, u.completion_tokens, u.cached_tokens) == (2000, 9, 1536)
+
+
+def test_langchain_usage_metadata():
+    msg = AIMessage(content="x", usage_metadata={
+        "input_tokens": 1000, "output_tokens": 5, "total_tokens": 1005,
+        "input_token_details": {"cache_read": 800, "cache_creation": 100}})
+    u = parse_usage(msg)
+    assert (u.prompt_tokens, u.cached_tokens, u.cache_write_tokens) == (1000, 800, 100)
+
+
+@pytest.mark.parametrize("bad", [
+    {"usage": {"tokens": 5}},
+    {"id": "x"},
+    {"usage": None},
+    {"usage": {"prompt_tokens": 10}},  # no completion_tokens: never a zero
+    {"usage": {"input_tokens": "many", "output_tokens": 1, "cache_read_input_tokens": 0}},
+    AIMessage(content="x"),
+    42,
+])
+def test_unknown_shapes_raise(bad):
+    with pytest.raises(InputError):
+        parse_usage(bad)
