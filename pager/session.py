@@ -55,6 +55,10 @@ def open_store(where: str | os.PathLike[str] | Store, *, must_exist: bool = Fals
     path = os.fspath(where)
     if not path or "\x00" in path:
         raise ConfigError(f"{path!r} is not a usable store path")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:  # a lone surrogate no file system name can hold
+        raise ConfigError(f"{path!r} is not a usable store path (not valid Unicode)") from None
     from pager.storage.sqlite import DB_NAME, SQLiteStore
 
     if must_exist and not (Path(path) / DB_NAME).exists():
