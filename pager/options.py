@@ -133,6 +133,8 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | None) -> di
         return {}
     if isinstance(config, Mapping):
         return dict(config)
+    if not isinstance(config, (str, os.PathLike)):
+        raise ConfigError(f"config must be a JSON file's path or a mapping, not {type(config).__name__}")
     path = Path(config)
     data = read_json_file(path)
     if not isinstance(data, dict):

@@ -67,3 +67,17 @@ def test_an_odd_cached_figure_counts_as_none(cached):
         got = p.observe({"usage": {"prompt_tokens": 10, "completion_tokens": 2,
                                    "prompt_tokens_details": {"cached_tokens": cached}}})
         assert got["cached_tokens"] == 0
+
+
+@pytest.mark.parametrize("path", ["\ud800dir", "store/\udbff"])
+def test_a_store_path_with_a_lone_surrogate_is_a_config_error(tmp_path, path):
+    with pytest.raises(pager.ConfigError):
+        pager.open(str(tmp_path / path), session="s")
+    with pytest.raises(pager.ConfigError):
+        pager.store_sessions(str(tmp_path / path))
+
+
+@pytest.mark.parametrize("config", [True, 5, 1.5, b"bytes", ["a"]])
+def test_a_config_that_is_neither_a_path_nor_a_mapping_is_a_config_error(config):
+    with pytest.raises(pager.ConfigError, match="config"):
+        pager.open(":memory:", session="s", config=config)
