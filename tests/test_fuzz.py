@@ -81,3 +81,14 @@ def test_a_store_path_with_a_lone_surrogate_is_a_config_error(tmp_path, path):
 def test_a_config_that_is_neither_a_path_nor_a_mapping_is_a_config_error(config):
     with pytest.raises(pager.ConfigError, match="config"):
         pager.open(":memory:", session="s", config=config)
+
+
+@pytest.mark.parametrize("request_", [
+    {"messages": [{"role": [], "content": "hi"}]},
+    {"messages": [{"role": "user", "content": "hi"}], "tools": 5},
+    {"messages": [{"role": "user", "content": "hi"}], "tools": {"bash": {}}},
+])
+def test_format_detection_survives_odd_roles_and_tools(request_):
+    with pager.open(":memory:", session="s") as p:
+        with pytest.raises(InputError):
+            p.assemble(request_)
