@@ -23,12 +23,13 @@ MODES = ("paging", "rollover")
 
 
 def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{attribute.name} must be a positive integer, got {value!r}")
+    # options are persisted as JSON, which holds 64-bit integers only
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**63:
+        raise ConfigError(f"{attribute.name} must be a positive 64-bit integer, got {value!r}")
 
 
 def _non_negative(_inst: Any, attribute: attrs.Attribute, value: int | float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**63:
         raise ConfigError(f"{attribute.name} must be a non-negative number, got {value!r}")
 
 
