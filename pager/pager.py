@@ -101,6 +101,8 @@ class Pager(Session):
     def _format(self, request: Any, name: str | None) -> WireFormat:
         if hasattr(request, "model_dump") and not isinstance(request, Mapping):
             raise InputError("pass the request as a mapping (an SDK's create() keyword arguments)")
+        if not isinstance(request, Mapping):  # a named format reads it as one
+            raise InputError(f"request must be a mapping, got {type(request).__name__}")
         return get_format(name) if name is not None else detect(request)
 
     def assemble(
