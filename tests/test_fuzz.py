@@ -92,3 +92,19 @@ def test_format_detection_survives_odd_roles_and_tools(request_):
     with pager.open(":memory:", session="s") as p:
         with pytest.raises(InputError):
             p.assemble(request_)
+
+
+@pytest.mark.parametrize("window", [10**30, 2**63])
+def test_a_context_window_past_64_bits_is_a_config_error(tmp_path, window):
+    with pytest.raises(pager.ConfigError, match="context_window"):
+        pager.open(tmp_path / "ctx", session="s", context_window=window)
+    with pager.open(tmp_path / "ctx", session="s", context_window=200_000) as p:  # nothing was poisoned
+        assert p.options.context_window == 200_000
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic-messages", "openai-responses"])
+@pytest.mark.parametrize("request_", [math.nan, "{not json", ["messages"]])
+def test_a_request_that_is_not_a_mapping_is_an_input_error_in_every_format(fmt, request_):
+    with pager.open(":memory:", session="s") as p:
+        with pytest.raises(InputError, match="mapping"):
+            p.assemble(request_, format=fmt)

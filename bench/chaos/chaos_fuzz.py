@@ -204,7 +204,7 @@ def _usage(r: random.Random) -> Any:
 
 
 def _fmt(r: random.Random) -> Any:
-    return r.choice([None, None, None, "openai-chat", "nope", _junk(r)])
+    return r.choice([None, None, None, "openai-chat", "anthropic-messages", "openai-responses", "nope", _junk(r)])
 
 
 class Fuzzer:
@@ -319,6 +319,17 @@ def _short(value: Any) -> str:
     return s if len(s) < 300 else s[:300] + f"...({len(s)} chars)"
 
 
+def _prompt_problems(out: dict[str, Any], check: Callable[[Any], list[str]]) -> list[str]:
+    """Return the pairing violations of an ``assemble`` result, read back through its own format."""
+    from pager.formats.base import detect
+
+    try:
+        neutral = detect(out).to_messages(out).messages
+    except Exception as exc:  # noqa: BLE001 - a prompt pager cannot read back is invalid
+        return [f"the prompt cannot be read back: {exc!r}"]
+    return check(neutral)
+
+
 def worker(seed: int, start: int, count: int, folder: str, out_path: str, progress_path: str,
            big_every: int, huge_at: int | None) -> None:
     """Run calls ``start..count-1``; write the counts; exit 3 at a hang (the parent resumes past it)."""
@@ -358,8 +369,8 @@ def worker(seed: int, start: int, count: int, folder: str, out_path: str, progre
         current["deadline"] = time.monotonic() + WATCHDOG_SECONDS
         try:
             out = thunk()
-            if method == "assemble" and isinstance(out, dict) and isinstance(out.get("messages"), list):
-                problems = check(out["messages"])
+            if method == "assemble" and isinstance(out, dict):
+                problems = _prompt_problems(out, check)
                 if problems:
                     res["invalid_prompts"].append(f"{i}: {desc[:500]}: {problems[:3]}")
         except PagerError:
