@@ -108,3 +108,18 @@ def test_a_request_that_is_not_a_mapping_is_an_input_error_in_every_format(fmt, 
     with pager.open(":memory:", session="s") as p:
         with pytest.raises(InputError, match="mapping"):
             p.assemble(request_, format=fmt)
+
+
+def test_a_50_mb_single_line_command_is_scanned_for_terms_within_the_watchdog():
+    """Model-written strings are read in linear time: a 50 MB one-word command must not stall assemble."""
+    import threading
+
+    from pager.core.terms import extract_terms
+
+    text = "cat " + "b" * 50_000_000 + " src/app/config.py"
+    got: list[frozenset[str]] = []
+    worker = threading.Thread(target=lambda: got.append(extract_terms(text)), daemon=True)
+    worker.start()
+    worker.join(chaos_fuzz.WATCHDOG_SECONDS)  # a bound on a hang, not a timing assertion
+    assert got, "extracting terms of a 50 MB line took longer than the watchdog allows"
+    assert "src/app/config.py" in got[0]
