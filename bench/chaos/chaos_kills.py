@@ -161,7 +161,9 @@ def run(kills: int, *, seed: int = 0, max_delay: float = 1.2, workdir: str | Non
             proc = ctx.Process(target=child, args=(str(store), session, focus, str(ack_path),
                                                    str(base / "state"), r.randrange(1 << 30)))
             proc.start()
-            time.sleep(r.uniform(0.0, max_delay))
+            # assemble children first open the store (a few hundred ms on a loaded machine): give
+            # them longer, so that kills land inside assemble calls too, not only inside open
+            time.sleep(r.uniform(0.1, 1.75 * max_delay) if focus == "assemble" else r.uniform(0.0, max_delay))
             if proc.is_alive():
                 os.kill(proc.pid, signal.SIGKILL)
             proc.join()
