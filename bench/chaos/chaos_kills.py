@@ -158,6 +158,7 @@ def run(kills: int, *, seed: int = 0, max_delay: float = 1.2, workdir: str | Non
                 counts["damage"][how] = counts["damage"].get(how, 0) + 1
             ack_path = base / "acks"
             ack_path.write_bytes(b"")
+            Path(str(ack_path) + ".err").unlink(missing_ok=True)
             proc = ctx.Process(target=child, args=(str(store), session, focus, str(ack_path),
                                                    str(base / "state"), r.randrange(1 << 30)))
             proc.start()
@@ -174,7 +175,8 @@ def run(kills: int, *, seed: int = 0, max_delay: float = 1.2, workdir: str | Non
                 counts["finished_before_kill"] += 1
             else:
                 counts["child_errors"] += 1
-                err = Path(str(ack_path) + ".err").read_text()[-800:]
+                err_file = Path(str(ack_path) + ".err")
+                err = err_file.read_text(errors="replace")[-800:] if err_file.exists() else "(no stderr)"
                 counts["failures"].append(f"round {counts['rounds']}: {focus} child exited {proc.exitcode}: {err}")
             for line in ack_path.read_text().splitlines():
                 parts = line.split(" ", 2)

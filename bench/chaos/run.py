@@ -23,7 +23,8 @@ import chaos_common  # noqa: E402,F401  (puts the worktree's pager first on sys.
 
 # faults that must be zero, per part
 MUST_BE_ZERO = {
-    "kills": ("unopenable", "lost", "duplicates", "wrong_content", "missing_from_index", "child_errors"),
+    "kills": ("unopenable", "lost", "duplicates", "wrong_content", "missing_from_index", "child_errors",
+              "lane_errors"),
     "load": ("errors", "illegit_conflicts", "dead_workers", "lost", "duplicates", "wrong_content",
              "page_count_mismatch", "missing_from_index"),
     "fuzz": ("untyped_errors", "hangs", "invalid_prompts", "crashed_workers"),
@@ -34,7 +35,12 @@ def _lane(args: tuple[int, int, float]) -> dict:
     import chaos_kills
 
     kills, seed, max_delay = args
-    return chaos_kills.run(kills, seed=seed, max_delay=max_delay)
+    try:
+        return chaos_kills.run(kills, seed=seed, max_delay=max_delay)
+    except Exception:  # noqa: BLE001 - a broken lane is a fault of the harness run, reported
+        import traceback
+
+        return {"lane_errors": 1, "failures": [f"lane seed {seed}: {traceback.format_exc()[-1500:]}"]}
 
 
 def run_kills(kills: int, lanes: int, seed: int, max_delay: float) -> dict:
