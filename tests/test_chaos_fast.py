@@ -25,8 +25,8 @@ from helpers import coding_session  # noqa: E402
 
 
 def test_sigkills_lose_nothing_duplicate_nothing_and_leave_a_store_that_opens(tmp_path):
-    counts = chaos_kills.run(24, seed=7, max_delay=0.35, workdir=str(tmp_path))
-    assert counts["kills"] >= 24
+    counts = chaos_kills.run_lanes(30, 3, seed=7, max_delay=0.35, workdir=str(tmp_path))
+    assert counts["kills"] >= 30 and counts["lane_errors"] == 0, counts["failures"]
     assert counts["unopenable"] == 0, counts["failures"]
     assert counts["child_errors"] == 0, counts["failures"]
     assert counts["lost"] == counts["duplicates"] == counts["wrong_content"] == 0, counts["failures"]

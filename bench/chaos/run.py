@@ -31,41 +31,6 @@ MUST_BE_ZERO = {
 }
 
 
-def _lane(args: tuple[int, int, float]) -> dict:
-    import chaos_kills
-
-    kills, seed, max_delay = args
-    try:
-        return chaos_kills.run(kills, seed=seed, max_delay=max_delay)
-    except Exception:  # noqa: BLE001 - a broken lane is a fault of the harness run, reported
-        import traceback
-
-        return {"lane_errors": 1, "failures": [f"lane seed {seed}: {traceback.format_exc()[-1500:]}"]}
-
-
-def run_kills(kills: int, lanes: int, seed: int, max_delay: float) -> dict:
-    per = -(-kills // lanes)
-    # lanes are threads of this process: each forks its children from the fork server and checks
-    # its own stores; they mostly wait (on children, on sleeps), so they overlap well
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(lanes) as pool:
-        parts = list(pool.map(_lane, [(per, seed + 101 * i, max_delay) for i in range(lanes)]))
-    total: dict = {}
-    for part in parts:
-        for k, v in part.items():
-            if isinstance(v, int):
-                total[k] = total.get(k, 0) + v
-            elif isinstance(v, dict):
-                d = total.setdefault(k, {})
-                for kk, vv in v.items():
-                    d[kk] = d.get(kk, 0) + vv
-            else:
-                total.setdefault(k, []).extend(v[:10])
-    total["lanes"] = lanes
-    return total
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a short run: 60 kills, 20 s of load, 1,000 calls")
@@ -87,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         print(f"== {part}", file=sys.stderr, flush=True)
         if part == "kills":
-            counts = run_kills(kills, a.lanes, a.seed, 0.8)
+            import chaos_kills
+
+            counts = chaos_kills.run_lanes(kills, a.lanes, seed=a.seed, max_delay=0.8)
         elif part == "load":
             import chaos_load
 
