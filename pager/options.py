@@ -20,6 +20,7 @@ from pager.errors import ConfigError
 __all__ = ["Options", "load_config", "read_json_file"]
 
 MODES = ("paging", "rollover")
+CACHE_MARKS = ("pager", "merge", "caller")  # pager.formats.breakpoints.MODES
 
 
 def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
@@ -31,6 +32,25 @@ def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
 def _non_negative(_inst: Any, attribute: attrs.Attribute, value: int | float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**63:
         raise ConfigError(f"{attribute.name} must be a non-negative number, got {value!r}")
+
+
+def _path_or_none(value: Any) -> Any:
+    # absolute when built: the options are saved with the session, and a reopen from another
+    # working directory must find the same checkpoint files
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and value and "\x00" not in value:
+        return os.path.abspath(value)
+    return value
+
+
+def _int_tuple(value: Any) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"expected a list of integers, got {value!r}")
+    out = tuple(value)
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in out):
+        raise ConfigError(f"expected a list of integers, got {value!r}")
+    return out
 
 
 @attrs.frozen(slots=True)
@@ -67,16 +87,50 @@ class Options:
     reminder_threshold: int = attrs.field(default=16_000, validator=_non_negative)
     log_reports: bool = True
     scope: str = "session"
+    owner: str | None = None  # the user or agent identity of this session's pages (default: the session)
+    pool: str | None = None  # the project pool of new pages when scope="project"
+    cache_marks: str = "pager"  # Anthropic cache breakpoints: pager's own, merged with the caller's, or the caller's
+    # live task state and rollover notices (seeds 000, 001, 003, 004)
+    state_dir: str | None = attrs.field(default=None, converter=_path_or_none)
+    wal_max_bytes: int = attrs.field(default=256 * 1024, validator=_non_negative)
+    l1_cap: int = attrs.field(default=8_000, validator=_non_negative)
+    notice_percents: tuple[int, ...] = attrs.field(default=(25, 50, 75), converter=_int_tuple)
+    window_notice: bool = True
+    effective_window_percent: int = attrs.field(default=95, validator=_positive)
+    auto_compact_ratio: float = attrs.field(default=0.9, validator=_non_negative)
+    body_after_prefix: bool = True
+    max_steps: int = attrs.field(default=0, validator=_non_negative)
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.scope not in SCOPES:
             raise ConfigError(f"scope must be one of {SCOPES}, got {self.scope!r}")
+        if self.scope == "project" and not self.pool:
+            raise ConfigError("scope='project' needs pool=<name> (the project pool the pages go to)")
+        for name in ("owner", "pool"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"{name} must be a non-empty string or None, got {value!r}")
+        if self.cache_marks not in CACHE_MARKS:
+            raise ConfigError(f"cache_marks must be one of {list(CACHE_MARKS)}, got {self.cache_marks!r}")
         if self.low_watermark > self.high_watermark:
             raise ConfigError(
                 f"low_watermark ({self.low_watermark}) must not exceed high_watermark ({self.high_watermark})"
             )
+        if any(not 0 < p < 100 for p in self.notice_percents) or list(self.notice_percents) != sorted(
+            set(self.notice_percents)
+        ):
+            raise ConfigError(
+                f"notice_percents must be increasing percentages between 1 and 99, got {list(self.notice_percents)}"
+            )
+        if not 0 < self.effective_window_percent <= 100:
+            raise ConfigError(f"effective_window_percent must be in 1..100, got {self.effective_window_percent}")
+        if not 0 < self.auto_compact_ratio <= 1:
+            raise ConfigError(f"auto_compact_ratio must be in (0, 1], got {self.auto_compact_ratio}")
+        if self.state_dir is not None and (not isinstance(self.state_dir, str) or not self.state_dir
+                                           or "\x00" in self.state_dir):
+            raise ConfigError(f"state_dir must be a directory path, got {self.state_dir!r}")
         if self.output_reserve is not None and not (0 <= self.output_reserve < self.context_window):
             raise ConfigError(
                 f"output_reserve must be in [0, context_window), got {self.output_reserve} "
@@ -98,6 +152,7 @@ class Options:
     def to_dict(self) -> dict[str, Any]:
         data = attrs.asdict(self)
         data["policy_params"] = dict(self.policy_params)
+        data["notice_percents"] = list(self.notice_percents)
         return data
 
     @classmethod

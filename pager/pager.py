@@ -19,8 +19,12 @@ import threading
 import time
 from typing import Any, Mapping, Sequence
 
+import attrs
+
 from pager import tools as agent_tools
 from pager.core.handoff import parse_handoff
+from pager.core.l1guard import item_text as l1_item_text
+from pager.core.l1guard import l1_hits
 from pager.core.messages import message_text, validate
 from pager.core.render import line_range
 from pager.core.tokens import TokenCounter, ToolTokens, default_counter
@@ -31,6 +35,8 @@ from pager.report import Report, ReportLog
 from pager.schedulers.base import ScheduleResult
 from pager.schedulers.window import handoff_from_events, task_state
 from pager.session import Session, open_store
+from pager.sharing import Sharing
+from pager.statedir import attach_state_dir
 from pager.statefiles import TaskState
 from pager.storage.base import Store
 
@@ -71,7 +77,7 @@ def open(  # noqa: A001 - the public verb is open(), like shelve.open
     return Pager(path, session, context_window, config=config, counter=counter, **options)
 
 
-class Pager(Session):
+class Pager(Sharing, Session):
     """A scheduling session over a durable store. Use ``pager.open``."""
 
     def __init__(
@@ -88,13 +94,15 @@ class Pager(Session):
                          options=options)
         self._lock = threading.RLock()
         self._count_tools = ToolTokens(self.counter)
-        self._recorder = Recorder(self.session, self.history, self.options.scope)
+        self._recorder = Recorder(self.session, self.history, self.options.scope, self.options.owner,
+                                  self.options.pool)
         if len(self.history):
             # rows found at open may be another writer's (a proxy process started while another served
             # the session): a shorter copy of them is a stale request, not a rewind to fork at
             self._recorder.foreign_from = 0
         self.reports = ReportLog(self.store.path, enabled=self.options.log_reports)
         self.last_report: Report | None = None
+        self._state_dir = attach_state_dir(self)  # issue 14: live checkpoint files (no-op without state_dir)
 
     # -- assemble -----------------------------------------------------------------------
 
@@ -151,11 +159,13 @@ class Pager(Session):
                 # the store rolled back (and _writing reloaded the mirror): drop the index's copies too
                 self._feeder.forget([d.page_id for d in docs])
                 raise
+            self._state_dir.after_assemble(result.events)  # issue 14: after the commit, WAL then files
             if result.flush_index:
                 self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
             self._prev_out = result.messages
+            hints = attrs.evolve(result.hints, cache_marks=self.options.cache_marks)
             out = fmt.render(request, result.messages, tools=result.tools if result.tools is not None else (
-                tools if expose else None), hints=result.hints)
+                tools if expose else None), hints=hints)
             self._report(result, len(messages), new_pages, (time.perf_counter() - t0) * 1000.0)
             return out
 
@@ -219,6 +229,7 @@ class Pager(Session):
             with self._writing():
                 self.store.add_pin(self.session, text)
                 self._add_pin(text)
+            self._state_dir.record(f"pin p={len(self._pins)}")  # issue 14
 
     def note(self, text: str) -> int:
         """Keep a short note in the task-state card; return how many notes the card shows."""
@@ -228,18 +239,22 @@ class Pager(Session):
             with self._writing():
                 self.store.add_note(self.session, text, self.history.clock)
                 self._notes.append(text)
+            self._state_dir.record(f"note n={len(self._notes)}")  # issue 14
             return min(len(self._notes), self.options.max_notes)
 
     def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
         """Return the original text behind ``handle`` (optionally lines start..end, 1-based)."""
         with self._lock:
             self._check_open()
-            if not isinstance(handle, str) or not handle.startswith("pg:"):
-                raise HandleError(f"{handle!r} is not a pager handle (they look like pg:12-a1b2c3)")
             for name, v in (("start_line", start_line), ("end_line", end_line)):
                 if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                     raise ToolError(f"{name} must be a positive integer, got {v!r}")
-            pid = self.store.page_by_handle(self.session, handle)
+            moved = l1_item_text(handle, self._pins, self._notes)  # issue 14: L1 guard pointers pin:N / note:N
+            if moved is not None:
+                return line_range(moved, start_line, end_line)
+            if not isinstance(handle, str) or not handle.startswith("pg:"):
+                raise HandleError(f"{handle!r} is not a pager handle (they look like pg:12-a1b2c3)")
+            pid = self._readable_page(handle)  # its own session's, or a readable pool's
             if pid is None:
                 raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")
             _session, msg = self.store.message(pid)
@@ -249,11 +264,12 @@ class Pager(Session):
             return line_range(message_text(msg), start_line, end_line)
 
     def search(self, query: str, k: int = 5, *, cross_session: bool = False) -> list[Any]:
-        """Search this session's history; return index hits, best first.
+        """Search what this session may read; return index hits, best first.
 
-        With ``cross_session=True`` pages other sessions recorded with
-        ``scope="shared"`` are searched too, each hit naming its session;
-        ``session`` and ``private`` pages never leave their session.
+        That is its own pages, its owner's private pages, and the project
+        pools whose ACL lets it read; with ``cross_session=True`` also every
+        ``shared`` page. Each hit names its session, owner, pool and scope.
+        ``session`` pages never leave their session.
         """
         with self._lock:
             self._check_open()
@@ -262,7 +278,9 @@ class Pager(Session):
             if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_K:
                 raise InputError(f"k must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}")
             self._feeder.flush()
-            hits = self._feeder.index.search(query, session=self.session, k=k, cross_session=cross_session)
+            hits = self._feeder.index.search(query, session=self.session, k=k, cross_session=cross_session,
+                                             audiences=self._audiences())
+            hits += l1_hits(query, self._pins, self._notes, self._outside_l1(), k - len(hits), self.session)  # issue 14
             self._faults += sum(1 for hit in hits if hit.page_id in self._demoted)
             return hits
 
@@ -325,6 +343,7 @@ class Pager(Session):
                 text = self._rollover.declare(handoff, cid)
                 self._save_rollover(self._rollover.to_state(), self._rollover.take_events())
                 self.store.save_state(self.session, self._state())
+            self._state_dir.record(f"handoff-intent call={cid}")  # issue 14
             return text
 
     def task_state(self) -> TaskState:
@@ -339,6 +358,13 @@ class Pager(Session):
             if handoff is None:
                 handoff = handoff_from_events(self.store.events(self.session))
             return task_state(goal, self.store.timeline(self.session), handoff, self.options.max_notes)
+
+    def _outside_l1(self) -> list[str]:
+        """Return the pin:N / note:N references not in the last prompt's card (issue 14: recallable)."""
+        moved = [n.split(":", 1)[1] for n in (self.last_report.notices if self.last_report else ())
+                 if n.startswith("l1-moved:")]
+        shown = 0 if self._rollover is not None else self.options.max_notes
+        return moved + [f"note:{i + 1}" for i in range(max(0, len(self._notes) - shown))]
 
     def reindex(self) -> int:
         """Rebuild the recall index from the store outright; return the pages indexed."""

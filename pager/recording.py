@@ -23,11 +23,14 @@ __all__ = ["Recorder"]
 class Recorder:
     """Record one session's new messages into its history mirror and its store."""
 
-    def __init__(self, session: str, history: History, scope: str, owner: str | None = None) -> None:
+    def __init__(
+        self, session: str, history: History, scope: str, owner: str | None = None, pool: str | None = None
+    ) -> None:
         self.session = session
         self.history = history
         self.scope = scope
         self.owner = owner
+        self.pool = pool
         self._ident: list[tuple[Any, Any, Any]] = []  # (message, content, tool_calls) per recorded row
         self.recalled_pending: set[int] = set()
         self.recall_useful = 0
@@ -93,7 +96,8 @@ class Recorder:
         for msg in messages[common:]:
             for call in tool_calls(msg):
                 h.calls[call.id] = (call.name, call.arguments)
-        prepared = h.prepare(messages, common, classified, hashes, raws, scope=self.scope, owner=self.owner)
+        prepared = h.prepare(messages, common, classified, hashes, raws, scope=self.scope, owner=self.owner,
+                             pool=self.pool)
         branch, ids = store.record(self.session, h.branch, fork, common, [p.page for p in prepared])
         h.branch = branch
         updates = h.append(prepared, ids)
@@ -105,7 +109,7 @@ class Recorder:
             IndexDoc(
                 page_id=pid, session=self.session, step=p.page.step, kind=p.page.kind, text=p.text,
                 path=p.page.path, handle=p.page.handle, labels=p.page.labels, scope=p.page.scope,
-                owner=p.page.owner or "",
+                owner=p.page.owner or "", pool=p.page.pool,
             )
             for p, pid in zip(prepared, ids)
         ]

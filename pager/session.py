@@ -151,6 +151,7 @@ class Session:
             self._rollover = RolloverController(
                 self.options, self.counter, self.session, orjson.loads(raw) if raw else None
             )
+            self._rollover.state_text = getattr(self, "_state_text", "")  # issue 14: checkpoint files, kept over a reload
         self._version = self.store.lock_session(self.session)
 
     @contextlib.contextmanager

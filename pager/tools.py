@@ -102,8 +102,9 @@ class ToolHost(Protocol):
     """What the agent tools need of a session (the facade provides it)."""
 
     options: Options
+    session: str
 
-    def search(self, query: str, k: int = 5) -> Sequence[Any]: ...
+    def search(self, query: str, k: int = 5, *, cross_session: bool = False) -> Sequence[Any]: ...
 
     def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str: ...
 
@@ -177,14 +178,23 @@ def _recall(pager: ToolHost, args: Mapping[str, Any]) -> str:
     if not isinstance(k, int) or isinstance(k, bool):
         raise ToolError("k must be an integer")
     k = max(1, min(RECALL_MAX_K, k))
-    hits = pager.search(query, k=k)
+    # everything the session may read: its own pages first in kind, pools and shared pages labelled
+    hits = pager.search(query, k=k, cross_session=True)
     if not hits:
         return NO_MATCH
     lines = [f"{len(hits)} match(es) in this session's history; expand(handle) for the full text:"]
     size = len(lines[0])
     for hit in hits:
         where = f" path={hit.path}" if hit.path else ""
-        line = f"- {hit.handle} (step {hit.step}, {hit.kind}{where}): {hit.snippet}"
+        # a page from beyond this session says where it comes from, so the model can weigh it
+        source = ""
+        if hit.session != getattr(pager, "session", hit.session):
+            source = f", from session {hit.session}"
+            if getattr(hit, "pool", None):
+                source += f" pool {hit.pool}"
+            if getattr(hit, "owner", None):
+                source += f" owner {hit.owner}"
+        line = f"- {hit.handle} (step {hit.step}, {hit.kind}{where}{source}): {hit.snippet}"
         if size + len(line) > RECALL_MAX_CHARS:
             lines.append("- … more matches cut; narrow the query")
             break

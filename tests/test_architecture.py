@@ -10,9 +10,9 @@ PKG = Path(__file__).resolve().parents[1] / "pager"
 # Lower layers may not import higher ones (a module may import its own layer).
 LAYERS = [
     {"errors", "core"},
-    {"options", "formats", "storage", "statefiles", "report"},
+    {"options", "optiondocs", "formats", "storage", "statefiles", "stateio", "report"},
     {"schedulers"},
-    {"recording", "session", "pager", "tools", "testing"},
+    {"recording", "session", "sharing", "statedir", "pager", "tools", "testing"},
 ]
 
 

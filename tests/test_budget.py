@@ -115,8 +115,14 @@ def test_zero_reminder_threshold_never_reminds():
         (dict(context_window=100_000.0), "context_window"),
         (dict(context_window=True), "context_window"),
         (dict(context_window="100000"), "context_window"),
-        (dict(context_window=20_000, output_reserve=12_000), "must be below context_window"),
-        (dict(context_window=20_000, output_reserve=12_001), "must be below context_window"),
+        (dict(context_window=20_000, output_reserve=12_000), "leave no base budget"),
+        (dict(context_window=20_000, output_reserve=12_001), "leave no base budget"),
+        (dict(context_window=20_000, effective_window_percent=0), "effective_window_percent"),
+        (dict(context_window=20_000, effective_window_percent=101), "effective_window_percent"),
+        (dict(context_window=20_000, auto_compact_ratio=0), "auto_compact_ratio"),
+        (dict(context_window=20_000, auto_compact_ratio=1.5), "auto_compact_ratio"),
+        (dict(context_window=20_000, max_steps=-1), "max_steps"),
+        (dict(context_window=20_000, notice_percents=(0,)), "notice_percents"),
         (dict(context_window=25_000), "reminder_threshold (16000) must be below the base"),
     ],
 )
@@ -280,3 +286,74 @@ def test_budget_and_handoff_import_no_io_modules():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
     )
     assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- seed 004's settings and notices
+
+
+def test_effective_window_and_auto_compact_ratio_place_the_hard_limit():
+    from pager.core.budget import effective_window
+
+    seed = BudgetConfig(200_000, effective_window_percent=95, auto_compact_ratio=0.9)
+    assert effective_window(seed) == 190_000
+    assert hard_limit(seed) == 171_000  # 0.9 x 190,000 comes before 190,000 - 8,192
+    assert base_limit(seed) == 163_000
+    # without the ratio the output reserve decides, inside the effective window
+    assert hard_limit(BudgetConfig(200_000, effective_window_percent=95)) == 190_000 - 8_192
+    assert evaluate_budget(seed, BudgetState(171_000)) == BudgetAction("rollover", "hard-limit")
+    assert evaluate_budget(BudgetConfig(200_000), BudgetState(171_000)).type == "remind"  # not a rollover
+
+
+def test_step_trigger_rolls_over_after_max_steps_whatever_the_size():
+    cfg = BudgetConfig(100_000, max_steps=30)
+    assert evaluate_budget(cfg, BudgetState(1_000, steps=29)).type == "continue"
+    assert evaluate_budget(cfg, BudgetState(1_000, steps=30)) == BudgetAction("rollover", "max-steps")
+    assert evaluate_budget(BudgetConfig(100_000), BudgetState(1_000, steps=10_000)).type == "continue"
+    # a declared handoff still wins: the model's memo beats a forced checkpoint
+    assert evaluate_budget(cfg, BudgetState(1_000, steps=30, explicit_rollover_declared=True)).reason == "model"
+
+
+def test_usage_notices_fire_once_each_highest_first():
+    from pager.core.budget import due_notice, usage_percent, usage_text
+
+    cfg = BudgetConfig(100_000, notice_percents=(25, 50, 75), reminder_threshold=0)
+    hard = hard_limit(cfg)
+    claimed: tuple[int, ...] = ()
+    fired = []
+    for tokens in range(0, hard, 1_000):
+        state = BudgetState(tokens, notices_claimed=claimed)
+        p = due_notice(cfg, state, body_after_prefix=False)
+        if p is not None:
+            fired.append((p, tokens))
+            claimed += tuple(q for q in cfg.notice_percents if q <= p and q not in claimed)
+    assert [p for p, _ in fired] == [25, 50, 75]
+    for p, tokens in fired:
+        assert usage_percent(cfg, BudgetState(tokens), False) >= p
+        assert usage_percent(cfg, BudgetState(tokens - 1_000), False) < p
+    # a jump past two thresholds gives one notice, the higher one
+    assert due_notice(cfg, BudgetState(int(hard * 0.6)), body_after_prefix=False) == 50
+    assert "50 % of this context window is used" in usage_text(cfg, BudgetState(int(hard * 0.6)), 50)
+    assert due_notice(BudgetConfig(100_000), BudgetState(hard - 1), False) is None  # no thresholds: none
+
+
+def test_body_after_prefix_counts_out_the_fixed_prefix():
+    from pager.core.budget import due_notice, usage_percent
+
+    cfg = BudgetConfig(100_000, notice_percents=(25,), reminder_threshold=0)
+    hard = hard_limit(cfg)
+    big_l1 = BudgetState(30_000, prefix_tokens=30_000)
+    assert usage_percent(cfg, big_l1, True) == 0.0
+    assert usage_percent(cfg, big_l1, False) > 25
+    assert due_notice(cfg, big_l1, body_after_prefix=True) is None
+    assert due_notice(cfg, big_l1, body_after_prefix=False) == 25
+    quarter = 30_000 + (hard - 30_000) // 4 + 1
+    assert due_notice(cfg, BudgetState(quarter, prefix_tokens=30_000), body_after_prefix=True) == 25
+
+
+def test_window_open_text_names_the_window_and_tokens_left():
+    from pager.core.budget import window_open_text
+
+    cfg = BudgetConfig(100_000)
+    text = window_open_text(cfg, BudgetState(10_000), 2, "w2-abc", "task-42")
+    assert "context window 2 (id w2-abc) of session task-42" in text
+    assert f"{hard_limit(cfg) - 10_000:,} tokens remain" in text

@@ -422,7 +422,7 @@ def test_oversized_fields_are_indexed() -> None:
 
 
 def test_common_words_are_pruned_in_big_audiences(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pager.storage.index as mod
+    import pager.storage.index_search as mod  # where the query reads its thresholds
 
     monkeypatch.setattr(mod, "PRUNE_MIN_DF", 10)
     index = PageIndex()

@@ -176,7 +176,9 @@ def test_cross_session_search_sees_only_shared_pages_and_names_their_session(tmp
         assert hits and {h.session for h in hits} == {"alice"}
         private = b.search("load_retry_settings_private_notes", cross_session=True)
         assert all(h.session != "carol" for h in private)  # a private page never leaves its session
-        with pytest.raises(pager.HandleError):  # another session's handle is not expandable
-            b.expand(hits[0].handle)
+        assert "load_retry_settings" in b.expand(hits[0].handle)  # a readable foreign page expands
+        carol = [r.handle for r, _ in b.store.iter_pages(0) if r.session == "carol"]
+        with pytest.raises(pager.HandleError, match="unknown handle"):  # a private one is unknown to bob
+            b.expand(carol[-1])
     with pytest.raises(pager.ConfigError):
         pager.open(store, session="dave", context_window=200_000, scope="public")

@@ -145,3 +145,13 @@ def test_the_report_log_rotates_by_size(tmp_path):
     assert files == ["reports.jsonl", "reports.jsonl.1", "reports.jsonl.2"]
     assert all(p.stat().st_size <= 200 for p in tmp_path.iterdir())
     assert log.read()[-1]["i"] == 39  # the newest line is in the live file
+
+
+def test_sqlite_errors_never_escape_the_store(tmp_path):
+    store = SQLiteStore(tmp_path / "s")
+    store.ensure_session("s")
+    store._db.close()  # a closed (or vanished) database: every call is a StoreError, not sqlite3's
+    with pytest.raises(StoreError):
+        store.sessions()
+    with pytest.raises(StoreError):
+        store.count_pages()

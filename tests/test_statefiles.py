@@ -31,11 +31,16 @@ from pager.statefiles import (
 )
 
 T0 = dt.datetime(2026, 11, 30, 2, 30, 25, tzinfo=dt.timezone.utc)
-WAL_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (no-git|[0-9a-f]{4,64}) \S.*$")
+WAL_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (no-git|[0-9a-f]{4,64}(\+dirty)?) \S.*$")
 
 INV1 = Invariant("Never edit db/schema.sql without a migration file", "migrations are the source of truth")
 INV2 = Invariant("Summarize old turns with an LLM", "lossy; turns guesses into facts", "rejected")
 STATE = TaskState("Ship the budget module", (INV1,), "run the canary", ("flag X is on",))
+
+
+def bare(line):
+    """Return a WAL line without its files / hash tail."""
+    return re.sub(r" files=\S+ sha256=[0-9a-f]{16}$", "", line)
 
 
 def clock():
@@ -50,8 +55,13 @@ def test_first_export_writes_everything(tmp_path):
     inv = (d / INVARIANTS_FILE).read_text()
     assert "- [decision] Never edit db/schema.sql without a migration file\n" in inv
     assert "  reason: migrations are the source of truth\n" in inv
-    assert (d / NEXT_FILE).read_text() == "# Next\n\nrun the canary\n\n## Notes\n\n- flag X is on\n"
-    assert (d / WAL_FILE).read_text() == "2026-11-30T02:30:25Z no-git start\n"
+    assert (d / NEXT_FILE).read_text() == (
+        "# Next\n\n- current step: (not set)\n- last completed step: (none yet)\n"
+        "- next step: run the canary\n\n## Notes\n\n- flag X is on\n"
+    )
+    wal = (d / WAL_FILE).read_text()
+    assert wal.startswith("2026-11-30T02:30:25Z no-git start files=00_goal.md,10_invariants.md,99_next.md sha256=")
+    assert wal.count("\n") == 1
 
 
 def test_goal_is_written_once(tmp_path):
@@ -107,7 +117,7 @@ def test_hand_edited_invariants_file_is_refused(tmp_path):
 def test_next_is_replaced_atomically_and_leaves_no_temp(tmp_path):
     export_state(STATE, tmp_path, transition="a", now=clock)
     export_state(TaskState(STATE.goal, (INV1,), "deploy", ()), tmp_path, transition="b", now=clock)
-    assert (tmp_path / NEXT_FILE).read_text() == "# Next\n\ndeploy\n"
+    assert "- next step: deploy\n" in (tmp_path / NEXT_FILE).read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [GOAL_FILE, INVARIANTS_FILE, NEXT_FILE, WAL_FILE]
     )
@@ -117,7 +127,7 @@ def test_wal_appends_one_line_per_transition(tmp_path):
     times = iter([T0, T0 + dt.timedelta(minutes=5)])
     export_state(STATE, tmp_path, transition="start", now=lambda: next(times))
     export_state(STATE, tmp_path, transition="next:\n run  tests", now=lambda: next(times))
-    lines = (tmp_path / WAL_FILE).read_text().splitlines()
+    lines = [bare(ln) for ln in (tmp_path / WAL_FILE).read_text().splitlines()]
     assert lines == [
         "2026-11-30T02:30:25Z no-git start",
         "2026-11-30T02:35:25Z no-git next: run tests",
@@ -163,10 +173,14 @@ def test_git_revision_in_a_repository_and_outside(tmp_path):
     ).stdout.strip()
     state_dir = repo / "state"
     export_state(STATE, state_dir, transition="in repo", now=clock)
-    assert last_wal_line(state_dir) == f"2026-11-30T02:30:25Z {rev} in repo"
+    # untracked state files do not make the tree dirty; a modified tracked file does
+    assert bare(last_wal_line(state_dir)) == f"2026-11-30T02:30:25Z {rev} in repo"
+    (repo / "f").write_text("changed")
+    export_state(STATE, state_dir, transition="dirty", now=clock)
+    assert bare(last_wal_line(state_dir)) == f"2026-11-30T02:30:25Z {rev}+dirty dirty"
     outside = tmp_path / "plain"
     export_state(STATE, outside, transition="outside", now=clock)
-    assert last_wal_line(outside) == "2026-11-30T02:30:25Z no-git outside"
+    assert bare(last_wal_line(outside)) == "2026-11-30T02:30:25Z no-git outside"
 
 
 def test_git_revision_failures_are_no_git(tmp_path, monkeypatch):
@@ -207,7 +221,7 @@ def test_resume_prints_files_in_order_then_last_wal_line(tmp_path):
     headers = re.findall(r"^===== (.*) =====$", text, re.M)
     assert headers == [GOAL_FILE, INVARIANTS_FILE, "50_extra.md", NEXT_FILE, "last WAL entry"]
     assert "no trailing newline\n===== 99_next.md" in text
-    assert text.endswith("===== last WAL entry =====\n2026-11-30T02:30:25Z no-git step 2\n")
+    assert bare(text.splitlines()[-1]) == "2026-11-30T02:30:25Z no-git step 2"
     assert "start" not in text.split("last WAL entry")[1]
     assert "not numbered" not in text
 
@@ -271,7 +285,7 @@ def test_cli_export_uses_most_recent_session_by_default(tmp_path, fake_store, ca
     assert args.func(args) == 0
     assert fake_store == [("db.sqlite", "newest")] and FakePager.closed
     assert (d / GOAL_FILE).read_text() == "# Goal\n\ngoal of newest\n"
-    assert last_wal_line(d).endswith(" export session=newest")
+    assert bare(last_wal_line(d)).endswith(" export session=newest")
     printed = capsys.readouterr().out.split()
     assert printed == [str(d / n) for n in (WAL_FILE, GOAL_FILE, INVARIANTS_FILE, NEXT_FILE)]
 
@@ -282,7 +296,7 @@ def test_cli_export_with_session_and_transition(tmp_path, fake_store):
     )
     assert args.func(args) == 0
     assert fake_store == [("db", "old")]
-    assert last_wal_line(tmp_path).endswith(" handoff 3")
+    assert bare(last_wal_line(tmp_path)).endswith(" handoff 3")
 
 
 def test_cli_export_with_empty_store_fails_cleanly(tmp_path, monkeypatch):

@@ -67,11 +67,18 @@ def run_export(args: argparse.Namespace) -> int:
     """Export the session's task state into DIR; print each file written."""
     open_, store_sessions = _store_api()
     session = args.session
+    # store_sessions refuses a path that holds no store; an export never creates one,
+    # nor a session: a typo must not leave an empty session behind
+    sessions = list(store_sessions(args.store))
     if session is None:
-        sessions = list(store_sessions(args.store))
         if not sessions:
             raise StateFileError(f"store {args.store} has no sessions to export")
         session = sessions[-1]  # store_sessions lists oldest first
+    elif session not in sessions:
+        raise StateFileError(
+            f"store {args.store} has no session {session!r}; "
+            f"it has {len(sessions)}: {', '.join(sessions[-5:]) or '(none)'}"
+        )
     handle = open_(args.store, session=session)
     try:
         state = handle.task_state()

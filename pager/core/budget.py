@@ -9,8 +9,12 @@ A context window has three limits, all derived from one ``BudgetConfig``::
         reminder_threshold tokens
         below base_limit)
 
-- ``hard_limit = context_window - output_reserve``: a prompt at or past it
-  leaves no room for the answer, so the host rolls over by itself.
+- ``hard_limit = min(effective - output_reserve, effective * auto_compact_ratio)``
+  where ``effective = context_window * effective_window_percent / 100``: a
+  prompt at or past it leaves no room for the answer (or reaches the host's
+  auto-rollover point), so the host rolls over by itself. ``BudgetConfig``'s
+  own defaults (100 %, ratio 1.0) make it ``context_window - output_reserve``;
+  ``pager.open`` passes seed 004's 95 % and 0.9 in rollover mode.
 - ``base_limit = hard_limit - fallback_reserve``: past it the model gets one
   *fallback* step in which the only tool it may call is ``new_context``; the
   request's other tools are pruned (``prune_tools``) and a call to any of them
@@ -19,8 +23,17 @@ A context window has three limits, all derived from one ``BudgetConfig``::
   *reminder*, once per window, appended at the tail of the prompt.
 
 ``evaluate_budget`` checks, in this order: a handoff the model already
-declared; the hard limit; the base limit after the fallback was given; the
-base limit; the reminder zone. The host owns the three booleans of
+declared; the hard limit; the step count (``max_steps`` assistant messages in
+the window, seed 001's trigger); the base limit after the fallback was given;
+the base limit; the reminder zone.
+
+Besides those actions, ``due_notice`` picks the usage notice a window is owed
+(seed 004's 25 / 50 / 75 %, each once per window): the share of the window
+used, counted either on the whole prompt against the hard limit or, with
+``body_after_prefix``, on the body after the window's fixed prefix (L1, the
+first message, tool schemas) against the room after that prefix.
+``window_open_text`` is the notice a window opens with: its number, its id
+and the tokens left. The host owns the three booleans of
 ``BudgetState`` and sets them once it has delivered an action;
 a rollover starts a new window and with it a fresh ``BudgetState``.
 
@@ -51,7 +64,12 @@ __all__ = [
     "blocked_text",
     "blocked_tool_result",
     "default_output_reserve",
+    "due_notice",
+    "effective_window",
     "evaluate_budget",
+    "usage_percent",
+    "usage_text",
+    "window_open_text",
     "fallback_text",
     "hard_limit",
     "is_allowed",
@@ -99,6 +117,10 @@ class BudgetConfig:
     output_reserve: int = attrs.field()
     fallback_reserve: int = DEFAULT_FALLBACK_RESERVE
     reminder_threshold: int = DEFAULT_REMINDER_THRESHOLD
+    effective_window_percent: int = 100
+    auto_compact_ratio: float = 1.0
+    notice_percents: tuple[int, ...] = ()
+    max_steps: int = 0
 
     @output_reserve.default
     def _output_reserve_default(self) -> int:
@@ -114,18 +136,27 @@ class BudgetConfig:
                 raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
         if self.context_window == 0:
             raise ConfigError("context_window must be positive")
-        reserves = self.output_reserve + self.fallback_reserve
-        if reserves >= self.context_window:
+        if not _is_int(self.effective_window_percent) or not 0 < self.effective_window_percent <= 100:
+            raise ConfigError(f"effective_window_percent must be in 1..100, got {self.effective_window_percent!r}")
+        ratio = self.auto_compact_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+            raise ConfigError(f"auto_compact_ratio must be in (0, 1], got {ratio!r}")
+        if not _is_int(self.max_steps) or self.max_steps < 0:
+            raise ConfigError(f"max_steps must be a non-negative integer, got {self.max_steps!r}")
+        if any(not _is_int(p) or not 0 < p < 100 for p in self.notice_percents):
+            raise ConfigError(f"notice_percents must be percentages in 1..99, got {self.notice_percents!r}")
+        hard = hard_limit(self)
+        if hard - self.fallback_reserve <= 0:
             raise ConfigError(
                 f"output_reserve + fallback_reserve ({self.output_reserve} + "
-                f"{self.fallback_reserve}) must be below context_window "
-                f"({self.context_window}); lower a reserve or raise the window"
+                f"{self.fallback_reserve}) leave no base budget in the usable window "
+                f"({hard} tokens of {self.context_window}); lower a reserve or raise the window"
             )
-        base = self.context_window - reserves
+        base = hard - self.fallback_reserve
         if self.reminder_threshold >= base:
             raise ConfigError(
                 f"reminder_threshold ({self.reminder_threshold}) must be below the base "
-                f"limit ({base} = context_window - output_reserve - fallback_reserve), "
+                f"limit ({base} = hard limit - fallback_reserve), "
                 "or the reminder fires on an empty window; lower reminder_threshold"
             )
 
@@ -144,6 +175,9 @@ class BudgetState:
     explicit_rollover_declared: bool = False
     reminder_claimed: bool = False
     fallback_claimed: bool = False
+    steps: int = 0  # assistant messages in this window (the step trigger)
+    prefix_tokens: int = 0  # the window's fixed prefix (body-after-prefix view)
+    notices_claimed: tuple[int, ...] = ()  # usage notice percentages already given
 
     def __attrs_post_init__(self) -> None:
         if not _is_int(self.current_tokens) or self.current_tokens < 0:
@@ -157,7 +191,8 @@ class BudgetAction:
     """What the host does before the next model call, and why.
 
     Reasons: ``rollover`` — ``"model"`` (the model handed off),
-    ``"hard-limit"`` (no room for the answer), ``"fallback-exhausted"`` (past
+    ``"hard-limit"`` (no room for the answer), ``"max-steps"`` (the step
+    trigger), ``"fallback-exhausted"`` (past
     the base limit after the fallback step was given); ``fallback`` —
     ``"base-limit"``; ``remind`` — ``"near-limit"``; ``continue`` — ``None``.
     """
@@ -169,9 +204,15 @@ class BudgetAction:
 CONTINUE = BudgetAction("continue")
 
 
+def effective_window(config: BudgetConfig) -> int:
+    """Return the usable part of the window (``effective_window_percent`` of it)."""
+    return config.context_window * config.effective_window_percent // 100
+
+
 def hard_limit(config: BudgetConfig) -> int:
     """Return the prompt size at which the host rolls over by itself."""
-    return config.context_window - config.output_reserve
+    effective = effective_window(config)
+    return min(effective - config.output_reserve, int(effective * config.auto_compact_ratio))
 
 
 def base_limit(config: BudgetConfig) -> int:
@@ -194,17 +235,66 @@ def evaluate_budget(config: BudgetConfig, state: BudgetState) -> BudgetAction:
     #    model that will not hand off).
     if current >= hard_limit(config):
         return BudgetAction("rollover", "hard-limit")
+    # 3. The step trigger: a window of max_steps steps ends whatever its size.
+    if config.max_steps and state.steps >= config.max_steps:
+        return BudgetAction("rollover", "max-steps")
     base = base_limit(config)
-    # 3. The fallback step was given and not used.
+    # 4. The fallback step was given and not used.
     if current >= base and state.fallback_claimed:
         return BudgetAction("rollover", "fallback-exhausted")
-    # 4. Past the base limit: one step with only new_context callable.
+    # 5. Past the base limit: one step with only new_context callable.
     if current >= base:
         return BudgetAction("fallback", "base-limit")
-    # 5. Near the limit: one reminder per window.
+    # 6. Near the limit: one reminder per window.
     if base - current <= config.reminder_threshold and not state.reminder_claimed:
         return BudgetAction("remind", "near-limit")
     return CONTINUE
+
+
+def usage_percent(config: BudgetConfig, state: BudgetState, body_after_prefix: bool = True) -> float:
+    """Return how much of the window is used, in percent (0..100+).
+
+    With ``body_after_prefix`` the window's fixed prefix is counted out of
+    both sides: a window that opens with a big L1 starts at 0 %, not at 30 %.
+    """
+    hard = hard_limit(config)
+    if body_after_prefix:
+        prefix = min(state.prefix_tokens, hard - 1)
+        return 100.0 * max(0, state.current_tokens - prefix) / (hard - prefix)
+    return 100.0 * state.current_tokens / hard
+
+
+def due_notice(config: BudgetConfig, state: BudgetState, body_after_prefix: bool = True) -> int | None:
+    """Return the highest usage threshold crossed and not yet given in this window, or None.
+
+    Thresholds below it are given with it (the caller claims every threshold
+    up to the returned one): one notice per call, never a burst.
+    """
+    used = usage_percent(config, state, body_after_prefix)
+    crossed = [p for p in config.notice_percents if used >= p and p not in state.notices_claimed]
+    return max(crossed) if crossed else None
+
+
+def usage_text(config: BudgetConfig, state: BudgetState, percent: int, tool: str = ROLLOVER_TOOL) -> str:
+    """Render the usage notice for ``percent`` (render once, then keep the bytes)."""
+    hard = hard_limit(config)
+    left = max(0, hard - state.current_tokens)
+    return (
+        f"[context budget] {percent} % of this context window is used "
+        f"({state.current_tokens:,} of {hard:,} tokens; about {left:,} left). "
+        "Keep decisions and the next step in notes as you go; when a phase of the task ends, "
+        f"call `{tool}` with a handoff instead of waiting for the limit."
+    )
+
+
+def window_open_text(config: BudgetConfig, state: BudgetState, number: int, window_id: str, session: str) -> str:
+    """Render the notice a window opens with: which window this is, its id, the tokens left."""
+    hard = hard_limit(config)
+    left = max(0, hard - state.current_tokens)
+    return (
+        f"[context window] This is context window {number} (id {window_id}) of session {session}. "
+        f"About {left:,} tokens remain before this window ends ({state.current_tokens:,} of {hard:,} used)."
+    )
 
 
 def reminder_text(config: BudgetConfig, state: BudgetState, tool: str = ROLLOVER_TOOL) -> str:

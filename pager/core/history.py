@@ -180,6 +180,7 @@ class History:
         extract_limit: int = 2000,
         scope: str = "session",
         owner: str | None = None,
+        pool: str | None = None,
     ) -> list[Prepared]:
         """Return the pages of ``messages[start:]``, ready to record (nothing stored yet)."""
         records = []
@@ -205,7 +206,7 @@ class History:
                 chars=len(text), handle=handle,
                 message=raws[seq] if raws[seq] is not None else orjson.dumps(msg, option=orjson.OPT_SORT_KEYS),
                 call_id=cls.call_id, call_ids=cls.call_ids, tool_name=cls.tool_name, path=cls.path,
-                labels=(f"task:{task}",), scope=scope, owner=owner,
+                labels=(f"task:{task}",), scope=scope, owner=owner, pool=pool,
             )
             terms = _page_terms(text, cls.path, extract_limit)
             records.append(Prepared(attrs.evolve(page, terms=tuple(terms)), text, terms))

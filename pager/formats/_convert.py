@@ -26,7 +26,12 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-__all__ = ["ConversionMemo", "ValueMemo", "as_plain", "json_text", "text_part"]
+from pager.errors import ToolError
+
+__all__ = [
+    "ConversionMemo", "ValueMemo", "as_plain", "flat_tool_name", "function_specs", "json_text", "tool_arguments",
+    "text_part",
+]
 
 
 def as_plain(obj: Any) -> Any:
@@ -139,3 +144,32 @@ def first_text(parts: Sequence[Any] | str | None) -> str:
         if isinstance(p, Mapping) and isinstance(p.get("text"), str):
             out.append(p["text"])
     return "\n".join(out)
+
+
+def function_specs(specs: Sequence[Mapping[str, Any]], schema_key: str, **extra: Any) -> list[dict[str, Any]]:
+    """Return OpenAI function-tool JSON as flat tool definitions (``name``, ``schema_key``, description)."""
+    out = []
+    for s in specs:
+        fn = s.get("function") or {}
+        spec = {**extra, "name": fn.get("name"), schema_key: fn.get("parameters") or {"type": "object"}}
+        if fn.get("description"):
+            spec["description"] = fn["description"]
+        out.append(spec)
+    return out
+
+
+def flat_tool_name(tool: Any) -> str | None:
+    """Return the ``name`` of a flat tool definition (Anthropic, Responses), or None."""
+    tool = as_plain(tool)
+    if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+        return tool["name"]
+    return None
+
+
+def tool_arguments(raw: Any, what: str) -> str | Mapping[str, Any]:
+    """Return a tool call's raw arguments (a JSON string or a mapping); ``ToolError`` otherwise."""
+    if raw is None:
+        return "{}"
+    if not isinstance(raw, (str, Mapping)):
+        raise ToolError(f"{what} must be a JSON string, got {type(raw).__name__}")
+    return raw

@@ -35,7 +35,9 @@ import orjson
 
 from pager.errors import InputError, MessageError, ToolError
 import pager.formats.breakpoints as bp
-from pager.formats._convert import ConversionMemo, ValueMemo, as_plain, strip_key, text_part
+from pager.formats._convert import (
+    ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, strip_key, text_part,
+)
 from pager.formats.anthropic_blocks import (
     ANTHROPIC_ONLY,
     CHAT_PARTS,
@@ -291,20 +293,10 @@ class AnthropicMessages:
     # -- tools and usage ---------------------------------------------------------------
 
     def tool_specs(self, specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        out = []
-        for s in specs:
-            fn = s.get("function") or {}
-            spec = {"name": fn.get("name"), "input_schema": fn.get("parameters") or {"type": "object"}}
-            if fn.get("description"):
-                spec["description"] = fn["description"]
-            out.append(spec)
-        return out
+        return function_specs(specs, "input_schema")
 
     def tool_name(self, tool: Any) -> str | None:
-        tool = as_plain(tool)
-        if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
-            return tool["name"]
-        return None
+        return flat_tool_name(tool)
 
     def parse_tool_call(self, call: Any) -> ToolCallRequest:
         call = as_plain(call)

@@ -94,6 +94,7 @@ class RenderHints:
     l1: int = 0
     stable: int = 0
     previous: int | None = None
+    cache_marks: str | None = None  # the session's breakpoint mode (Options.cache_marks)
 
 
 @attrs.frozen(slots=True)

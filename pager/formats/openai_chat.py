@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 
 from pager.errors import InputError, ToolError
+from pager.formats._convert import tool_arguments
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats.usage import parse_usage
 from pager.core.messages import check_message as neutral_check
@@ -93,11 +94,7 @@ class OpenAIChat:
         fn = call.get("function")
         if not isinstance(fn, Mapping):
             raise ToolError("a chat tool call needs a 'function' object")
-        raw = fn.get("arguments")
-        if raw is None:
-            raw = "{}"
-        if not isinstance(raw, (str, Mapping)):
-            raise ToolError(f"function.arguments must be a JSON string, got {type(raw).__name__}")
+        raw = tool_arguments(fn.get("arguments"), "function.arguments")
         return ToolCallRequest(id=str(call.get("id") or ""), name=str(fn.get("name") or ""), arguments=raw)
 
     def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:

@@ -30,7 +30,9 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from pager.errors import InputError, MessageError, ToolError
-from pager.formats._convert import ConversionMemo, ValueMemo, as_plain, json_text, text_part
+from pager.formats._convert import (
+    ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, json_text, text_part, tool_arguments,
+)
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats.usage import parse_usage
 
@@ -305,20 +307,10 @@ class OpenAIResponses:
         return out
 
     def tool_specs(self, specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        out = []
-        for s in specs:
-            fn = s.get("function") or {}
-            spec = {"type": "function", "name": fn.get("name"), "parameters": fn.get("parameters") or {"type": "object"}}
-            if fn.get("description"):
-                spec["description"] = fn["description"]
-            out.append(spec)
-        return out
+        return function_specs(specs, "parameters", type="function")
 
     def tool_name(self, tool: Any) -> str | None:
-        tool = as_plain(tool)
-        if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
-            return tool["name"]
-        return None
+        return flat_tool_name(tool)
 
     def parse_tool_call(self, call: Any) -> ToolCallRequest:
         call = as_plain(call)
@@ -326,11 +318,7 @@ class OpenAIResponses:
             raise ToolError(f"a function_call item must be a mapping, got {type(call).__name__}")
         if call.get("type", "function_call") not in ("function_call", "custom_tool_call"):
             raise ToolError(f"expected a function_call item, got type {call.get('type')!r}")
-        raw = call.get("arguments", call.get("input"))
-        if raw is None:
-            raw = "{}"
-        if not isinstance(raw, (str, Mapping)):
-            raise ToolError(f"arguments must be a JSON string, got {type(raw).__name__}")
+        raw = tool_arguments(call.get("arguments", call.get("input")), "arguments")
         return ToolCallRequest(id=str(call.get("call_id") or ""), name=str(call.get("name") or ""), arguments=raw)
 
     def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:

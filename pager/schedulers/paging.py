@@ -25,10 +25,11 @@ import numpy as np
 
 from pager.core import pairing
 from pager.core.heat import HeatPolicy, PageTable
+from pager.core.l1guard import GuardResult, guard_card, items
 from pager.core.history import History
 from pager.core.messages import message_text
 from pager.core.plan import CARD, FULL, RECALL, STUB, Layout, PlanConfig, PlanInput, Slot, plan
-from pager.core.render import card_text, excerpt_span, line_range, recall_block, stub_message
+from pager.core.render import excerpt_span, line_range, recall_block, stub_message
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter
 from pager.formats.base import RenderHints
 from pager.options import Options
@@ -84,6 +85,8 @@ class PagingScheduler:
         self.options = options
         self.counter = counter
         self.policy = policy
+        # the checkpoint files read back when the session opened (``state_dir``): part of the card
+        self.state_text = ""
 
     # -- recall ---------------------------------------------------------------------------
 
@@ -130,9 +133,21 @@ class PagingScheduler:
 
     # -- schedule -------------------------------------------------------------------------
 
-    def card(self, pins: Sequence[str], notes: Sequence[str]) -> str:
-        keep = notes[-self.options.max_notes :] if self.options.max_notes else []
-        return card_text(list(pins), list(keep))
+    def card(self, pins: Sequence[str], notes: Sequence[str], fixed_tokens: int = 0) -> GuardResult:
+        """Return the task-state card under the L1 cap (``pager.core.l1guard``).
+
+        ``fixed_tokens`` is the rest of L1 (system messages and turn 1). With
+        no pins, notes or state block the card is empty and nothing is counted.
+        """
+        o = self.options
+        first = len(notes) - min(len(notes), o.max_notes) + 1
+        keep = notes[-o.max_notes :] if o.max_notes else []
+        if not pins and not keep and not self.state_text:
+            return GuardResult("", (), (), (), bool(o.l1_cap) and fixed_tokens > o.l1_cap)
+        return guard_card(
+            fixed_tokens, items("pin", pins), items("note", keep, first), o.l1_cap, self.counter.count,
+            overhead=MESSAGE_OVERHEAD, state=self.state_text,
+        )
 
     def _focus_terms(self, call: PagingCall) -> frozenset[str]:
         """Return the active task's terms: pinned goals and the latest user message but the first."""
@@ -150,7 +165,8 @@ class PagingScheduler:
         n = len(h)
         pinned = np.zeros(n, dtype=bool)
         pinned[: h.pinned_count()] = True
-        card = self.card(call.pins, call.notes)
+        guard = self.card(call.pins, call.notes, int(cols["tokens"][pinned].sum()))
+        card = guard.card
         card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
         focus = self._focus_terms(call)
         relevance = h.term_index.relevance(cols["page"], focus) if focus else np.zeros(n)
@@ -207,6 +223,8 @@ class PagingScheduler:
             handles=tuple(handles),
             demoted=tuple(sorted(demoted)),
             faults=sum(1 for pid in result.recalled if pid in call.demoted or pid in demoted),
+            # the L1 guard says what it moved out of the card, every call it is out
+            notices=tuple(f"l1-moved:{ref}" for ref in guard.moved) + (("l1-over-cap",) if guard.over else ()),
             state={"layout": layout.to_state()},
             flush_index=result.round,
         )

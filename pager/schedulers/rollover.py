@@ -56,13 +56,11 @@ reopened session keeps its window, its claimed notices and a pending handoff.
 
 from __future__ import annotations
 
-import bisect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import attrs
 
-from pager.core import pairing
 from pager.core.budget import (
     ROLLOVER_TOOL,
     BudgetConfig,
@@ -74,21 +72,14 @@ from pager.core.budget import (
     prune_tools,
     reminder_text,
 )
+from pager.core.handoff import NEW_CONTEXT_TOOL, Handoff, confirmation_text
+from pager.core.promotion import check_promotion
+from pager.core.tokens import TokenCounter, ToolTokens
 from pager.errors import BudgetError
-from pager.core.handoff import (
-    NEW_CONTEXT_TOOL,
-    Handoff,
-    confirmation_text,
-    forced_checkpoint,
-    render_checkpoint,
-    render_new_window_message,
-)
-from pager.core.pages import TOOL_KINDS
-from pager.core.render import card_text, stub_message
-from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, ToolTokens, content_text
 from pager.formats.base import RenderHints
 from pager.schedulers.base import ScheduleResult
 from pager.schedulers.window import Intent, Notice, Window, handoff_from
+from pager.schedulers.windowing import WindowOps, open_calls
 
 if TYPE_CHECKING:  # pragma: no cover
     from pager.core.history import History
@@ -97,37 +88,13 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["SETTING_PREFIX", "RolloverController"]
 
 SETTING_PREFIX = "rollover:"
-NOTICE_ROLE = "user"  # like the card and recall blocks: every provider accepts it mid-conversation
-# The objective and last human request of a forced checkpoint are capped so a
-# pasted log cannot make the first message alone overflow the window; the
-# full text stays one expand() away.
-CHECKPOINT_TEXT_CHARS = 4_000
 _STATE_VERSION = 1
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _open_calls(messages: Sequence[Mapping[str, Any]]) -> tuple[int | None, tuple[str, ...]]:
-    """Return (row of the last assistant message, its call ids still without a result)."""
-    for a in range(len(messages) - 1, -1, -1):
-        if messages[a].get("role") == "assistant":
-            ids = pairing.call_ids(messages[a])
-            answered = {str(m.get("tool_call_id")) for m in messages[a + 1 :] if m.get("role") == "tool"}
-            return a, tuple(c for c in ids if c not in answered)
-    return None, ()
-
-
-def _cap(text: str, handle: str) -> str:
-    if len(text) <= CHECKPOINT_TEXT_CHARS:
-        return text
-    return text[:CHECKPOINT_TEXT_CHARS] + f"\n… (cut; expand({handle!r}) for the whole message)"
 
 
 # --------------------------------------------------------------------------- controller
 
 
-class RolloverController:
+class RolloverController(WindowOps):
     """Keep one session's rollover window, decide the budget actions, persist the state.
 
     The facade owns the history and the store; this class reads the history
@@ -147,11 +114,21 @@ class RolloverController:
             output_reserve=options.reserve,
             fallback_reserve=options.fallback_reserve,
             reminder_threshold=options.reminder_threshold,
+            effective_window_percent=options.effective_window_percent,
+            auto_compact_ratio=options.auto_compact_ratio,
+            notice_percents=tuple(options.notice_percents),
+            max_steps=options.max_steps,
         )
         self.workspace = Path(options.workspace) if options.workspace else None
         self.window = Window()
         self.pending: Intent | None = None
         self.last_handoff: Mapping[str, Any] | None = None
+        # inferences of every committed handoff: never accepted back as requirements
+        self.inferences: tuple[str, ...] = ()
+        self.triggers: tuple[str, ...] = ()  # message_uuids of earlier handoffs
+        # the checkpoint files read back (``state_dir``), set by the facade: the next card carries them
+        self.state_text = ""
+        self.resume_pending = False  # a reopened session: show the state files once, at the tail
         self._count_tools = ToolTokens(counter)
         self._events: list[tuple[str, Any]] = []
         if state:
@@ -163,7 +140,13 @@ class RolloverController:
         w = dict(data["window"])
         w["carried"] = tuple(w.get("carried", ()))
         w["notices"] = tuple(Notice(**n) for n in w.get("notices", ()))
+        for key in ("notices_claimed", "moved"):
+            w[key] = tuple(w.get(key, ()))
+        if "opened" not in w:
+            w["opened"] = True  # a window saved before the notice existed is not announced again
         self.window = Window(**w)
+        self.inferences = tuple(data.get("inferences", ()))
+        self.triggers = tuple(data.get("triggers", ()))
         p = data.get("pending")
         self.pending = Intent(p["arguments"], p["call_id"]) if p else None
         self.last_handoff = data.get("last_handoff")
@@ -175,6 +158,8 @@ class RolloverController:
             "window": attrs.asdict(self.window, recurse=True),
             "pending": attrs.asdict(self.pending) if self.pending else None,
             "last_handoff": self.last_handoff,
+            "inferences": list(self.inferences),
+            "triggers": list(self.triggers),
         }
 
     def take_events(self) -> tuple[tuple[str, Any], ...]:
@@ -190,6 +175,7 @@ class RolloverController:
         Phase one of two: nothing in the window changes here. A second call
         before the switch replaces the first (the latest handoff wins).
         """
+        check_promotion(handoff, self.inferences, self.triggers)
         args = handoff.to_arguments()
         self.pending = Intent(args, call_id)
         self._events.append(("rollover_intent", {"call_id": call_id, **args}))
@@ -214,166 +200,6 @@ class RolloverController:
 
     # -- assemble -------------------------------------------------------------------------
 
-    def _text_tokens(self, text: str) -> int:
-        return MESSAGE_OVERHEAD + self.counter.count(text)
-
-    def _stubbed(self, h: "History", r: int) -> bool:
-        return h.kind[r] in TOOL_KINDS and h.tokens[r] > self.options.stub_threshold
-
-    def _start(self, h: "History") -> int:
-        return h.pinned_count() if self.window.start is None else self.window.start
-
-    def _sync(self, h: "History") -> int | None:
-        """Follow a caller that rewound its history; return the first changed row, or None."""
-        w = self.window
-        n = len(h)
-        if w.upto == 0 or (w.upto <= n and h.page[w.upto - 1] == w.tail):
-            return None
-        # page ids grow along a branch: rows with ids up to the last one seen are the shared prefix
-        common = bisect.bisect_right(h.page, w.tail)
-        start = w.start
-        anchor = w.anchor
-        carried = tuple(p for p in w.carried if p in h.row_of and h.row_of[p] < common)
-        if start is not None and start > common:
-            start = common
-            anchor = h.page[common - 1] if common else 0
-        self.window = attrs.evolve(
-            w, start=start, anchor=anchor, carried=carried,
-            notices=tuple(x for x in w.notices if x.pos <= common),
-            upto=min(w.upto, common), tail=h.page[common - 1] if common else 0,
-        )
-        return common
-
-    def _measure(self, h: "History", open_calls: int) -> tuple[dict[str, int], int, int]:
-        """Return the window's tokens per layer, rows kept verbatim and rows stubbed."""
-        w = self.window
-        n = len(h)
-        pinned = min(h.pinned_count(), n)
-        layers = {"l1": 0, "handoff": w.first_tokens, "l2": 0, "stubs": 0, "l3": 0, "notices": 0}
-        layers["l1"] = sum(h.tokens[:pinned]) + sum(h.tokens[h.row_of[p]] for p in w.carried)
-        layers["l1"] += w.card_tokens if w.card else 0
-        layers["notices"] = sum(x.tokens for x in w.notices)
-        kept, stubbed = pinned + len(w.carried), 0
-        for r in range(self._start(h), n):
-            if self._stubbed(h, r):
-                layers["stubs"] += h.stub_tokens[r]
-                stubbed += 1
-            else:
-                layers["l2"] += h.tokens[r]
-                kept += 1
-        if open_calls:  # pairing.normalize answers them with a synthetic result
-            layers["l2"] += open_calls * self._text_tokens(pairing.SYNTHETIC_RESULT)
-        return layers, kept, stubbed
-
-    def _emit(
-        self, h: "History", messages: Sequence[Mapping[str, Any]]
-    ) -> tuple[list[Mapping[str, Any]], list[str], int | None]:
-        """Render the window; return (messages, handles shown, index of the first synthetic result)."""
-        w = self.window
-        n = len(h)
-        out: list[Mapping[str, Any]] = list(messages[: min(h.pinned_count(), n)])
-        out.extend(messages[h.row_of[p]] for p in w.carried)
-        if w.card:
-            out.append({"role": "user", "content": w.card})
-        if w.first:
-            out.append({"role": "user", "content": w.first})
-        by_pos: dict[int, list[Notice]] = {}
-        for x in w.notices:
-            by_pos.setdefault(x.pos, []).append(x)
-        handles: list[str] = []
-        for r in range(self._start(h), n + 1):
-            out.extend({"role": NOTICE_ROLE, "content": x.text} for x in by_pos.get(r, ()))
-            if r == n:
-                break
-            msg = messages[r]
-            if self._stubbed(h, r):
-                handles.append(h.handle[r])
-                out.append(stub_message(msg, h.tokens[r], h.handle[r], h.path[r]))
-            else:
-                out.append(msg)
-        normalized = pairing.normalize(out)
-        ours = {id(m) for m in out}
-        synthetic = next((i for i, m in enumerate(normalized) if id(m) not in ours), None)
-        return normalized, handles, synthetic
-
-    def _objective(self, h: "History", messages: Sequence[Mapping[str, Any]], pins: Sequence[str]) -> str:
-        if pins:
-            return "\n".join(pins)
-        if h.first_user is None:
-            return ""
-        return _cap(content_text(messages[h.first_user].get("content")), h.handle[h.first_user])
-
-    def _last_human(self, h: "History", messages: Sequence[Mapping[str, Any]], end: int) -> str:
-        for r in range(end - 1, -1, -1):
-            if h.kind[r] == "user":
-                return _cap(content_text(messages[r].get("content")), h.handle[r])
-        return ""
-
-    def _roll(
-        self,
-        h: "History",
-        messages: Sequence[Mapping[str, Any]],
-        pins: Sequence[str],
-        notes: Sequence[str],
-        reason: str,
-        end: int,
-    ) -> tuple[int, ...]:
-        """Start a new window at row ``end``; return the page ids that left the prompt."""
-        old = self.window
-        old_start = self._start(h)
-        pinned = h.pinned_count()
-        keep_notes = list(notes[-self.options.max_notes :]) if self.options.max_notes else []
-        # a declared handoff beats a checkpoint even when the host forced the switch
-        intent = self.pending
-        if intent is not None:
-            row = h.call_rows.get(intent.call_id)
-            trigger = h.handle[row] if row is not None else intent.call_id
-            handoff = handoff_from(intent.arguments)
-            first = render_new_window_message(self.session, trigger, handoff, keep_notes)
-            payload: dict[str, Any] = {"handoff": dict(intent.arguments)}
-            self.last_handoff = intent.arguments
-        else:
-            trigger = h.handle[end - 1] if end > 0 else ""
-            cp = forced_checkpoint(self._objective(h, messages, pins), keep_notes,
-                                   self._last_human(h, messages, end))
-            first = render_checkpoint(self.session, trigger, cp)
-            payload = {"checkpoint": attrs.asdict(cp)}
-            # a forced window has no handoff: the next step comes from the notes now
-            self.last_handoff = None
-        carried = tuple(
-            h.page[r] for r in range(pinned, end) if h.kind[r] == "system"
-        )
-        card = card_text(list(pins), [])
-        self.window = Window(
-            generation=old.generation + 1,
-            start=end,
-            anchor=h.page[end - 1] if end > 0 else 0,
-            carried=carried,
-            card=card,
-            card_tokens=self._text_tokens(card) if card else 0,
-            first=first,
-            first_tokens=self._text_tokens(first),
-            pins_shown=len(pins),
-            upto=old.upto,
-            tail=old.tail,
-            reason=reason,
-            trigger=trigger,
-        )
-        self.pending = None
-        self._events.append((
-            "rollover",
-            {"generation": self.window.generation, "reason": reason, "trigger": trigger,
-             "start": end, **payload},
-        ))
-        carried_set = set(carried)
-        return tuple(
-            h.page[r] for r in range(max(old_start, pinned), end) if h.page[r] not in carried_set
-        )
-
-    def _notice(self, kind: str, text: str, pos: int) -> None:
-        n = Notice(pos=pos, kind=kind, text=text, tokens=self._text_tokens(text))
-        self.window = attrs.evolve(self.window, notices=(*self.window.notices, n))
-
     def assemble(
         self,
         h: "History",
@@ -392,14 +218,17 @@ class RolloverController:
         forked = self._sync(h)
         n = len(h)
         hard = hard_limit(self.config)
+        labels: list[str] = []
         if self.window.card is None:
             # the first window's card is fixed when it opens, like every later one's
-            card = card_text(list(pins), [])
+            guard = self._guard(h, pins, self.window.carried)
             self.window = attrs.evolve(
-                self.window, card=card, card_tokens=self._text_tokens(card) if card else 0,
-                pins_shown=len(pins),
+                self.window, card=guard.card, card_tokens=self._text_tokens(guard.card) if guard.card else 0,
+                pins_shown=len(pins), moved=guard.moved,
             )
-        last_assistant, open_ids = _open_calls(messages)
+            labels.extend(f"l1-moved:{ref}" for ref in guard.moved)
+            self.resume_pending = False  # the card already carries the state files
+        last_assistant, open_ids = open_calls(messages)
         boundary = not open_ids
         tools_tokens = self._count_tools(tools)
         changed: list[int] = []
@@ -407,7 +236,6 @@ class RolloverController:
             changed.append(0)  # conservative: a rewind is rare and re-bills anyway
         if self.window.synthetic_at is not None:
             changed.append(self.window.synthetic_at)
-        labels: list[str] = []
         demoted: tuple[int, ...] = ()
         reason = ""
 
@@ -423,6 +251,7 @@ class RolloverController:
             changed.append(min(h.pinned_count(), n) + len(old.carried))
             reason = f"rollover: {why}"
             labels.append(f"rollover:{why}")
+            labels.extend(f"l1-moved:{ref}" for ref in self.window.moved)
             if size() > hard:
                 raise BudgetError(size() - tools_tokens, hard - tools_tokens,
                                   "L1 and the new window's first message do not fit")
@@ -433,6 +262,7 @@ class RolloverController:
             explicit_rollover_declared=self.pending is not None and boundary,
             reminder_claimed=self.window.reminder_claimed,
             fallback_claimed=self.window.fallback_claimed,
+            steps=self._steps(h),
         ))
         if action.type == "rollover":
             if boundary:
@@ -457,6 +287,8 @@ class RolloverController:
                 self.window = attrs.evolve(self.window, fallback_claimed=True)
             labels.append(action.type)
             reason = reason or action.type
+        if boundary:
+            labels.extend(self._announce(h, size, hard))
         if boundary and len(pins) > self.window.pins_shown:
             # a pin added mid-window is shown once at the tail; the card is fixed until the next window
             added = "\n".join(f"- {p}" for p in pins[self.window.pins_shown :])

@@ -34,7 +34,8 @@ class Notice:
     """A notice appended at the tail once, then re-sent byte-identical.
 
     ``pos`` is the history row it is emitted before (the history length when
-    it was injected); ``kind`` is ``remind``, ``fallback`` or ``pin``.
+    it was injected); ``kind`` is ``window``, ``usage-<percent>``, ``remind``,
+    ``fallback``, ``pin`` or ``resume``.
     """
 
     pos: int
@@ -80,6 +81,10 @@ class Window:
     trigger: str = ""
     synthetic_at: int | None = None  # emitted index of a synthetic result last call (it will change)
     emitted: int = 0  # messages in the last prompt (the end of the cached prefix if nothing changed)
+    notices_claimed: tuple[int, ...] = ()  # usage notice percentages given in this window
+    prefix_tokens: int = 0  # L1, the first message and the tools when the window opened
+    opened: bool = False  # the window-open notice was given (or not wanted)
+    moved: tuple[str, ...] = ()  # pins the L1 guard moved out of this window's card
 
 
 def handoff_from(arguments: Mapping[str, Any]) -> Handoff:
@@ -135,11 +140,15 @@ def task_state(
     ... because ...`` / ``rejected: ... because ...``, oldest first (pins and
     notes interleaved by creation time, so a later export only appends).
     ``next``: the first next step of ``handoff`` (the pending or latest one),
-    else the first open item of the notes. ``notes``: the other notes, the
-    newest ``max_notes``.
+    else the first open item of the notes. Progress lines in notes (``done:
+    X`` / ``- [x] X``, ``failed: X``, ``current: X`` / ``- [~] X``) make the
+    progress log, the last completed step and the current step. ``notes``:
+    the other notes, the newest ``max_notes``.
     """
     invariants: list[Invariant] = []
     plain: list[str] = []
+    progress: list[str] = []
+    current = ""
     for entry in timeline:
         if entry.kind == "pin":
             invariants.append(Invariant(entry.text, "pinned by the harness"))
@@ -147,12 +156,42 @@ def task_state(
         inv = parse_invariant(entry.text)
         if inv is not None:
             invariants.append(inv)
-        else:
-            plain.append(entry.text)
+            continue
+        logged = [_progress(line) for line in entry.text.splitlines() if line.strip()]
+        for item in logged:
+            if item is None:
+                continue
+            if item[0] == "current":
+                current = item[1]
+            else:
+                progress.append(f"{item[0]}: {item[1]}")
+                current = ""  # a step finished (or failed) after it: nothing is in progress now
+        if not logged or any(item is None for item in logged):
+            plain.append(entry.text)  # a note made only of progress lines lives in the progress log
     if handoff is not None and handoff.next_steps:
         nxt = handoff.next_steps[0]
     else:
-        items = open_items(plain)
+        items = [i for i in open_items(plain) if not _IN_PROGRESS_RE.match(i)]
         nxt = items[0] if items else ""
+    done = next((p[len("done: "):] for p in reversed(progress) if p.startswith("done: ")), "")
     keep = plain[-max_notes:] if max_notes else []
-    return TaskState(goal=goal.strip(), invariants=tuple(invariants), next=nxt, notes=tuple(keep))
+    return TaskState(goal=goal.strip(), invariants=tuple(invariants), next=nxt, notes=tuple(keep),
+                     current=current, done=done, progress=tuple(progress))
+
+
+# Progress lines (seed 001's progress log): "done: X", "- [x] X", "failed: X", "current: X", "- [~] X".
+_PROGRESS_RE = re.compile(
+    r"^\s*(?:[-*+]\s+)?(?:(?P<done>done|completed|finished)\s*:|\[(?P<x>[xX])\]|"
+    r"(?P<failed>failed|failure)\s*:|(?P<current>current|doing|now)\s*:|\[(?P<wip>~)\])\s*(?P<text>.+)$",
+    re.IGNORECASE,
+)
+_IN_PROGRESS_RE = re.compile(r"^\s*\[~\]")
+
+
+def _progress(line: str) -> tuple[str, str] | None:
+    """Return ``(kind, text)`` for a progress line (kind ``done``, ``failed`` or ``current``), else None."""
+    m = _PROGRESS_RE.match(line)
+    if not m:
+        return None
+    kind = "done" if m.group("done") or m.group("x") else "failed" if m.group("failed") else "current"
+    return kind, m.group("text").strip()

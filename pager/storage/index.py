@@ -35,22 +35,35 @@ not their sum.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import re
 import shutil
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from collections.abc import Collection, Iterable
 
-import attrs
 import tantivy
-from tantivy import Occur, Query
+from tantivy import Query
 
-from pager.core.pages import SCOPES
 from pager.errors import RecallIndexError
+from pager.storage.index_schema import (
+    _KEY_ANALYZER,
+    _META,
+    _SCHEMA,
+    _SHARED,
+    _TEXT_ANALYZER,
+    MAX_KEY_CHARS,
+    POOL_PREFIX,
+    SCOPES,
+    STORED_TEXT_CHARS,
+    Hit,
+    IndexDoc,
+    _audience,
+    _bigrams,
+    _clean,
+)
+from pager.storage.index_search import SearchMixin
 
 __all__ = ["Hit", "IndexDoc", "PageIndex", "SCOPES", "shared_index"]
 
@@ -58,136 +71,10 @@ log = logging.getLogger("pager.index")
 # Another process holding Tantivy's writer lock is waited for this long (it holds it only while
 # it commits) before the commit fails with RecallIndexError.
 WRITER_WAIT_SECONDS = 30.0
-
-MAX_QUERY_TERMS = 64
-MAX_QUERY_CHARS = 4096
-MAX_KEY_CHUNKS = 16
-MAX_KEY_CHARS = 512  # paths, handles, labels: exact terms must stay under tantivy's term limit
-STORED_TEXT_CHARS = 16_384  # snippets come from the stored prefix; the whole text is indexed
-SNIPPET_CHARS = 200
 WRITER_HEAP = 64_000_000
-KEY_BOOST = 2.0
-# A word on more than PRUNE_SHARE of the pages an audience sees (and on more
-# than PRUNE_MIN_DF pages) is dropped from the query, keeping the PRUNE_KEEP
-# rarest if all are that common: its BM25 weight is small, its posting list long.
-PRUNE_SHARE = 0.2
-PRUNE_MIN_DF = 2000
-PRUNE_KEEP = 3
-_SHARED = "shared"  # audience key of shared pages; session keys start with "h"
-POOL_PREFIX = "pool:"  # a project pool's audience is the hash of "pool:<name>"
-_META = "upto"
-_OVERFETCH = 8  # extra candidates so ties at the cut are broken by page_id, not doc order
-
-# Han, kana, Hangul (and their compatibility / extension blocks).
-_CJK_RUN = re.compile(
-    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]+"
-)
-# Dropped from queries (unless nothing else is left): they match most pages
-# and make the disjunction slow without changing which page wins.
-_STOPWORDS = frozenset(
-    "a an and are as at be by do for from has have i if in is it its no not of on or "
-    "that the this to was we were will with you".split()
-)
-_CHUNK_STRIP = "\"'`()[]{}<>,;!?"
 
 
-@attrs.frozen
-class IndexDoc:
-    """One page as the index sees it; built by the store."""
-
-    page_id: int
-    session: str
-    step: int
-    kind: str
-    text: str
-    labels: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    path: str | None = None
-    handle: str | None = None
-    owner: str = ""  # empty means the page's session
-    scope: str = attrs.field(default="session", validator=attrs.validators.in_(SCOPES))
-    pool: str | None = None  # the project pool of a "project" page
-
-
-@attrs.frozen
-class Hit:
-    """One recalled page: where it came from, its BM25 score and a short excerpt."""
-
-    page_id: int
-    session: str
-    step: int
-    kind: str
-    score: float
-    path: str | None
-    handle: str | None
-    snippet: str
-    owner: str | None = None
-    pool: str | None = None
-    scope: str = "session"
-
-
-def _clean(s: str) -> str:
-    """Return ``s`` encodable as UTF-8 (lone surrogates become '?')."""
-    if s.isascii():
-        return s
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "replace").decode("utf-8")
-
-
-def _bigrams(text: str) -> list[str]:
-    """Cut every CJK run of ``text`` into overlapping bigrams (a lone character stays)."""
-    out: list[str] = []
-    for run in _CJK_RUN.findall(text):
-        if len(run) == 1:
-            out.append(run)
-        else:
-            out.extend(run[i : i + 2] for i in range(len(run) - 1))
-    return out
-
-
-def _audience(name: str) -> str:
-    """Return the JSON key for a session or owner, hashed so dots cannot break the path."""
-    return "h" + hashlib.blake2b(name.encode("utf-8", "replace"), digest_size=8).hexdigest()
-
-
-def _build_schema() -> tantivy.Schema:
-    sb = tantivy.SchemaBuilder()
-    sb.add_integer_field("page_id", stored=True, indexed=True, fast=True)
-    sb.add_integer_field("step", stored=True)
-    sb.add_text_field("session", stored=True, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("kind", stored=True, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("owner", stored=True, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("pool", stored=True, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("scope", stored=True, tokenizer_name="raw", index_option="basic")
-    # JSON fields keyed by audience (see the module docstring).
-    sb.add_json_field("text", tokenizer_name="pg_text", index_option="freq")
-    sb.add_json_field("cjk", tokenizer_name="whitespace", index_option="freq")
-    sb.add_json_field("key", tokenizer_name="pg_key", index_option="basic")
-    # Stored, not indexed: a text field would index the whole prefix as one raw term.
-    sb.add_bytes_field("body", stored=True)
-    sb.add_text_field("path", stored=True, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("handle", stored=True, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("meta", tokenizer_name="raw", index_option="basic")
-    sb.add_integer_field("upto", stored=True)
-    sb.add_integer_field("max_id", stored=True)
-    return sb.build()
-
-
-_SCHEMA = _build_schema()
-_TEXT_ANALYZER = (
-    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-    .filter(tantivy.Filter.remove_long(64))
-    .filter(tantivy.Filter.lowercase())
-    .build()
-)
-_KEY_ANALYZER = (
-    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw()).filter(tantivy.Filter.lowercase()).build()
-)
-
-
-class PageIndex:
+class PageIndex(SearchMixin):
     """A Tantivy index of pages, searched for page-fault recall.
 
     ``path=None`` keeps the index in RAM (tests). Added pages are buffered
@@ -538,204 +425,6 @@ class PageIndex:
                 return out
             except (ValueError, OSError, RuntimeError) as e:
                 raise RecallIndexError(f"cannot read the recall index: {e}") from e
-
-    # -- searching -----------------------------------------------------------
-
-    def search(
-        self,
-        query: str,
-        *,
-        session: str,
-        k: int = 5,
-        exclude: Collection[int] = (),
-        kinds: Collection[str] | None = None,
-        cross_session: bool = False,
-        min_score: float = 0.0,
-        audiences: Collection[str] = (),
-    ) -> list[Hit]:
-        """Return up to ``k`` pages matching free text ``query``, best first.
-
-        A query reads its session's pages, plus the pages of each name in
-        ``audiences`` (an owner's private pages, ``"pool:<name>"`` for a project
-        pool), plus shared pages with ``cross_session``.
-
-        Never raises on odd input: syntax characters, empty, huge, emoji or
-        CJK queries are all fine (huge ones are cut to 4 KB / 64 terms).
-        """
-        q = _clean(query[:MAX_QUERY_CHARS])
-        with self._lock:
-            self._reload()  # a person or the agent asked: see what other writers committed
-        return self._run(
-            _TEXT_ANALYZER.analyze(q), _bigrams(q), q.split(),
-            session, k, exclude, kinds, cross_session, min_score, audiences,
-        )  # fmt: skip
-
-    def search_terms(
-        self,
-        terms: Iterable[str],
-        *,
-        session: str,
-        k: int = 5,
-        exclude: Collection[int] = (),
-        kinds: Collection[str] | None = None,
-        cross_session: bool = False,
-        min_score: float = 0.0,
-        audiences: Collection[str] = (),
-    ) -> list[Hit]:
-        """Return up to ``k`` pages matching pre-extracted ``terms``, best first.
-
-        Each term is analyzed like page text, so "pager/index.py" matches its
-        words and, boosted, a page whose path is exactly that.
-        """
-        words: list[str] = []
-        grams: list[str] = []
-        chunks: list[str] = []
-        size = 0
-        for t in terms:
-            t = _clean(t[:MAX_QUERY_CHARS])
-            size += len(t)
-            if size > MAX_QUERY_CHARS or len(words) >= MAX_QUERY_TERMS:
-                break
-            words.extend(_TEXT_ANALYZER.analyze(t))
-            grams.extend(_bigrams(t))
-            chunks.append(t)
-        return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score, audiences)
-
-    def _run(
-        self,
-        words: list[str],
-        grams: list[str],
-        chunks: list[str],
-        session: str,
-        k: int,
-        exclude: Collection[int],
-        kinds: Collection[str] | None,
-        cross_session: bool,
-        min_score: float,
-        audiences: Collection[str] = (),
-    ) -> list[Hit]:
-        if k <= 0:
-            return []
-        words = list(dict.fromkeys(words))
-        kept = [w for w in words if w not in _STOPWORDS]
-        words = (kept or words)[:MAX_QUERY_TERMS]
-        grams = list(dict.fromkeys(grams))[:MAX_QUERY_TERMS]
-        keys = [c.strip(_CHUNK_STRIP).lower() for c in chunks[:MAX_KEY_CHUNKS]]
-        keys = list(dict.fromkeys("=" + c[:MAX_KEY_CHARS] for c in keys if c))
-        if not words and not grams:
-            return []
-        try:
-            with self._lock:
-                return self._query(
-                    words, grams, keys, session, k, exclude, kinds, cross_session, min_score, audiences
-                )
-        except (ValueError, OSError, RuntimeError) as e:
-            raise RecallIndexError(f"recall query failed: {e}") from e
-
-    def _query(
-        self,
-        words: list[str],
-        grams: list[str],
-        keys: list[str],
-        session: str,
-        k: int,
-        exclude: Collection[int],
-        kinds: Collection[str] | None,
-        cross_session: bool,
-        min_score: float,
-        audiences: Collection[str] = (),
-    ) -> list[Hit]:
-        home = _audience(_clean(session))
-        readers = [home] + [_audience(_clean(a)) for a in audiences if a]
-        readers += [_SHARED] if cross_session else []
-        paths = [f"{{}}.{r}" for r in dict.fromkeys(readers)]
-
-        def term(field: str, value: str) -> Query:
-            qs = [Query.term_query(_SCHEMA, p.format(field), value) for p in paths]
-            return qs[0] if len(qs) == 1 else Query.disjunction_max_query(qs)
-
-        words = self._prune(words, paths)
-        clauses = [(Occur.Should, term("text", w)) for w in words]
-        clauses += [(Occur.Should, term("cjk", g)) for g in grams]
-        clauses += [(Occur.Should, Query.boost_query(term("key", c), KEY_BOOST)) for c in keys]
-        if kinds is not None:
-            kinds = [_clean(x) for x in kinds]
-            if not kinds:
-                return []
-            kq = Query.const_score_query(Query.term_set_query(_SCHEMA, "kind", kinds), 0.0)
-            # Nested, so the kind filter intersects the matches instead of
-            # turning every page of that kind into a zero-score candidate.
-            clauses = [(Occur.Must, Query.boolean_query(clauses)), (Occur.Must, kq)]
-        s = self._searcher
-        # Excluded pages are filtered after the search: a must_not term set over
-        # hundreds of ids cost more than the whole query; over-fetching by
-        # len(exclude) still guarantees k survivors.
-        excluded = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
-        limit = k + _OVERFETCH + len(excluded)
-        found = s.search(Query.boolean_query(clauses), limit, count=False).hits
-        if not found:
-            return []
-        pids = s.fast_field_values("page_id", [a for _, a in found])
-        ranked = sorted(
-            (
-                (score, pid, addr)
-                for (score, addr), pid in zip(found, pids)
-                if pid not in excluded and score > 0.0 and score >= min_score
-            ),
-            key=lambda r: (-r[0], -r[1]),
-        )[:k]
-        needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
-        return [self._hit(s.doc(addr), pid, score, needles) for score, pid, addr in ranked]
-
-    def _prune(self, words: list[str], paths: list[str]) -> list[str]:
-        """Drop words so common in the audience's pages that they only cost time."""
-        s = self._searcher
-        seen = sum(s.doc_freq(p.format("key"), "=") for p in paths)
-        if seen <= PRUNE_MIN_DF:
-            return words  # no word can be common enough to matter
-        fields = [p.format("text") for p in paths]
-        df = {w: sum(s.doc_freq(f, w) for f in fields) for w in words}
-        limit = max(seen * PRUNE_SHARE, PRUNE_MIN_DF)
-        kept = [w for w in words if df[w] <= limit]
-        return kept or sorted(words, key=df.__getitem__)[:PRUNE_KEEP]
-
-    @staticmethod
-    def _hit(doc: tantivy.Document, pid: int, score: float, needles: list[str]) -> Hit:
-        return Hit(
-            page_id=pid,
-            session=doc.get_first("session"),
-            step=doc.get_first("step"),
-            kind=doc.get_first("kind"),
-            score=score,
-            path=doc.get_first("path"),
-            handle=doc.get_first("handle"),
-            snippet=_snippet((doc.get_first("body") or b"").decode(), needles),
-            owner=doc.get_first("owner"),
-            pool=doc.get_first("pool"),
-            scope=doc.get_first("scope") or "session",
-        )
-
-
-def _snippet(text: str, needles: list[str]) -> str:
-    """Return about ``SNIPPET_CHARS`` of ``text`` around the earliest needle, on one line."""
-    low = text.lower()
-    if len(low) != len(text):  # a few characters change length when lowered
-        low = text
-    best = len(low)
-    for n in needles:
-        i = low.find(n, 0, best + len(n))
-        if 0 <= i < best:
-            best = i
-    if best == len(low):
-        best = 0
-    start = max(0, best - SNIPPET_CHARS // 4)
-    out = " ".join(text[start : start + SNIPPET_CHARS].split())
-    if start > 0:
-        out = "…" + out
-    if start + SNIPPET_CHARS < len(text):
-        out += "…"
-    return out
-
 
 # -- one index per folder per process ------------------------------------------------
 

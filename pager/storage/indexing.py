@@ -34,7 +34,7 @@ def index_doc(rec: PageRecord, msg: Any, text: str | None = None) -> IndexDoc:
     return IndexDoc(
         page_id=rec.id, session=rec.session, step=rec.step, kind=rec.kind,
         text=message_text(msg) if text is None else text, labels=rec.labels, path=rec.path,
-        handle=rec.handle, scope=rec.scope or "session", owner=rec.owner or "",
+        handle=rec.handle, scope=rec.scope or "session", owner=rec.owner or "", pool=rec.pool,
     )
 
 

@@ -17,6 +17,7 @@ kept as it was.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import time
@@ -445,6 +446,22 @@ class SQLiteStore:
             args += (kind,)
         return [Event(k, orjson.loads(p) if p else None, c) for k, p, c in self._db.execute(q + " ORDER BY id", args)]
 
+
+def _translated(method: Any) -> Any:
+    @functools.wraps(method)
+    def call(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:  # a read that hit a locked, corrupt or closed database
+            raise StoreError(f"store {self.path}: {exc}") from exc
+
+    return call
+
+
+# sqlite3's errors never leave the store untranslated (transaction() translates its own)
+for _name, _method in list(vars(SQLiteStore).items()):
+    if callable(_method) and not _name.startswith("_") and _name not in ("transaction", "open_index"):
+        setattr(SQLiteStore, _name, _translated(_method))
 
 # The name the protocol's first implementation had; kept for callers that construct it directly.
 Store = SQLiteStore

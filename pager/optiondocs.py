@@ -1,0 +1,226 @@
+"""What each option of ``pager.options.Options`` does: the one source of the settings tables.
+
+``settings_table(names)`` renders the Markdown tables docs/api.md (every option) and
+docs/tuning.md (the tuning knobs) hold, defaults read from ``Options``;
+``tests/test_settings_table.py`` fails when a table in the docs differs from what it
+renders, so defaults and descriptions cannot drift. Rewrite both tables with
+``python -m pager.optiondocs --write``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import attrs
+
+from pager.options import Options
+
+__all__ = ["OPTION_DOCS", "TUNING_KNOBS", "settings_table"]
+
+# option -> (what it does, the trade-off)
+OPTION_DOCS: dict[str, tuple[str, str]] = {
+    'context_window': (
+        "The model's window in tokens (positive integer).",
+        'Set it to the real window; the budget derives from it.',
+    ),
+    'output_reserve': (
+        'Tokens kept free for the reply; `None` means 10 % of the window, at most 8,192. Must be in `[0, context_window)`.',
+        'More reserve: room for long answers, less for history.',
+    ),
+    'policy': (
+        'Name of the [heat policy](policies.md) that orders older pages for L2 after a demotion round.',
+        'See [docs/policies.md](policies.md).',
+    ),
+    'policy_params': (
+        'Constructor keyword arguments of the policy (e.g. `{"half_life": 24}`); bad names are a `ConfigError`.',
+        'Policy-specific.',
+    ),
+    'high_watermark': (
+        'Tokens beyond L1 (history in full, stubs, recalled pages) past which the next `assemble` runs a demotion round. Capped at the budget.',
+        'Higher: fewer rounds and longer cache runs, but bigger prompts.',
+    ),
+    'low_watermark': (
+        'Tokens beyond L1 a round rebuilds down to; must not exceed `high_watermark`. Capped at the budget.',
+        'Lower: cheaper prompts after a round, but more dropped pages and more frequent rounds.',
+    ),
+    'recent_units': (
+        'The most recent units (a user message; an assistant message with its tool results) a round always keeps verbatim (shrunk only if the budget itself forces it).',
+        'More: safer continuity; if these units alone exceed `low_watermark`, nearly every call becomes a round.',
+    ),
+    'old_share': (
+        'A *minor* round keeps the previous old generation byte for byte while it holds at most this share of the low watermark (beyond L1); past it the round is *major* and rebuilds everything after L1.',
+        'Higher: more prompt-cache reuse, but older content stays longer and leaves less room for newer pages.',
+    ),
+    'stub_threshold': (
+        'In a round, an older tool output over this many tokens is shown as a stub (its head and a handle) instead of in full. In rollover mode, tool outputs over it are stubbed on arrival.',
+        'Lower: smaller prompts, more `expand` calls by the model.',
+    ),
+    'inline_max': (
+        'A tool output over this many tokens is shown in full only while it belongs to the newest step (the model reads what it asked for once); from the next call on it is a stub. It sits at the tail then, so the change re-bills almost nothing. `0` means a quarter of the budget; an output over a quarter of the budget is always a stub.',
+        'Lower: smaller prompts and better long-range coverage; higher: the model keeps big outputs in view longer.',
+    ),
+    'recall_pages': (
+        'At most this many pages recalled (L3) into one call; `0` turns automatic recall off.',
+        'More: better long-range coverage, more tokens per call (recall blocks stay until the next round).',
+    ),
+    'recall_tokens': (
+        'Token cap of the recall block of one call (also limited by the room left under the high watermark).',
+        'As above.',
+    ),
+    'recall_page_tokens': (
+        'Cap per recalled page: an excerpt of about `4 ×` this many characters, starting two lines above the first line that matches the query (a short page is shown whole).',
+        'Lower: more pages fit the block, each less complete.',
+    ),
+    'recall_min_score': (
+        'Minimum BM25 score of an automatic recall hit.',
+        'Higher: fewer, more precise recalls.',
+    ),
+    'recall_min_strength': (
+        'Minimum reference strength between the query and a page for an automatic recall (paths, file names, handles and error names count 2, identifiers and numbers 1; see [docs/policies.md](policies.md)); `0` accepts any BM25 hit.',
+        'Higher: fewer, more precise recalls.',
+    ),
+    'max_notes': (
+        'Notes shown in the task-state card (the newest); older ones stay in the store.',
+        'More: more kept state, a bigger L1.',
+    ),
+    'expose_tools': (
+        "Append pager's agent tools (`recall`, `expand`, `note`; `new_context` in rollover mode) to the request's `tools`. `assemble(..., expose_tools=)` overrides it per call.",
+        'The tools cost prompt tokens on every call.',
+    ),
+    'mode': (
+        '`"paging"` (demotion rounds, stubs, recall) or `"rollover"` (whole windows ending in a handoff; see [docs/rollover.md](rollover.md)).',
+        '',
+    ),
+    'workspace': (
+        "Rollover mode: the root `new_context`'s `related_files` must stay inside. With `None` only relative paths without `..` escapes are accepted.",
+        '',
+    ),
+    'fallback_reserve': (
+        'Rollover mode: tokens below the hard limit (`budget`) where the fallback step starts (only `new_context` callable); `0` disables the fallback step.',
+        'Larger: earlier, safer handoffs; shorter windows.',
+    ),
+    'reminder_threshold': (
+        'Rollover mode: the one-time reminder is appended when the prompt is within this many tokens of the fallback limit; `0` disables it.',
+        '',
+    ),
+    'log_reports': (
+        'Append every report (and every `observe`) to `reports.jsonl` in the store folder.',
+        'Off: no log file growth; `pager inspect` then shows no last prompt.',
+    ),
+    'scope': (
+        'Who may read the pages this session records: `"private"` (its owner only, in any of the owner\'s sessions), `"session"` (this session), `"project"` (this session and the readers of the pool named by `pool`, by the pool\'s ACL), `"shared"` (every session: found by `search(..., cross_session=True)` and the `recall` tool, each hit naming its session). See [Shared pools](#shared-pools).',
+        'Share only what others may read.',
+    ),
+    'owner': (
+        "The user or agent identity of the pages this session records (default: the session's name); `private` pages and pool ACLs are by identity.",
+        'One identity per person or agent.',
+    ),
+    'pool': (
+        'The project pool of the pages when `scope="project"` (e.g. a repository\'s name).',
+        'Required with `scope="project"`.',
+    ),
+    'cache_marks': (
+        'Anthropic Messages only: where `cache_control` breakpoints come from. `"pager"` places its own (end of tools+system, of the old generation, of the previous prompt, of this prompt; at most 4) and drops the caller\'s; `"merge"` keeps the caller\'s and fills the free slots; `"caller"` keeps the caller\'s and adds none.',
+        'Leave `"pager"`: it knows where its stable prefix ends.',
+    ),
+    'state_dir': (
+        "A directory kept live as the session's checkpoint files (`00_goal.md`, `10_invariants.md`, `99_next.md`, `.wal`; see [docs/checkpoints.md](checkpoints.md)): every state transition appends a WAL line and rewrites what changed. A reopened session, and every new rollover window, starts with these files in L1. `None`: no files.",
+        'Put it in the workspace the agent works in; one writer per directory.',
+    ),
+    'wal_max_bytes': (
+        'The checkpoint `.wal` is rotated to `.wal.000001`, `.wal.000002`, ... (all kept) once it reaches this size; `0` never rotates.',
+        'Smaller: a shorter log to read on recovery; more segments.',
+    ),
+    'l1_cap': (
+        'L1 guard: when the system messages, turn 1 and the task-state card pass this many tokens, the oldest notes, then the oldest pins, leave the card for a one-line pointer each (`expand("note:3")` returns the text); the system prompt and turn 1 stay verbatim. The report\'s `notices` say what moved. `0` disables the guard.',
+        'Higher: more pins and notes in every prompt, a bigger prefix on every call.',
+    ),
+    'notice_percents': (
+        "Rollover mode: a usage notice is appended once per window when the window's use crosses each of these percentages (seed 004 `noticeThresholds`); `[]` disables them.",
+        'More thresholds: the model paces itself better; each notice costs a few dozen tokens.',
+    ),
+    'window_notice': (
+        'Rollover mode: a notice naming the window (number and id) and the tokens left is appended when a window opens.',
+        '',
+    ),
+    'effective_window_percent': (
+        'Rollover mode: the share of `context_window` treated as usable (seed 004 `effectiveContextWindowPercent`); the hard limit is at most this share minus `output_reserve`.',
+        'Lower: a margin for token-count error (the counter underestimates some text).',
+    ),
+    'auto_compact_ratio': (
+        'Rollover mode: the host rolls over by itself once the prompt reaches this share of the effective window (seed 004 `autoCompactTokenLimitRatio`), if that comes before the output reserve.',
+        'Lower: earlier, cheaper windows; higher: longer windows.',
+    ),
+    'body_after_prefix': (
+        "Rollover mode: usage notices count the window's body after its fixed prefix (L1, the first message, tool schemas) against the room after that prefix (seed 004 `bodyAfterPrefix`); `False` counts the whole prompt against the hard limit.",
+        '',
+    ),
+    'max_steps': (
+        "Rollover mode: the host rolls over (reason `max-steps`) after this many assistant messages in one window, at a step boundary, whatever the token count (seed 001's step trigger); `0` disables it.",
+        'Lower: shorter, fresher windows; more rollovers to pay for.',
+    ),
+}
+
+# The knobs `pager tune` trades against each other (docs/tuning.md's table).
+TUNING_KNOBS: tuple[str, ...] = (
+    "high_watermark", "low_watermark", "recent_units", "old_share", "stub_threshold", "inline_max",
+    "recall_pages", "recall_tokens", "recall_page_tokens", "recall_min_score", "recall_min_strength",
+    "policy", "policy_params",
+)
+
+START = "<!-- settings table: generated by `python -m pager.optiondocs --write` from pager.options.Options -->"
+END = "<!-- end of settings table -->"
+
+
+def _default(value: Any) -> str:
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, tuple):
+        return f"`{list(value)}`"
+    return f"`{value!r}`"
+
+
+def settings_table(names: Sequence[str] | None = None) -> str:
+    """Return the Markdown settings table for ``names`` (default: every option, in ``Options`` order)."""
+    fields = {f.name: f for f in attrs.fields(Options)}
+    rows = ["| option | default | meaning | trade-off |", "|---|---|---|---|"]
+    for name in names or tuple(fields):
+        f = fields[name]
+        default = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default  # type: ignore[arg-type]
+        meaning, trade = OPTION_DOCS[name]
+        rows.append(f"| `{name}` | {_default(default)} | {meaning} | {trade} |".replace("|  |", "| |"))
+    return "\n".join(rows) + "\n"
+
+
+def docs_tables(root: Path) -> dict[Path, str]:
+    """Return {doc file: the table it must hold}."""
+    return {root / "docs" / "api.md": settings_table(), root / "docs" / "tuning.md": settings_table(TUNING_KNOBS)}
+
+
+_BLOCK = re.compile(re.escape(START) + r"\n(.*?)" + re.escape(END), re.S)
+
+
+def table_in(text: str) -> str | None:
+    """Return the generated table a doc holds between the markers, or None."""
+    m = _BLOCK.search(text)
+    return m.group(1) if m else None
+
+
+def write(root: Path) -> None:
+    """Rewrite the generated tables in the docs."""
+    for path, table in docs_tables(root).items():
+        text = path.read_text(encoding="utf-8")
+        if table_in(text) is None:
+            raise SystemExit(f"{path}: no settings-table markers")
+        block = f"{START}\n{table}{END}"
+        path.write_text(_BLOCK.sub(lambda _m, block=block: block, text), encoding="utf-8")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    if sys.argv[1:] == ["--write"]:
+        write(Path(__file__).resolve().parents[1])
+    else:
+        sys.stdout.write(settings_table())

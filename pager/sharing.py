@@ -1,0 +1,122 @@
+"""Shared page pools for the facade: promote, demote, grant, and reading across sessions.
+
+The rules are ``pager.core.pools`` (pure); this mixin applies them to the
+store and keeps the recall index in step: a page moved to another scope is
+indexed again under its new audiences in the same call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+from pager.core.pages import SCOPES, PageRecord
+from pager.core.pools import PoolAcl, Reader, audiences, can_read, can_write, widen
+from pager.errors import ConfigError, HandleError
+from pager.storage.indexing import index_doc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pager.session import Session
+
+__all__ = ["Sharing"]
+
+
+class Sharing:
+    """Pool operations of a ``Pager`` (a mixin over ``pager.session.Session``)."""
+
+    def _reader(self: "Session") -> Reader:
+        return Reader(self.session, self.options.owner)
+
+    def _audiences(self: "Session") -> tuple[str, ...]:
+        return audiences(Reader(self.session, self.options.owner), self.store.pool_acls())
+
+    def _readable_page(self: "Session", handle: str) -> int | None:
+        """Return the page ``handle`` names that this session may read (its own first), else None.
+
+        An unreadable handle answers exactly like an unknown one: its existence does not leak.
+        """
+        pid = self.store.page_by_handle(self.session, handle)
+        if pid is not None:
+            return pid
+        reader, acls = Reader(self.session, self.options.owner), self.store.pool_acls()
+        for other in self.store.pages_by_handle(handle):
+            if can_read(self.store.load_pages([other])[0], reader, acls):
+                return other
+        return None
+
+    def pools(self: "Session") -> dict[str, PoolAcl]:
+        """Return the store's pool ACLs by pool name."""
+        with self._lock:  # type: ignore[attr-defined]
+            self._check_open()
+            return self.store.pool_acls()
+
+    def grant(self: "Session", pool: str, *, readers: Sequence[str] = (), writers: Sequence[str] = ()) -> PoolAcl:
+        """Set who may read and write ``pool`` (identities; ``"*"`` is anyone); return the new ACL.
+
+        A new pool's creator becomes one of its writers; changing an existing
+        pool's ACL needs write access to it.
+        """
+        with self._lock:  # type: ignore[attr-defined]
+            self._check_open()
+            if not isinstance(pool, str) or not pool.strip():
+                raise ConfigError("a pool name is a non-empty string")
+            names = [readers] if isinstance(readers, str) else list(readers)
+            wnames = [writers] if isinstance(writers, str) else list(writers)
+            if not all(isinstance(x, str) and x for x in names + wnames):
+                raise ConfigError("readers and writers are non-empty strings (identities, or '*')")
+            reader = Reader(self.session, self.options.owner)
+            acls = self.store.pool_acls()
+            current = acls.get(pool)
+            if current is not None and not current.allows(reader.names, write=True):
+                raise HandleError(f"session {self.session!r} may not change pool {pool!r}")
+            if current is None and reader.identity not in wnames:
+                wnames.append(reader.identity)
+            self.store.set_pool_acl(pool, names, wnames)
+            self.store.add_event(self.session, "grant", {
+                "pool": pool, "readers": sorted(names), "writers": sorted(wnames),
+                "by": reader.identity, "at": time.time()})
+            return self.store.pool_acls()[pool]
+
+    def promote(self: "Session", handle: str, to: str = "project", *, pool: str | None = None) -> PageRecord:
+        """Move the page behind ``handle`` to a wider scope (``project`` needs ``pool``); return it.
+
+        Needs write access where the page is and where it goes
+        (``pager.core.pools.can_write``); recorded as an event with who and when.
+        """
+        return self._move(handle, to, pool, promote=True)
+
+    def demote(self: "Session", handle: str, to: str = "session", *, pool: str | None = None) -> PageRecord:
+        """Move the page behind ``handle`` to a narrower scope; the same rules as ``promote``."""
+        return self._move(handle, to, pool, promote=False)
+
+    def _move(self: Any, handle: str, to: str, pool: str | None, *, promote: bool) -> PageRecord:
+        with self._lock:
+            self._check_open()
+            if to not in SCOPES:
+                raise ConfigError(f"scope must be one of {SCOPES}, got {to!r}")
+            if to == "project" and not pool:
+                raise ConfigError("promoting to 'project' needs pool=<name>")
+            pool = pool if to == "project" else None
+            if not isinstance(handle, str):
+                raise HandleError(f"{handle!r} is not a pager handle")
+            pid = self._readable_page(handle)
+            if pid is None:
+                raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")
+            page = self.store.load_pages([pid])[0]
+            if (page.scope, page.pool) == (to, pool):
+                return page
+            if widen(page.scope, to) != promote and page.scope != to:
+                verb = "promote" if promote else "demote"
+                raise ConfigError(f"cannot {verb} a {page.scope!r} page to {to!r}")
+            reader = Reader(self.session, self.options.owner)
+            if not can_write(page, to, pool, reader, self.store.pool_acls()):
+                raise HandleError(f"session {self.session!r} may not move {handle!r} to {to!r}")
+            with self._writing():
+                self.store.set_scope(pid, to, pool)
+                self.store.add_event(page.session, "promote" if promote else "demote", {
+                    "page": pid, "handle": handle, "from": page.scope, "from_pool": page.pool, "to": to,
+                    "pool": pool, "by": reader.identity, "at": time.time()})
+            moved = self.store.load_pages([pid])[0]
+            self._feeder.add([index_doc(moved, self.store.message(pid)[1])])
+            self._feeder.flush()
+            return moved

@@ -1,0 +1,207 @@
+"""The live checkpoint directory: ``pager.open(..., state_dir=DIR)`` keeps the state files current.
+
+Theory of operation
+-------------------
+The store is the source of truth; the directory is its readable shadow
+(``pager.statefiles`` describes the files). Every state transition of the
+session — the session opening (``session-opened`` on a fresh directory,
+``resume`` on a reopen), a rollover window opening, a notice, a note, a pin,
+a handoff intent, a handoff committed, a rollover — is written in this
+order::
+
+    1. the store transaction commits           (the facade)
+    2. one WAL line: time, git rev[+dirty], the transition, the store mark,
+       the files it changes and their content hash
+    3. the changed files, each replaced atomically (or appended, 10_invariants.md)
+
+The *store mark* (``mark=p<pins>.n<notes>.e<events>``) names the store state
+the line reflects. A crash between 1 and 2 leaves the store a mark ahead of
+the WAL; a crash between 2 and 3 leaves files that differ from what the store
+derives. Either way, the next ``open`` with the same ``state_dir`` notices it,
+derives the files from the store again and logs a ``recover`` line naming the
+two marks, before its ``resume`` line: after a reopen, files and store agree.
+
+A reopened session starts from the files: the paging scheduler's task-state
+card carries them (read once, so the prompt prefix stays byte-stable), and in
+rollover mode they are shown once at the tail and every new window's card
+carries the latest ones, all within the L1 cap (``pager.core.l1guard``).
+
+One directory per session; writers of one directory are serialised with an
+advisory lock on it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import re
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pager.statefiles import (
+    GOAL_FILE,
+    planned_writes,
+    resume_text,
+    wal_segments,
+    write_state,
+    git_state,
+)
+from pager.stateio import StateDirFd
+
+__all__ = ["NullStateDir", "StateDir", "attach_state_dir", "store_mark"]
+
+_MARK_RE = re.compile(r" mark=(p\d+\.n\d+\.e\d+)")
+
+
+def store_mark(host: Any) -> str:
+    """Return the store state a WAL line reflects: pins, notes and events of the session."""
+    return f"p{len(host._pins)}.n{len(host._notes)}.e{len(host.store.events(host.session))}"
+
+
+def _event_transitions(kind: str, payload: Any) -> list[str]:
+    """Return the WAL transitions one scheduler event stands for."""
+    p = payload if isinstance(payload, dict) else {}
+    if kind == "rollover":
+        out = []
+        if "handoff" in p:
+            out.append("handoff-committed")
+        out.append(f"rollover generation={p.get('generation')} reason={p.get('reason')}")
+        return out
+    if kind == "rollover_intent":
+        return [f"handoff-intent call={p.get('call_id')}"]
+    if kind == "window_opened":
+        return [f"window-opened generation={p.get('generation')} id={p.get('id')} tokens_left={p.get('tokens_left')}"]
+    if kind == "notice":
+        if p.get("kind") == "window":
+            return []  # the window_opened event that follows says it, with the window's id
+        return [f"notice kind={p.get('kind')} generation={p.get('generation')}"]
+    return [kind]
+
+
+class NullStateDir:
+    """The no-op stand-in when a session has no ``state_dir``."""
+
+    path: Path | None = None
+
+    def record(self, transition: str) -> None:
+        return None
+
+    def after_assemble(self, events: Sequence[tuple[str, Any]]) -> None:
+        return None
+
+
+class StateDir:
+    """One session's live checkpoint directory. Build it with ``attach_state_dir``."""
+
+    def __init__(
+        self,
+        host: Any,
+        path: str | Path,
+        *,
+        wal_max_bytes: int,
+        clock: Callable[[], _dt.datetime] | None = None,
+    ) -> None:
+        self.host = host
+        self.path = Path(path)
+        self.wal_max_bytes = wal_max_bytes
+        self.clock = clock or (lambda: _dt.datetime.now(_dt.timezone.utc))
+        self.text = ""  # what a new window reads: the files in order and the last WAL line
+        self.recovered: str | None = None  # the recover line written at open, if any
+        self.goal_written = False
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def record(self, transition: str) -> list[str]:
+        """Log ``transition`` and bring the files in line with the store; return the names written."""
+        with StateDirFd(self.path) as d:
+            fcntl.flock(d.fd, fcntl.LOCK_EX)
+            try:
+                names, _line = write_state(
+                    d, self.host.task_state(), f"{transition} mark={store_mark(self.host)}",
+                    now=self.clock(), revision=git_state(self.path), wal_max_bytes=self.wal_max_bytes,
+                )
+                self.goal_written = self.goal_written or d.read_bytes(GOAL_FILE) is not None
+            finally:
+                fcntl.flock(d.fd, fcntl.LOCK_UN)
+        self._refresh()
+        return names
+
+    def after_assemble(self, events: Sequence[tuple[str, Any]]) -> None:
+        """Log the transitions one ``assemble`` committed (its scheduler's events), in order.
+
+        The first call that brings turn 1 (the goal, when nothing is pinned)
+        is a transition of its own when no event says so: ``00_goal.md`` is
+        written then.
+        """
+        logged = False
+        for kind, payload in events:
+            for transition in _event_transitions(kind, payload):
+                self.record(transition)
+                logged = True
+        if not self.goal_written and not logged and getattr(self.host.history, "first_user", None) is not None:
+            self.goal_written = True  # tried once: an empty turn 1 must not cost a WAL line per call
+            self.record("goal")
+
+    def _refresh(self) -> None:
+        self.text = resume_text(self.path)
+        self.host._state_text = self.text  # a controller rebuilt after a reload picks it up (Session._load)
+        rollover = getattr(self.host, "_rollover", None)
+        if rollover is not None:
+            rollover.state_text = self.text  # the next window's card carries the latest files
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def last_mark(self) -> str | None:
+        """Return the store mark of the newest WAL line that has one (rotated segments included)."""
+        for name in reversed(wal_segments(self.path)):
+            with StateDirFd(self.path) as d:
+                data = d.read_text(name) or ""
+            for line in reversed(data.splitlines()):
+                m = _MARK_RE.search(line)
+                if m:
+                    return m.group(1)
+        return None
+
+    def open(self) -> bool:
+        """Reconcile the files with the store and log the opening; return whether the session was reopened."""
+        reopened = bool(wal_segments(self.path))
+        if reopened:
+            was = self.last_mark()
+            now = store_mark(self.host)
+            with StateDirFd(self.path) as d:
+                stale = planned_writes(d, self.host.task_state())
+            if was != now or stale:
+                # a crash between the store's commit and the WAL line, or between the line and the files
+                self.recovered = f"recover store={now} wal={was} files={','.join(n for n, _, _ in stale) or '-'}"
+                self.record(self.recovered)
+            self.record(f"resume session={self.host.session}")
+        else:
+            self.record(f"session-opened session={self.host.session}")
+        return reopened
+
+
+def attach_state_dir(host: Any) -> StateDir | NullStateDir:
+    """Return the live checkpoint directory of a facade (a no-op without ``state_dir``).
+
+    Opens it (reconciling after a crash, logging ``resume`` or
+    ``session-opened``) and, for a reopened session, hands the files to the
+    scheduler: the paging card carries them from now on, and in rollover mode
+    they are shown once at the next step.
+    """
+    where = host.options.state_dir
+    if not where:
+        return NullStateDir()
+    # absolute now: a harness that changes directory later must not move the checkpoint files
+    sd = StateDir(host, Path(where).absolute(), wal_max_bytes=host.options.wal_max_bytes)
+    try:
+        reopened = sd.open()
+    except BaseException:
+        host.close()  # a refused directory (a symlink, a rewritten invariants file) must not leak the store
+        raise
+    rollover = getattr(host, "_rollover", None)
+    if rollover is not None:
+        rollover.resume_pending = reopened
+    elif reopened:
+        host._paging.state_text = sd.text
+    return sd
+

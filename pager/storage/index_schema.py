@@ -1,0 +1,143 @@
+"""The recall index's schema, analyzers and values: what a page and a hit look like to Tantivy.
+
+Shared by ``pager.storage.index`` (writing) and ``pager.storage.index_search``
+(querying); see ``pager.storage.index`` for the theory of operation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import attrs
+import tantivy
+
+from pager.core.pages import SCOPES
+
+__all__ = ["Hit", "IndexDoc", "SCOPES"]
+
+MAX_QUERY_TERMS = 64
+MAX_QUERY_CHARS = 4096
+MAX_KEY_CHUNKS = 16
+MAX_KEY_CHARS = 512  # paths, handles, labels: exact terms must stay under tantivy's term limit
+STORED_TEXT_CHARS = 16_384  # snippets come from the stored prefix; the whole text is indexed
+SNIPPET_CHARS = 200
+KEY_BOOST = 2.0
+# A word on more than PRUNE_SHARE of the pages an audience sees (and on more
+# than PRUNE_MIN_DF pages) is dropped from the query, keeping the PRUNE_KEEP
+# rarest if all are that common: its BM25 weight is small, its posting list long.
+PRUNE_SHARE = 0.2
+PRUNE_MIN_DF = 2000
+PRUNE_KEEP = 3
+_SHARED = "shared"  # audience key of shared pages; session keys start with "h"
+POOL_PREFIX = "pool:"  # a project pool's audience is the hash of "pool:<name>"
+_META = "upto"
+_OVERFETCH = 8  # extra candidates so ties at the cut are broken by page_id, not doc order
+
+# Han, kana, Hangul (and their compatibility / extension blocks).
+_CJK_RUN = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]+"
+)
+# Dropped from queries (unless nothing else is left): they match most pages
+# and make the disjunction slow without changing which page wins.
+_STOPWORDS = frozenset(
+    "a an and are as at be by do for from has have i if in is it its no not of on or "
+    "that the this to was we were will with you".split()
+)
+_CHUNK_STRIP = "\"'`()[]{}<>,;!?"
+
+
+@attrs.frozen
+class IndexDoc:
+    """One page as the index sees it; built by the store."""
+
+    page_id: int
+    session: str
+    step: int
+    kind: str
+    text: str
+    labels: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    path: str | None = None
+    handle: str | None = None
+    owner: str = ""  # empty means the page's session
+    scope: str = attrs.field(default="session", validator=attrs.validators.in_(SCOPES))
+    pool: str | None = None  # the project pool of a "project" page
+
+
+@attrs.frozen
+class Hit:
+    """One recalled page: where it came from, its BM25 score and a short excerpt."""
+
+    page_id: int
+    session: str
+    step: int
+    kind: str
+    score: float
+    path: str | None
+    handle: str | None
+    snippet: str
+    owner: str | None = None
+    pool: str | None = None
+    scope: str = "session"
+
+
+def _clean(s: str) -> str:
+    """Return ``s`` encodable as UTF-8 (lone surrogates become '?')."""
+    if s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "replace").decode("utf-8")
+
+
+def _bigrams(text: str) -> list[str]:
+    """Cut every CJK run of ``text`` into overlapping bigrams (a lone character stays)."""
+    out: list[str] = []
+    for run in _CJK_RUN.findall(text):
+        if len(run) == 1:
+            out.append(run)
+        else:
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return out
+
+
+def _audience(name: str) -> str:
+    """Return the JSON key for a session or owner, hashed so dots cannot break the path."""
+    return "h" + hashlib.blake2b(name.encode("utf-8", "replace"), digest_size=8).hexdigest()
+
+
+def _build_schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_integer_field("page_id", stored=True, indexed=True, fast=True)
+    sb.add_integer_field("step", stored=True)
+    sb.add_text_field("session", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("kind", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("owner", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("pool", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("scope", stored=True, tokenizer_name="raw", index_option="basic")
+    # JSON fields keyed by audience (see the module docstring).
+    sb.add_json_field("text", tokenizer_name="pg_text", index_option="freq")
+    sb.add_json_field("cjk", tokenizer_name="whitespace", index_option="freq")
+    sb.add_json_field("key", tokenizer_name="pg_key", index_option="basic")
+    # Stored, not indexed: a text field would index the whole prefix as one raw term.
+    sb.add_bytes_field("body", stored=True)
+    sb.add_text_field("path", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("handle", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("meta", tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field("upto", stored=True)
+    sb.add_integer_field("max_id", stored=True)
+    return sb.build()
+
+
+_SCHEMA = _build_schema()
+_TEXT_ANALYZER = (
+    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+    .filter(tantivy.Filter.remove_long(64))
+    .filter(tantivy.Filter.lowercase())
+    .build()
+)
+_KEY_ANALYZER = (
+    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw()).filter(tantivy.Filter.lowercase()).build()
+)
