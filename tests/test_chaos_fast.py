@@ -97,3 +97,25 @@ def _try(fn, *args):
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - the test compares it
         return exc
+
+
+def test_a_writer_committing_while_a_pager_loads_is_caught_up_with(tmp_path):
+    """Another process records pages between a Pager's reads of the pages and of the session's version."""
+    history = coding_session(6)
+    with pager.open(tmp_path / "ctx", session="s") as other:
+        other.assemble({"messages": history[:4]})
+        late = pager.open(tmp_path / "ctx", session="s")
+        fired: list[str] = []
+
+        def meanwhile(sql: str) -> None:
+            if "version FROM sessions" in sql and not fired:
+                fired.append(sql)
+                other.assemble({"messages": history[:8]})  # another connection commits right now
+
+        late.store._db.set_trace_callback(meanwhile)
+        late._reload()
+        late.store._db.set_trace_callback(None)
+        assert fired
+        late.assemble({"messages": history})  # no UNIQUE error: it saw the version move and caught up
+        assert late.store.count_pages("s") == len(history) and len(late.store.branches("s")) == 1
+        late.close()
