@@ -51,7 +51,7 @@ class _Dumps:
     def __init__(self, value: Any) -> None:
         self.value = value
 
-    def model_dump(self) -> Any:
+    def model_dump(self, **kwargs: Any) -> Any:  # pydantic's signature: mode=, exclude_none=, ...
         return self.value
 
 
