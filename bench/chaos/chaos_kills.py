@@ -181,7 +181,8 @@ def run(kills: int, *, seed: int = 0, max_delay: float = 1.2, workdir: str | Non
             if proc.is_alive():
                 os.kill(proc.pid, signal.SIGKILL)
             proc.join()
-            if proc.exitcode == 255 and not Path(str(ack_path) + ".err").exists():
+            err_file = Path(str(ack_path) + ".err")
+            if proc.exitcode == 255 and not (err_file.exists() and err_file.read_text(errors="replace").strip()):
                 # multiprocessing's placeholder when the fork server's report of a child's exit could
                 # not be read: the child's status is unknown (the store is checked all the same)
                 counts["exit_status_unknown"] += 1
