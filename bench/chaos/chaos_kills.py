@@ -135,7 +135,7 @@ def _damage(index_dir: Path, r: random.Random) -> str:
 
 
 def run(kills: int, *, seed: int = 0, max_delay: float = 1.2, workdir: str | None = None,
-        log: Any = None) -> dict[str, Any]:
+        log: Any = None, wait_ready: float = 0.8) -> dict[str, Any]:
     """Run rounds until ``kills`` children were killed mid-work; return the counts."""
     r = random.Random(seed)
     ctx = mp.get_context("forkserver")
@@ -173,7 +173,7 @@ def run(kills: int, *, seed: int = 0, max_delay: float = 1.2, workdir: str | Non
             proc = ctx.Process(target=child, args=(str(store), session, focus, str(ack_path),
                                                    str(base / "state"), r.randrange(1 << 30)))
             proc.start()
-            if focus == "assemble" and r.random() < 0.8:
+            if focus == "assemble" and r.random() < wait_ready:
                 # opening takes a few hundred ms on a loaded machine: wait until the child has opened
                 # the store, so that most kills land inside assemble / note, not inside open
                 _wait_for(ack_path, b"ready", proc, 10.0)
@@ -226,7 +226,7 @@ def run(kills: int, *, seed: int = 0, max_delay: float = 1.2, workdir: str | Non
 
 
 def run_lanes(kills: int, lanes: int, *, seed: int = 0, max_delay: float = 1.2,
-              workdir: str | None = None) -> dict[str, Any]:
+              workdir: str | None = None, wait_ready: float = 0.8) -> dict[str, Any]:
     """Run ``lanes`` campaigns side by side (threads, each on its own stores); return the summed counts.
 
     The lanes mostly wait (on their children, on the random delays), so they overlap well even on a
@@ -238,7 +238,7 @@ def run_lanes(kills: int, lanes: int, *, seed: int = 0, max_delay: float = 1.2,
 
     def lane(i: int) -> dict[str, Any]:
         try:
-            return run(per, seed=seed + 101 * i, max_delay=max_delay, workdir=workdir)
+            return run(per, seed=seed + 101 * i, max_delay=max_delay, workdir=workdir, wait_ready=wait_ready)
         except Exception:  # noqa: BLE001 - reported as a fault of the run
             return {"lane_errors": 1, "failures": [f"lane {i}: {traceback.format_exc()[-1500:]}"]}
 
