@@ -31,12 +31,14 @@ from pager.options import Options
 from pager.report import Report
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pager.aio import AsyncPager, aopen
     from pager.pager import Pager, open, store_sessions
 
 # The facade (and with it sqlite3 and tantivy) loads on first use, so that
 # importing the pure core (pager.core.plan, pager.core.heat, pager.core.pairing) stays free
 # of I/O modules.
 _LAZY = {"Pager", "open", "store_sessions"}
+_LAZY_AIO = {"AsyncPager", "aopen"}
 
 
 def __getattr__(name: str):  # PEP 562
@@ -44,10 +46,15 @@ def __getattr__(name: str):  # PEP 562
         from pager import pager as _facade
 
         return getattr(_facade, name)
+    if name in _LAZY_AIO:
+        from pager import aio as _aio
+
+        return getattr(_aio, name)
     raise AttributeError(f"module 'pager' has no attribute {name!r}")
 
 
 __all__ = [
+    "AsyncPager",
     "BudgetError",
     "ConfigError",
     "HandleError",
@@ -66,6 +73,7 @@ __all__ = [
     "StateFileError",
     "StoreError",
     "ToolError",
+    "aopen",
     "get_policy",
     "open",
     "register_policy",

@@ -12,13 +12,17 @@ Theory of operation:
    parameter the policy lacks) are dropped with a note, duplicates merged,
    and ``cap`` keeps at most ``max_points`` (a deterministic sample, always
    keeping the base).
-3. ``run_points`` replays the sessions through the variants in batches, each
-   batch beside ``FullResend`` so every cost is relative to full resend on the
-   same calls; the summaries become ``Point`` values.
-4. ``pareto`` marks the points no other point beats on both cache-adjusted
-   cost (lower is better) and need coverage (higher is better); a point with
-   violations or failures is never on the frontier. ``choose`` picks the
-   cheapest frontier point that reaches a coverage target.
+3. ``run_points`` replays each session through every variant (``batch`` at a
+   time, beside ``FullResend`` so every cost is relative to full resend on the
+   same calls), one session per task, in ``jobs`` processes. Each task gives
+   one ``SessionMetrics`` per variant; a ``Log`` keeps them, so that an
+   interrupted search can be resumed without replaying what finished. The
+   per-session figures of a variant, over every session, become its ``Point``.
+4. ``pareto`` marks the points no other point beats on both effective cost
+   (cache-adjusted cost plus the price of each fault; lower is better) and
+   need coverage (higher is better); a point with violations or failures is
+   never on the frontier. ``choose`` picks the frontier point of least
+   effective cost whose coverage is at least a floor.
 5. ``config_document`` is what ``--write`` saves: the full options under
    ``"options"`` (``pager.open(config=...)`` reads that key) beside the
    figures that justified them.
@@ -29,6 +33,7 @@ points.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import random
 from pathlib import Path
@@ -42,9 +47,11 @@ from pager.core.heat import get_policy
 from pager.options import Options, load_config, read_json_file
 
 __all__ = [
+    "COSTS",
     "DEFAULT_POINTS",
     "OBJECTIVES",
     "Candidate",
+    "Log",
     "Point",
     "by_cost",
     "cap",
@@ -59,7 +66,9 @@ __all__ = [
     "pareto",
     "parse_grid_spec",
     "run_points",
+    "session_digest",
     "show",
+    "tune_session",
     "validate",
 ]
 
@@ -85,6 +94,9 @@ DEFAULT_POINTS: tuple[Mapping[str, Any], ...] = (
 
 # Coverage figures a run can be tuned for: the StrategySummary attribute names.
 OBJECTIVES = ("coverage", "long_coverage")
+
+# Cost figures the frontier can be drawn on; the first is what tune minimises.
+COSTS = ("effective_vs_full", "cost_vs_full")
 
 
 # --------------------------------------------------------------------------
@@ -210,33 +222,66 @@ def validate(
     base: Mapping[str, Any] | None = None,
     *,
     note: Callable[[str], None] | None = None,
+    strict: bool = False,
 ) -> list[Candidate]:
     """Return the combinations that build valid options, in order, without duplicates.
 
     Each is laid over ``base`` and checked with ``Options.build`` and
     ``get_policy``; an invalid one is reported through ``note`` and skipped.
     The base itself is checked too: an invalid base is a ``ConfigError``.
+    With ``strict`` (a grid the user gave), a value that is valid in no
+    combination (``high_watermark=-1``, ``policy=nosuch``) is a ``ConfigError``
+    naming it; combinations invalid only together are still skipped.
     """
     base_opts = Options.build(base or {})
     ref = base_opts.to_dict()
     get_policy(base_opts.policy, **dict(base_opts.policy_params))
     out: list[Candidate] = []
     seen: set[bytes] = set()
+    used: dict[tuple[str, bytes], bool] = {}  # (key, value) -> valid in some combination
+    why: dict[tuple[str, bytes], str] = {}
+    combos = list(combos)
     for combo in combos:
+        pairs = [(k, orjson.dumps(v, option=orjson.OPT_SORT_KEYS)) for k, v in combo.items()]
         try:
             opts = Options.build(_apply(ref, combo))
             get_policy(opts.policy, **dict(opts.policy_params))
         except PagerError as exc:
+            for pair in pairs:
+                used.setdefault(pair, False)
+                why.setdefault(pair, str(exc))
             if note is not None:
                 note(f"skipped {label(dict(combo))}: {exc}")
             continue
+        for pair in pairs:
+            used[pair] = True
         data = opts.to_dict()
         key = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
         if key in seen:
             continue
         seen.add(key)
         out.append(Candidate(options=data, changes=changes(data, ref)))
+    if strict:
+        bad = [pair for pair, ok in used.items() if not ok]
+        # blame a value that is invalid on its own first (every combination then fails)
+        for key, raw in sorted(bad, key=lambda pair: _valid_alone(ref, pair)):
+            value = show(orjson.loads(raw))
+            reason = _why_alone(ref, (key, raw)) or why[(key, raw)]
+            raise ConfigError(f"--grid {key}={value}: no combination with it is valid: {reason}")
     return out
+
+
+def _why_alone(ref: Mapping[str, Any], pair: tuple[str, bytes]) -> str | None:
+    try:
+        opts = Options.build(_apply(ref, {pair[0]: orjson.loads(pair[1])}))
+        get_policy(opts.policy, **dict(opts.policy_params))
+    except PagerError as exc:
+        return str(exc)
+    return None
+
+
+def _valid_alone(ref: Mapping[str, Any], pair: tuple[str, bytes]) -> bool:
+    return _why_alone(ref, pair) is None
 
 
 def cap(candidates: Sequence[Candidate], max_points: int, *, seed: int = 0) -> list[Candidate]:
@@ -275,6 +320,9 @@ class Point:
     violations: int = 0
     errors: int = 0
     frontier: bool = False
+    effective_vs_full: float | None = None
+    fault_rate: float | None = None
+    failures: tuple[tuple[str, str], ...] = ()  # (session, error)
 
     def score(self, objective: str = "coverage") -> float | None:
         """Return the coverage figure ``objective`` names."""
@@ -282,14 +330,22 @@ class Point:
             raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         return getattr(self, objective)
 
-    def eligible(self, objective: str = "coverage") -> bool:
+    def price(self, cost: str = COSTS[0]) -> float | None:
+        """Return the cost figure ``cost`` names (effective cost by default)."""
+        if cost not in COSTS:
+            raise ConfigError(f"cost must be one of {COSTS}, got {cost!r}")
+        return getattr(self, cost)
+
+    def eligible(self, objective: str = "coverage", cost: str = COSTS[0]) -> bool:
         """Return whether the point may be on the frontier: clean, and measured."""
         return (self.violations == 0 and self.errors == 0
-                and self.cost_vs_full is not None and self.score(objective) is not None)
+                and self.price(cost) is not None and self.score(objective) is not None)
 
     def figures(self) -> dict[str, Any]:
         """Return the measured figures as a JSON-able dict."""
         return {
+            "effective_vs_full": self.effective_vs_full,
+            "fault_rate": self.fault_rate,
             "cost_vs_full": self.cost_vs_full,
             "coverage": self.coverage,
             "long_coverage": self.long_coverage,
@@ -303,36 +359,40 @@ class Point:
     def to_json(self) -> dict[str, Any]:
         """Return the point as a JSON-able dict."""
         return {"name": self.name, "frontier": self.frontier, "changes": dict(self.changes),
-                **self.figures(), "options": dict(self.options)}
+                **self.figures(), "options": dict(self.options),
+                "failures": [{"session": sid, "error": e} for sid, e in self.failures]}
 
 
-def pareto(points: Sequence[Point], objective: str = "coverage") -> list[Point]:
+def pareto(points: Sequence[Point], objective: str = "coverage", cost: str = COSTS[0]) -> list[Point]:
     """Return ``points`` with ``frontier`` set on those no other point dominates.
 
-    A point dominates another when it costs no more and covers no less, and is
-    strictly better on one of the two. Points with violations, failures or a
-    missing figure are never on the frontier and dominate nothing. Equal
-    points do not dominate each other, so ties all stay on the frontier.
+    A point dominates another when it costs no more (``cost``: effective cost
+    by default) and covers no less, and is strictly better on one of the two.
+    Points with violations, failures or a missing figure are never on the
+    frontier and dominate nothing. Equal points do not dominate each other,
+    so ties all stay on the frontier.
     """
-    ok = [p for p in points if p.eligible(objective)]
+    ok = [p for p in points if p.eligible(objective, cost)]
 
     def dominated(p: Point) -> bool:
-        pc, ps = p.cost_vs_full, p.score(objective)
+        pc, ps = p.price(cost), p.score(objective)
         for q in ok:
-            qc, qs = q.cost_vs_full, q.score(objective)
+            qc, qs = q.price(cost), q.score(objective)
             if qc <= pc and qs >= ps and (qc < pc or qs > ps):  # type: ignore[operator]
                 return True
         return False
 
-    return [attrs.evolve(p, frontier=p.eligible(objective) and not dominated(p)) for p in points]
+    return [attrs.evolve(p, frontier=p.eligible(objective, cost) and not dominated(p))
+            for p in points]
 
 
-def choose(points: Sequence[Point], target: float, objective: str = "coverage") -> Point | None:
-    """Return the cheapest frontier point covering at least ``target``.
+def choose(points: Sequence[Point], floor: float, objective: str = "coverage",
+           cost: str = COSTS[0]) -> Point | None:
+    """Return the frontier point of least cost (effective cost) covering at least ``floor``.
 
-    If no frontier point reaches the target, return the one covering most
+    If no frontier point reaches the floor, return the one covering most
     (the cheaper on a tie); None when the frontier is empty. ``points`` must
-    have been through ``pareto``.
+    have been through ``pareto`` with the same ``cost``.
     """
     front = [p for p in points if p.frontier]
     if not front:
@@ -341,18 +401,18 @@ def choose(points: Sequence[Point], target: float, objective: str = "coverage") 
     def cov(p: Point) -> float:
         return p.score(objective) or 0.0  # frontier points are measured: never None here
 
-    def cost(p: Point) -> float:
-        return p.cost_vs_full or 0.0
+    def price(p: Point) -> float:
+        return p.price(cost) or 0.0
 
-    good = [p for p in front if cov(p) >= target]
+    good = [p for p in front if cov(p) >= floor]
     if good:
-        return min(good, key=lambda p: (cost(p), -cov(p)))
-    return max(front, key=lambda p: (cov(p), -cost(p)))
+        return min(good, key=lambda p: (price(p), -cov(p)))
+    return max(front, key=lambda p: (cov(p), -price(p)))
 
 
-def by_cost(points: Iterable[Point]) -> list[Point]:
-    """Return points sorted by cost (unmeasured last), then by name."""
-    return sorted(points, key=lambda p: (p.cost_vs_full is None, p.cost_vs_full or 0.0, p.name))
+def by_cost(points: Iterable[Point], cost: str = COSTS[0]) -> list[Point]:
+    """Return points sorted by ``cost`` (effective cost; unmeasured last), then by name."""
+    return sorted(points, key=lambda p: (p.price(cost) is None, p.price(cost) or 0.0, p.name))
 
 
 def config_document(
@@ -362,14 +422,19 @@ def config_document(
     pricing: Mapping[str, Any],
     objective: str = "coverage",
     target: float | None = None,
+    fault_cost: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Return what ``--write`` saves: full options under ``"options"``, and the evidence."""
+    """Return what ``--write`` saves: full options under ``"options"``, and the evidence.
+
+    ``target`` is the coverage floor the choice was made under.
+    """
     return {
         "options": dict(point.options),
         "changes": dict(point.changes),
         "figures": point.figures(),
         "sessions": sessions,
         "pricing": dict(pricing),
+        "fault_cost": dict(fault_cost) if fault_cost is not None else None,
         "objective": objective,
         "target": target,
         "written_by": "pager tune",
@@ -378,6 +443,116 @@ def config_document(
 
 # --------------------------------------------------------------------------
 # Replaying
+
+
+def session_digest(session: Any) -> str:
+    """Return a short digest of a session's messages (what a resumed log is checked against)."""
+    return hashlib.blake2b(orjson.dumps(list(session.messages)), digest_size=12).hexdigest()
+
+
+def option_key(options: Mapping[str, Any]) -> str:
+    """Return the canonical text of a configuration: the key results are logged under."""
+    return orjson.dumps(dict(options), option=orjson.OPT_SORT_KEYS).decode()
+
+
+def tune_session(
+    session: Any,
+    variants: Sequence[tuple[str, Mapping[str, Any]]],
+    batch: int,
+    long_gap: int,
+    pricing: Any,
+    fault: Any,
+    counter: Any = None,
+    opener: Callable[..., Any] | None = None,
+) -> dict[str, Any]:
+    """Replay one session through ``variants`` (name, options), ``batch`` at a time.
+
+    Full resend runs once, with the first batch; every variant's figures are
+    relative to it. Return ``{name: SessionMetrics}``. This is the task a
+    worker process runs for ``run_points``.
+    """
+    from pager.replay.facts import Facts
+    from pager.replay.metrics import summarize_session
+    from pager.replay.parallel import Emitter, emit
+    from pager.replay.runner import run_session
+    from pager.replay.strategies import FullResend, PagerStrategy
+
+    facts = Facts(counter)
+    bar = Emitter()
+    extra = {"opener": opener} if opener is not None else {}
+    out: dict[str, Any] = {}
+    full_records: Any = None
+    try:
+        for start in range(0, len(variants), batch):
+            chunk = variants[start:start + batch]
+            strategies: list[Any] = [] if full_records is not None else [FullResend("full", facts=facts)]
+            strategies += [PagerStrategy(name, **extra, **dict(opts)) for name, opts in chunk]
+            r = run_session(session, strategies, facts=facts, long_gap=long_gap, progress=bar,
+                            warn=lambda text: emit("warn", text))
+            if full_records is None:
+                full_records = r.records["full"]
+            for name, _ in chunk:
+                if name in r.errors:
+                    out[name] = summarize_session(r.id, name, (), pricing, None, r.errors[name],
+                                                  fault=fault)
+                else:
+                    out[name] = summarize_session(r.id, name, r.records[name], pricing,
+                                                  full_records, fault=fault)
+    finally:
+        bar.flush()
+    return out
+
+
+@attrs.define
+class Log:
+    """What a search has measured, per configuration and session; saved as ``pager tune --json``.
+
+    ``settings`` (sessions and their digests, pricing, fault cost, long gap)
+    must match for a log to be resumed: figures measured under other settings
+    are not comparable. ``results`` maps ``option_key(options)`` to
+    ``{session id: SessionMetrics}``.
+    """
+
+    settings: dict[str, Any]
+    results: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+
+    def has(self, options: Mapping[str, Any], session: str) -> bool:
+        """Return whether ``options`` were measured on ``session``."""
+        return session in self.results.get(option_key(options), {})
+
+    def add(self, options: Mapping[str, Any], session: str, metrics: Any) -> None:
+        """Record one configuration's figures on one session."""
+        self.results.setdefault(option_key(options), {})[session] = metrics
+
+    def runs_json(self) -> list[dict[str, Any]]:
+        """Return the per-session figures as JSON: one entry per configuration."""
+        return [{"options": orjson.loads(key), "sessions": {sid: m.to_json() for sid, m in per.items()}}
+                for key, per in self.results.items()]
+
+    @classmethod
+    def resume(cls, path: str | Path, settings: Mapping[str, Any]) -> "Log":
+        """Read the log a run wrote to ``path``; raise ``ConfigError`` if it cannot be resumed."""
+        from pager.replay.metrics import SessionMetrics
+
+        doc = read_json_file(path)
+        if not isinstance(doc, dict) or doc.get("written_by") != "pager tune" or "runs" not in doc:
+            raise ConfigError(f"--resume: {path} is not a log written by pager tune --json")
+        old = doc.get("settings") or {}
+        for key in settings:
+            if old.get(key) != settings[key]:
+                what = key.replace("_", " ")
+                raise ConfigError(f"--resume: {path} was measured with other {what}; "
+                                  f"resume with the same sessions and settings, or start afresh")
+        fields = {f.name for f in attrs.fields(SessionMetrics)}
+        log = cls(settings=dict(settings))
+        try:
+            for run in doc["runs"]:
+                for sid, m in run["sessions"].items():
+                    log.add(run["options"], sid, SessionMetrics(**{k: v for k, v in m.items()
+                                                                   if k in fields}))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"--resume: {path} is damaged: {exc}") from None
+        return log
 
 
 def run_points(
@@ -390,44 +565,91 @@ def run_points(
     stream: TextIO | None = None,
     long_gap: int | None = None,
     opener: Callable[..., Any] | None = None,
+    jobs: int = 1,
+    fault: Any = None,
+    log: Log | None = None,
+    on_progress: Callable[[Log], None] | None = None,
 ) -> list[Point]:
-    """Replay ``sessions`` through every candidate, ``batch`` at a time; return their points.
+    """Replay ``sessions`` through every candidate; return their points.
 
-    Each batch runs beside ``FullResend`` so costs are relative to full resend
-    on the same calls. One ``Facts`` serves every batch: token counts and
-    terms of a message are computed once for the whole search.
+    One task per session replays the candidates it still lacks (``log``, when
+    resuming, has the rest) ``batch`` at a time beside ``FullResend``, in
+    ``jobs`` processes; ``on_progress(log)`` is called after each task. On
+    ``KeyboardInterrupt`` the log holds every finished task and the
+    interrupt propagates. Points are computed from the log, sessions in
+    order, so they do not depend on ``jobs`` or on the run being resumed.
     """
-    from pager.replay.facts import Facts
-    from pager.replay.runner import LONG_GAP, run
-    from pager.replay.strategies import FullResend, PagerStrategy
+    from pager.replay.cost import FAULT_COST
+    from pager.replay.parallel import run_tasks
+    from pager.replay.runner import LONG_GAP, Progress, session_weight
 
     if batch < 1:
         raise ConfigError("batch must be at least 1")
-    facts = Facts()
+    fault = fault if fault is not None else FAULT_COST
+    gap = LONG_GAP if long_gap is None else long_gap
+    log = log if log is not None else Log(settings={})
     names = [f"p{i + 1:02d}" for i in range(len(candidates))]
-    points: list[Point] = []
-    batches = range(0, len(candidates), batch)
-    for n, start in enumerate(batches):
-        chunk = list(zip(names[start:start + batch], candidates[start:start + batch]))
-        if stream is not None and len(batches) > 1:
-            stream.write(f"pager tune: batch {n + 1}/{len(batches)} "
-                         f"({chunk[0][0]}-{chunk[-1][0]})\n")
-        extra = {"opener": opener} if opener is not None else {}
-        strategies: list[Any] = [FullResend("full", facts=facts)]
-        strategies += [PagerStrategy(name, **extra, **dict(c.options)) for name, c in chunk]
-        result = run(sessions, strategies, pricing=pricing, facts=facts,
-                     long_gap=LONG_GAP if long_gap is None else long_gap,
-                     progress=progress, stream=stream, full_name="full")
-        summary = {s.strategy: s for s in result.summary}
-        for name, c in chunk:
-            s = summary[name]
-            points.append(Point(
-                name=name, changes=c.changes, options=c.options,
-                cost_vs_full=s.cost_vs_full, coverage=s.coverage,
-                long_coverage=s.long_coverage, mean_vs_full=s.mean_vs_full,
-                median_ratio=s.median_ratio, growth=s.growth,
-                violations=s.violations, errors=s.errors,
-            ))
+    tasks, weights, calls = [], [], 0
+    for s in sessions:
+        todo = [(n, dict(c.options)) for n, c in zip(names, candidates) if not log.has(c.options, s.id)]
+        if not todo:
+            continue
+        tasks.append((s, todo, batch, gap, pricing, fault, None, opener))
+        groups = -(-len(todo) // batch)
+        weights.append(session_weight(s) * (len(todo) + groups))
+        n_calls = max(0, s.n_assistant - (bool(s.messages) and s.messages[0].get("role") == "assistant"))
+        calls += n_calls * groups
+    stream_ = stream
+    bar = Progress(calls, stream=stream_, enabled=progress) if stream_ is not None else None
+    by_name = dict(zip(names, candidates))
+
+    def on_event(kind: str, payload: Any) -> None:
+        if kind == "advance" and bar is not None:
+            bar.advance(*payload)
+        elif kind == "warn" and stream_ is not None:
+            stream_.write(("\n" if bar is not None and bar.enabled else "")
+                          + f"pager tune: warning: {payload}\n")
+
+    def on_result(i: int, result: dict[str, Any]) -> None:
+        sid = tasks[i][0].id
+        for name, metrics in result.items():
+            log.add(by_name[name].options, sid, metrics)
+        if on_progress is not None:
+            on_progress(log)
+
+    if stream_ is not None and len(tasks) < len(sessions):
+        stream_.write(f"pager tune: {len(sessions) - len(tasks)} of {len(sessions)} sessions "
+                      f"already measured for every configuration (--resume)\n")
+    try:
+        run_tasks(tune_session, tasks, jobs=jobs, weights=weights, on_event=on_event,
+                  on_result=on_result)
+    finally:
+        if bar is not None:
+            bar.close()
+    return points_from(log, sessions, candidates)
+
+
+def points_from(log: Log, sessions: Sequence[Any], candidates: Sequence[Candidate]) -> list[Point]:
+    """Return a point per candidate measured on every session (in ``log``), in order."""
+    from pager.replay.metrics import aggregate
+
+    points = []
+    for i, c in enumerate(candidates):
+        per = log.results.get(option_key(c.options), {})
+        if not all(s.id in per for s in sessions):
+            continue
+        name = f"p{i + 1:02d}"
+        metrics = [per[s.id] for s in sessions]
+        s = aggregate(name, metrics, [])
+        points.append(Point(
+            name=name, changes=c.changes, options=c.options,
+            cost_vs_full=s.cost_vs_full, coverage=s.coverage,
+            long_coverage=s.long_coverage, mean_vs_full=s.mean_vs_full,
+            median_ratio=s.median_ratio, growth=s.growth,
+            violations=s.violations, errors=s.errors,
+            effective_vs_full=s.effective_vs_full, fault_rate=s.fault_rate,
+            failures=tuple((m.session, m.error) for m in metrics if m.error),
+        ))
     return points
 
 
@@ -436,4 +658,6 @@ def load_base(config: str | Path | None, context_window: int | None = None) -> d
     base = load_config(config) if config is not None else {}
     if context_window is not None:
         base["context_window"] = context_window
-    return Options.build(base).to_dict()
+    opts = Options.build(base)
+    get_policy(opts.policy, **dict(opts.policy_params))
+    return opts.to_dict()

@@ -75,25 +75,25 @@ def test_baseline_settings_from_flags(sessions):
 
 def test_pager_variants_from_flags_and_files(tmp_path, monkeypatch):
     cfg = tmp_path / "fast.json"
-    cfg.write_text('[{"name": "p-a", "l2_quota": 0.3}, {"heat": "lru"}]')
-    args = parse(["--pager", "name=p-b,recall_pages=3,mode=rollover", "--pager", "x=1",
+    cfg.write_text('[{"name": "p-a", "old_share": 0.3}, {"policy": "lru"}]')
+    args = parse(["--pager", "name=p-b,recall_pages=3,mode=rollover", "--pager", "recent_units=1",
                   "--pager-config", str(cfg), "--context-window", "100000"])
     monkeypatch.setattr(bench, "pager_available", lambda: True)
     strategies = bench.build_strategies(args, None, io.StringIO())
     pagers = {s.name: s.options for s in strategies[4:]}
     assert pagers == {
         "pager": {"context_window": 100_000},
-        "p-a": {"context_window": 100_000, "l2_quota": 0.3},
-        "pager:fast-2": {"context_window": 100_000, "heat": "lru"},
+        "p-a": {"context_window": 100_000, "old_share": 0.3},
+        "pager:fast-2": {"context_window": 100_000, "policy": "lru"},
         "p-b": {"context_window": 100_000, "recall_pages": 3, "mode": "rollover"},
-        "pager[x=1]": {"context_window": 100_000, "x": 1},
+        "pager[recent_units=1]": {"context_window": 100_000, "recent_units": 1},
     }
 
 
 def test_pager_missing_is_skipped_with_one_warning(monkeypatch):
     monkeypatch.setattr(bench, "pager_available", lambda: False)
     err = io.StringIO()
-    strategies = bench.build_strategies(parse(["--pager", "a=1"]), None, err)
+    strategies = bench.build_strategies(parse(["--pager", "recall_pages=0"]), None, err)
     assert [s.name for s in strategies] == ["full", "window-32k", "mask-10", "clear-100k"]
     assert err.getvalue().count("\n") == 1 and "pager.open is not available" in err.getvalue()
 

@@ -126,8 +126,10 @@ def test_changes_and_label():
 # The frontier and the choice
 
 
-def pt(name, cost, cov, violations=0, errors=0, long=None):
-    return tune.Point(name=name, changes={"n": name}, options={}, cost_vs_full=cost,
+def pt(name, cost, cov, violations=0, errors=0, long=None, raw=None):
+    # ``cost`` is the effective cost the frontier is drawn on; ``raw`` the cache-adjusted one
+    return tune.Point(name=name, changes={"n": name}, options={},
+                      cost_vs_full=cost if raw is None else raw, effective_vs_full=cost,
                       coverage=cov, long_coverage=long, violations=violations, errors=errors)
 
 
@@ -169,6 +171,18 @@ def test_choose_cheapest_reaching_target_else_highest_coverage():
     assert tune.choose(points, 0.999).name == "d"  # nothing reaches it: most coverage
     assert tune.choose(tune.pareto([pt("x", 0.1, 1.0, violations=1)]), 0.9) is None
     assert tune.choose([], 0.9) is None
+
+
+def test_frontier_and_choice_use_effective_cost_not_raw_cost():
+    # b is cheaper before faults are priced, a after: tune minimises effective cost
+    points = tune.pareto([pt("a", 0.50, 0.96, raw=0.45), pt("b", 0.55, 0.96, raw=0.40)])
+    assert frontier(points) == ["a"]
+    assert tune.choose(points, 0.95).name == "a"
+    raw = tune.pareto(points, cost="cost_vs_full")
+    assert [p.name for p in raw if p.frontier] == ["b"]
+    assert tune.choose(raw, 0.95, cost="cost_vs_full").name == "b"
+    with pytest.raises(ConfigError):
+        tune.pareto(points, cost="tokens")
 
 
 def test_by_cost_puts_unmeasured_last():
@@ -228,15 +242,16 @@ def test_cli_two_point_grid_writes_a_config_pager_accepts(sessions, tmp_path):
         "defaults", "high_watermark=6000 low_watermark=4000",
         "high_watermark=16000 low_watermark=4000"]
     assert "1 sessions" in err and "3 configurations" in err
-    assert "Pareto frontier" in out and "chosen for coverage >= 0.97" in out
+    assert "Pareto frontier" in out and "chosen for coverage >= 0.95" in out
     for p in points:
         assert p.violations == 0 and p.errors == 0 and p.cost_vs_full is not None
     assert any(p.frontier for p in points)
 
     doc = orjson.loads(cfg.read_bytes())
     assert doc["sessions"] == 1 and doc["pricing"]["name"] == "anthropic"
-    assert set(doc["figures"]) >= {"cost_vs_full", "coverage", "long_coverage", "growth",
-                                   "violations"}
+    assert set(doc["figures"]) >= {"cost_vs_full", "effective_vs_full", "fault_rate", "coverage",
+                                   "long_coverage", "growth", "violations"}
+    assert doc["fault_cost"] == {"recall_tokens": 340, "output_tokens": 40, "output_price": 5.0}
     chosen = orjson.loads(js.read_bytes())["chosen"]
     assert doc["options"] == next(p.options for p in points if p.name == chosen)
     assert doc["options"]["context_window"] == 100_000
@@ -258,9 +273,9 @@ def test_cli_dry_run_lists_the_default_grid(capsys):
 
 
 def test_cli_notes_skipped_and_sampled(sessions):
-    _, out, err = run_cli(["--dry-run", "--grid", "high_watermark=4000,24000,32000",
+    _, out, err = run_cli(["--dry-run", "--grid", "high_watermark=10000,24000,32000",
                            "--grid", "low_watermark=8000,12000", "--max-points", "2"])
-    assert err.count("skipped high_watermark=4000") == 2
+    assert err.count("skipped high_watermark=10000") == 1  # only with low_watermark=12000
     assert "4 configurations, replaying a sample of 2"  # 24000/8000 is the base in err
     assert out.splitlines()[0] == "p01  defaults" and len(out.splitlines()) == 2
 
@@ -271,8 +286,10 @@ def test_cli_grid_file_and_errors(tmp_path):
     _, out, _ = run_cli(["--dry-run", "--grid-file", str(g), "--grid", "recent_units=2"])
     assert out.splitlines()[1:] == ["p02  recent_units=2 recall_pages=3",
                                     "p03  recent_units=2 recall_pages=4"]
-    for argv in (["--grid", "bogus=1"], ["--target-coverage", "2"], ["--max-points", "0"]):
-        with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError):
+        run_cli(["--dry-run", "--grid", "bogus=1"])
+    for argv in (["--target-coverage", "2"], ["--max-points", "0"]):
+        with pytest.raises(SystemExit):  # a bad value is a usage error: argparse exits 2
             run_cli(["--dry-run", *argv])
 
 

@@ -18,7 +18,32 @@ from pager.errors import PagerError
 __all__ = ["main"]
 
 # Order is the order ``pager --help`` lists them in.
-SUBCOMMANDS = ("replay", "bench", "tune", "inspect", "reindex", "state")
+SUBCOMMANDS = ("replay", "bench", "tune", "inspect", "reindex", "state", "proxy", "mcp")
+
+
+def version() -> str:
+    """Return the installed distribution's version (whatever it is named), else ``pager.__version__``."""
+    from importlib import metadata
+
+    import pager
+
+    try:
+        for dist in metadata.packages_distributions().get("pager", ()):
+            return metadata.version(dist)
+    except Exception:  # pragma: no cover - broken metadata: the package's own number will do
+        pass
+    return pager.__version__
+
+
+class _Version(argparse.Action):
+    # like action="version", but the number is looked up only when asked for
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kw: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(f"pager {version()}")
+        parser.exit(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pager",
         description="Schedule an LLM agent's context window like virtual memory.",
     )
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in SUBCOMMANDS:

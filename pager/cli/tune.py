@@ -1,16 +1,23 @@
 """``pager tune``: search scheduler options on replayed sessions.
 
 Replays the sessions through every configuration of a grid (beside full
-resend), prints every point sorted by cache-adjusted cost with the Pareto
-frontier of cost against need coverage marked, then the frontier with each
-point's configuration. ``--write`` saves the chosen point as a file
-``pager.open(config=...)`` and ``pager bench --pager-config`` accept. The
-logic lives in ``pager.tune``; see ``docs/tuning.md``.
+resend), prints every point sorted by effective cost with the Pareto frontier
+of effective cost against need coverage marked, then the frontier with each
+point's configuration, and the chosen point: least effective cost with
+coverage at or above a floor. ``--write`` saves the chosen point as a file
+``pager.open(config=...)`` and ``pager bench --pager-config`` accept.
+
+Every argument (grid values included) is checked before anything is
+replayed. ``--json FILE`` is the search's log, rewritten as sessions finish;
+Ctrl-C stops the replay, writes the log and prints what is complete, and
+``--resume`` continues from the log. The logic lives in ``pager.tune``; see
+``docs/tuning.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,25 +28,48 @@ import orjson
 
 from pager import tune
 from pager.errors import ConfigError
-from pager.replay.cost import pricing
-from pager.replay.session import load_sessions
 from pager.replay.strategies import pager_available
-from pager.cli.bench import add_long_gap, add_paths, add_progress, add_session_options, default_paths, table
+from pager.cli.bench import (
+    add_explain,
+    add_jobs,
+    add_long_gap,
+    add_paths,
+    add_progress,
+    add_session_options,
+    check_output,
+    default_paths,
+    fault_of,
+    fraction,
+    glossary,
+    jobs_of,
+    load,
+    loaded_note,
+    one_line_errors,
+    positive_int,
+    process_note,
+    pricing_of,
+    select,
+    table,
+)
 
 __all__ = ["register", "run_tune"]
+
+DEFAULT_FLOOR = 0.95
 
 
 def register(subparsers: Any) -> None:
     """Add the ``tune`` subcommand."""
-    p = subparsers.add_parser(
+    p = one_line_errors(subparsers.add_parser(
         "tune",
-        help="search scheduler options on replayed sessions (cost vs coverage frontier)",
+        help="search scheduler options on replayed sessions (effective cost vs coverage frontier)",
         description=(
             "Replay recorded sessions through a grid of pager configurations and print the "
-            "Pareto frontier of cache-adjusted cost against need coverage. With no --grid, "
-            "a small built-in grid around the defaults (one knob moved at a time)."
+            "Pareto frontier of effective cost (cache-adjusted cost plus the price of each "
+            "fault) against need coverage, and the point of least effective cost above a "
+            "coverage floor. With no --grid, a small built-in grid around the defaults "
+            "(one knob moved at a time)."
         ),
-    )
+    ))
     add_paths(p)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="values to try for one option (an Options name or policy_params.NAME); "
@@ -49,24 +79,32 @@ def register(subparsers: Any) -> None:
     p.add_argument("--base", metavar="FILE.json",
                    help="options every point starts from (a pager config file; default: the "
                    "shipped defaults)")
-    p.add_argument("--max-points", type=int, default=48, metavar="N",
+    p.add_argument("--max-points", type=positive_int, default=48, metavar="N",
                    help="replay at most N configurations, a deterministic sample (default 48)")
     p.add_argument("--seed", type=int, default=0, help="seed of that sample (default 0)")
-    p.add_argument("--batch", type=int, default=6, metavar="N",
-                   help="configurations replayed per pass over the sessions (default 6)")
+    p.add_argument("--batch", type=positive_int, default=6, metavar="N",
+                   help="configurations replayed side by side on a session (default 6)")
     add_session_options(p)
-    p.add_argument("--context-window", type=int, default=None, metavar="TOKENS",
+    p.add_argument("--context-window", type=positive_int, default=None, metavar="TOKENS",
                    help="context_window of every point (default: the base's, 200000)")
     p.add_argument("--objective", choices=tune.OBJECTIVES, default="coverage",
-                   help="coverage figure the frontier and the choice use (default coverage)")
-    p.add_argument("--target-coverage", type=float, default=0.97, metavar="F",
-                   help="choose the cheapest frontier point covering at least F (default 0.97)")
+                   help="coverage figure the frontier and the floor use (default coverage)")
+    p.add_argument("--coverage-floor", "--target-coverage", dest="coverage_floor", type=fraction,
+                   default=DEFAULT_FLOOR, metavar="F",
+                   help="choose the point of least effective cost covering at least F "
+                   f"(default {DEFAULT_FLOOR})")
     p.add_argument("--write", metavar="FILE.json",
                    help="write the chosen configuration as a pager config file")
-    p.add_argument("--json", metavar="FILE", help="write every point as JSON")
+    p.add_argument("--json", metavar="FILE",
+                   help="write every point, and the log --resume reads, as JSON (rewritten as "
+                   "sessions finish)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the search logged in --json FILE: replay only what it lacks")
     add_long_gap(p)
+    add_jobs(p)
     p.add_argument("--dry-run", action="store_true",
                    help="list the configurations that would be replayed, and stop")
+    add_explain(p)
     add_progress(p)
     p.set_defaults(func=main)
 
@@ -75,7 +113,10 @@ def build_grid(args: argparse.Namespace) -> list[dict[str, Any]] | None:
     """Return the combinations ``--grid`` / ``--grid-file`` ask for, or None for the default."""
     grid: dict[str, list[Any]] = {}
     for path in args.grid_file:
-        grid.update(tune.load_grid_file(path))
+        try:
+            grid.update(tune.load_grid_file(path))
+        except ConfigError as exc:
+            raise ConfigError(f"--grid-file: {exc}") from None
     for spec in args.grid:
         key, values = tune.parse_grid_spec(spec)
         grid[key] = values
@@ -83,38 +124,74 @@ def build_grid(args: argparse.Namespace) -> list[dict[str, Any]] | None:
 
 
 def candidates(args: argparse.Namespace, err: TextIO) -> list[tune.Candidate]:
-    """Return the valid, capped configurations to replay; notes go to ``err``."""
-    base = tune.load_base(args.base, args.context_window)
+    """Return the valid, capped configurations to replay; notes go to ``err``.
+
+    A grid value valid in no combination is a ``ConfigError``.
+    """
+    try:
+        base = tune.load_base(args.base, args.context_window)
+    except ConfigError as exc:
+        raise ConfigError(f"--base: {exc}" if args.base else str(exc)) from None
     combos = build_grid(args)
+    strict = combos is not None
     if combos is None:
         combos = [dict(p) for p in tune.DEFAULT_POINTS]
     else:
         combos = [{}, *combos]  # the base is the point every other one is read against
 
-    def note(text: str) -> None:
-        print(f"pager tune: {text}", file=err)
+    notes: list[str] = []
 
-    valid = tune.validate(combos, base, note=note)
+    def note(text: str) -> None:
+        notes.append(f"pager tune: {text}")
+
+    valid = tune.validate(combos, base, note=note, strict=strict)
+    for line in notes:  # only once the grid is known to be usable
+        print(line, file=err)
     kept = tune.cap(valid, args.max_points, seed=args.seed)
     if len(kept) < len(valid):
         note(f"{len(valid)} configurations, replaying a sample of {len(kept)} (--max-points)")
     return kept
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Check the arguments that need no grid (pricing, outputs, paths, --resume)."""
+    pricing_of(args)
+    fault_of(args)
+    check_output(args.write, "--write")
+    check_output(args.json, "--json")
+    if args.write and args.json and Path(args.write).resolve() == Path(args.json).resolve():
+        raise ConfigError("--write and --json name the same file")
+    if args.resume:
+        if not args.json:
+            raise ConfigError("--resume needs --json FILE: the log to continue")
+        if not Path(args.json).is_file():
+            raise ConfigError(f"--resume: no log at {args.json}")
+    for path in args.paths:
+        if not Path(path).exists():
+            raise ConfigError(f"{path}: no such file or directory")
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-HEAD = ("point", "pareto", "cost/full", "coverage", "long cov", "prompt/full", "med ratio",
-        "growth", "violations")
+HEAD = ("point", "pareto", "eff/full", "cost/full", "fault rate", "coverage", "long cov",
+        "prompt/full", "med ratio", "growth", "violations")
+
+GLOSSARY = {
+    "point": "the configuration's name (p01 is the base: the defaults or --base)",
+    "pareto": "* = on the Pareto frontier: no other point has less effective cost and more coverage",
+    "changes": "the options this point sets differently from the base",
+}
 
 
 def points_table(points: Sequence[tune.Point]) -> str:
-    """Return the table of points, sorted by cost, each line ending with its changes."""
+    """Return the table of points, sorted by effective cost, each line ending with its changes."""
     ordered = tune.by_cost(points)
     rows = [(
         p.name + (f" ({p.errors} failed)" if p.errors else ""), "*" if p.frontier else "",
-        _fmt(p.cost_vs_full, ".3f"), _fmt(p.coverage, ".3f"), _fmt(p.long_coverage, ".3f"),
+        _fmt(p.effective_vs_full, ".3f"), _fmt(p.cost_vs_full, ".3f"), _fmt(p.fault_rate, ".3f"),
+        _fmt(p.coverage, ".3f"), _fmt(p.long_coverage, ".3f"),
         _fmt(p.mean_vs_full, ".2f"), _fmt(p.median_ratio, ".0f"), _fmt(p.growth, ".2f"),
         str(p.violations),
     ) for p in ordered]
@@ -130,11 +207,13 @@ def frontier_text(points: Sequence[tune.Point], chosen: tune.Point | None, objec
     front = tune.by_cost(p for p in points if p.frontier)
     if not front:
         return "no point is on the frontier (every one had violations or failures)"
-    out = [f"Pareto frontier (cost/full against {objective.replace('_', ' ')}):"]
+    what = objective.replace("_", " ")
+    out = [f"Pareto frontier (effective cost against {what}):"]
     for p in front:
         mark = "  <- chosen" if chosen is not None and p.name == chosen.name else ""
-        out.append(f"  {p.name}  cost/full {_fmt(p.cost_vs_full, '.3f')}  "
-                   f"{objective.replace('_', ' ')} {_fmt(p.score(objective), '.3f')}{mark}")
+        out.append(f"  {p.name}  eff/full {_fmt(p.effective_vs_full, '.3f')}  "
+                   f"cost/full {_fmt(p.cost_vs_full, '.3f')}  "
+                   f"{what} {_fmt(p.score(objective), '.3f')}{mark}")
         if p.changes:
             out.extend(f"      {k} = {tune.show(v)}" for k, v in p.changes.items())
         else:
@@ -142,12 +221,19 @@ def frontier_text(points: Sequence[tune.Point], chosen: tune.Point | None, objec
     return "\n".join(out)
 
 
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    Path(tmp).write_bytes(data)
+    os.replace(tmp, path)
+
+
 def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Point] | None:
-    """Run the search ``args`` describe; print on ``out``; return the points (None: nothing run)."""
-    if args.min_assistant < 0:
-        raise ConfigError("--min-assistant must be >= 0")
-    if not 0.0 <= args.target_coverage <= 1.0:
-        raise ConfigError("--target-coverage must be in [0, 1]")
+    """Run the search ``args`` describe; print on ``out``; return the points (None: nothing run).
+
+    Raises ``KeyboardInterrupt`` after printing and logging what finished
+    when interrupted.
+    """
+    check_args(args)
     cands = candidates(args, err)
     if not cands:
         print("pager tune: no valid configuration to replay", file=err)
@@ -160,66 +246,123 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
         raise ConfigError("pager.open is not available; nothing to tune")
 
     paths = args.paths or default_paths()
-    price = pricing(args.pricing, discount=args.cache_discount)
-    skipped: list[str] = []
-    loaded = load_sessions(paths, on_skip=lambda path, exc: skipped.append(str(path)))
-    sessions = [s for s in loaded if s.n_assistant >= args.min_assistant]
-    note = f"{len(sessions)} sessions from {', '.join(map(str, paths))}"
-    if len(loaded) > len(sessions):
-        note += (f" ({len(loaded) - len(sessions)} with fewer than {args.min_assistant} "
-                 f"assistant messages left out)")
-    if skipped:
-        note += f"; {len(skipped)} files skipped (not sessions)"
+    price = pricing_of(args)
+    fault = fault_of(args)
+    jobs = jobs_of(args)
+    skipped: list[tuple[str, str]] = []
+    loaded = load(paths, skipped)
+    sessions = select(loaded, args.min_assistant)
+    note = loaded_note(sessions, len(loaded), paths, args.min_assistant, skipped)
+    settings = {
+        "sessions": [{"id": s.id, "digest": tune.session_digest(s)} for s in sessions],
+        "pricing": attrs.asdict(price),
+        "fault_cost": attrs.asdict(fault),
+        "long_gap": args.long_gap,
+    }
+    log = tune.Log.resume(args.json, settings) if args.resume else tune.Log(settings=settings)
     print(f"pager tune: {note}; {len(cands)} configurations", file=err)
     if not sessions:
         print("pager tune: nothing to replay", file=err)
         return None
 
+    def document(points: list[tune.Point], chosen: tune.Point | None, complete: bool) -> dict:
+        return {
+            "written_by": "pager tune",
+            "complete": complete,
+            "sessions": [s.id for s in sessions],
+            "pricing": attrs.asdict(price),
+            "fault_cost": attrs.asdict(fault),
+            "objective": args.objective,
+            "target": args.coverage_floor,
+            "chosen": chosen.name if chosen is not None else None,
+            "points": [p.to_json() for p in points],
+            "settings": settings,
+            "runs": log.runs_json(),
+        }
+
+    last_save = [0.0]
+
+    def save(points: list[tune.Point], chosen: tune.Point | None, complete: bool) -> None:
+        if args.json:
+            _write_atomic(args.json, orjson.dumps(document(points, chosen, complete),
+                                                  option=orjson.OPT_INDENT_2))
+            last_save[0] = time.monotonic()
+
+    def on_progress(_log: tune.Log) -> None:
+        if args.json and time.monotonic() - last_save[0] >= 2.0:
+            save([], None, False)
+
     t0 = time.monotonic()
-    points = tune.run_points(sessions, cands, pricing=price, batch=args.batch,
-                             progress=args.progress, stream=err, long_gap=args.long_gap)
+    try:
+        points = tune.run_points(sessions, cands, pricing=price, batch=args.batch,
+                                 progress=args.progress, stream=err, long_gap=args.long_gap,
+                                 jobs=jobs, fault=fault, log=log, on_progress=on_progress)
+    except KeyboardInterrupt:
+        points = tune.pareto(tune.points_from(log, sessions, cands), args.objective)
+        save(points, None, False)
+        print(f"\npager tune: interrupted; {len(points)} of {len(cands)} configurations "
+              f"measured on every session", file=err)
+        if points:
+            print(points_table(points), file=out)
+        if args.json:
+            print(f"pager tune: wrote {args.json}; continue with the same command and --resume",
+                  file=err)
+        else:
+            print("pager tune: give --json FILE to keep what an interrupted search measured",
+                  file=err)
+        raise
     points = tune.pareto(points, args.objective)
-    chosen = tune.choose(points, args.target_coverage, args.objective)
+    chosen = tune.choose(points, args.coverage_floor, args.objective)
+    print(f"pager tune: {process_note()}", file=err)
 
     calls = sum(max(0, s.n_assistant - (s.messages[0].get("role") == "assistant"))
                 for s in sessions if s.messages)
     print(f"{len(sessions)} sessions, {calls} calls, pricing {price.name} "
           f"(read {price.read:g}x, write {price.write:g}x), {len(points)} configurations in "
-          f"{time.monotonic() - t0:.0f} s; * = on the Pareto frontier", file=out)
+          f"{time.monotonic() - t0:.0f} s on {min(jobs, len(sessions))} process(es); "
+          f"* = on the Pareto frontier", file=out)
     print(points_table(points), file=out)
+    failed = [(p.name, sid, e) for p in points for sid, e in p.failures]
+    if failed:
+        print(f"failed: {len(failed)} run(s)", file=out)
+        for name, sid, e in failed:
+            print(f"  {name} on {sid}: {e}", file=out)
+    if args.explain:
+        print(glossary(("point", "pareto", *HEAD[2:], "changes"), extra=GLOSSARY), file=out)
     print(file=out)
     print(frontier_text(points, chosen, args.objective), file=out)
     if chosen is not None:
         reached = chosen.score(args.objective)
-        why = ("cheapest frontier point" if reached is not None and reached >= args.target_coverage
-               else "no frontier point reaches the target; highest coverage")
-        print(f"\nchosen for {args.objective.replace('_', ' ')} >= {args.target_coverage:g}: "
+        why = ("least effective cost on the frontier at or above the floor"
+               if reached is not None and reached >= args.coverage_floor
+               else "no frontier point reaches the floor; the one covering most")
+        print(f"\nchosen for {args.objective.replace('_', ' ')} >= {args.coverage_floor:g}: "
               f"{chosen.name} ({why})", file=out)
 
-    price_doc = attrs.asdict(price)
     if args.write:
         if chosen is None:
             raise ConfigError("no point to write: nothing is on the frontier")
-        doc = tune.config_document(chosen, sessions=len(sessions), pricing=price_doc,
-                                   objective=args.objective, target=args.target_coverage)
+        doc = tune.config_document(chosen, sessions=len(sessions), pricing=attrs.asdict(price),
+                                   objective=args.objective, target=args.coverage_floor,
+                                   fault_cost=attrs.asdict(fault))
         Path(args.write).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         print(f"pager tune: wrote {args.write} ({chosen.name})", file=err)
     if args.json:
-        doc = {
-            "sessions": [s.id for s in sessions],
-            "pricing": price_doc,
-            "objective": args.objective,
-            "target": args.target_coverage,
-            "chosen": chosen.name if chosen is not None else None,
-            "points": [p.to_json() for p in points],
-        }
-        Path(args.json).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        save(points, chosen, True)
         print(f"pager tune: wrote {args.json}", file=err)
     return points
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``pager tune``; return the exit status."""
-    if run_tune(args, sys.stdout, sys.stderr) is None:
+    """Run ``pager tune``; return the exit status (1: nothing replayed, or a run failed)."""
+    try:
+        points = run_tune(args, sys.stdout, sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    if points is None:
         return 0 if args.dry_run else 1
+    if any(p.errors for p in points):
+        print("pager tune: some configurations failed on some sessions (listed under the table)",
+              file=sys.stderr)
+        return 1
     return 0

@@ -2,14 +2,15 @@
 
 For each assistant message of a session, every strategy (full resend, the
 cheap baselines, pager) gets the history before it and builds a prompt; the
-benchmark measures tokens, cache-adjusted cost, growth, need coverage,
-invariants and latency (``docs/metrics.md``). ``pager bench`` is the command
-line; ``run`` is the library entry point.
+benchmark measures tokens, cache-adjusted cost, faults and effective cost,
+growth, need coverage, invariants and latency (``docs/metrics.md``). ``pager
+bench`` is the command line; ``run`` is the library entry point
+(``run(..., jobs=N)`` replays sessions in N processes, with the same figures).
 """
 
 from __future__ import annotations
 
-from pager.replay.cost import Pricing, pricing
+from pager.replay.cost import FAULT_COST, FaultCost, Pricing, pricing
 from pager.replay.metrics import CallRecord, SessionMetrics, StrategySummary, check_invariants
 from pager.replay.runner import BenchResult, run
 from pager.replay.session import Session, discover, load_session, load_sessions
@@ -27,6 +28,8 @@ __all__ = [
     "BenchResult",
     "CallRecord",
     "ClearToolResults",
+    "FAULT_COST",
+    "FaultCost",
     "FullResend",
     "ObservationMasking",
     "PagerStrategy",

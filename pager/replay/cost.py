@@ -18,6 +18,19 @@ being 1 per token:
 - ``none``: no caching, cost = prompt tokens.
 
 Costs are reported relative to full resend's cost on the same session.
+
+*Effective cost* prices a miss. A call *faults* when at least one need of the
+assistant message (see ``needs``) is missing from the prompt built for it. A
+well-behaved agent then calls ``recall`` or ``expand``: one more model call on
+the same prompt (read from the cache), plus a small tool call and result
+written after it, plus the few output tokens of that call. ``FaultCost``
+holds those constants; a fault costs, in base-input-token units,
+
+    read x prompt + write x recall_tokens + output_price x output_tokens
+
+with ``read`` and ``write`` the pricing model's (Anthropic: 0.1 and 1.25), by
+default 340 recall tokens and 40 output tokens at 5x the base input price.
+The effective cost of a call is its cost plus that, when it faults.
 """
 
 from __future__ import annotations
@@ -28,7 +41,7 @@ import attrs
 
 from pager.errors import ConfigError
 
-__all__ = ["PRICING", "Pricing", "cached_prefix_tokens", "pricing"]
+__all__ = ["FAULT_COST", "PRICING", "FaultCost", "Pricing", "cached_prefix_tokens", "pricing"]
 
 
 @attrs.frozen(slots=True)
@@ -49,6 +62,35 @@ PRICING = {
     "openai": Pricing("openai", read=0.5, write=1.0),
     "none": Pricing("none", read=1.0, write=1.0),
 }
+
+
+@attrs.frozen(slots=True)
+class FaultCost:
+    """What one fault costs beside the call that faulted: a recall round trip on the cached prompt.
+
+    ``recall_tokens``: the recall (or expand) call and its result, written
+    after the cached prompt; ``output_tokens``: the model's output for that
+    extra call; ``output_price``: an output token's price in base input
+    tokens (5 for Claude and most GPT models).
+    """
+
+    recall_tokens: float = 340
+    output_tokens: float = 40
+    output_price: float = 5.0
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("recall_tokens", "output_tokens", "output_price"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ConfigError(f"fault cost: {name} must be a non-negative number, got {value!r}")
+
+    def cost(self, prompt_tokens: int, pricing: Pricing) -> float:
+        """Return the price of one fault on a prompt of ``prompt_tokens`` under ``pricing``."""
+        return (pricing.read * prompt_tokens + pricing.write * self.recall_tokens
+                + self.output_price * self.output_tokens)
+
+
+FAULT_COST = FaultCost()
 
 
 def pricing(name: str, *, discount: float | None = None) -> Pricing:

@@ -7,9 +7,12 @@ implementation, and the tests hold it to hand-computed values. In short:
   needs / covered needs (all and long-range), invariant violations, latency;
 - per session and strategy (``summarize_session``): mean and max prompt,
   prompt:completion ratio, cache-adjusted cost and its ratio to full resend,
+  faults (calls missing at least one need) and effective cost (cost plus the
+  price of each fault, ``cost.FaultCost``) and its ratio to full resend,
   mean prompt relative to full resend, growth, coverage, violations, latency;
 - per strategy over sessions (``aggregate``): cost and mean prompt relative
-  to full resend pooled (sum over sessions over full resend's sum), the
+  to full resend pooled (sum over sessions over full resend's sum), so is
+  effective cost, the fault rate pooled over calls, the
   median over sessions of the prompt:completion ratio and of growth (and the
   pooled ratio), coverage pooled over all needs, violations summed, latency
   percentiles over all calls.
@@ -25,7 +28,7 @@ import attrs
 import numpy as np
 
 from pager.core.tokens import content_text
-from pager.replay.cost import Pricing
+from pager.replay.cost import FAULT_COST, FaultCost, Pricing
 from pager.replay.facts import Facts, canonical
 
 __all__ = [
@@ -34,6 +37,7 @@ __all__ = [
     "StrategySummary",
     "aggregate",
     "check_invariants",
+    "effective_cost",
     "growth",
     "percentile",
     "summarize_session",
@@ -62,6 +66,11 @@ class CallRecord:
     violations: tuple[str, ...] = ()
     latency_ms: float = 0.0
     layers: Mapping[str, int] | None = None
+
+    @property
+    def fault(self) -> bool:
+        """Return whether the prompt missed at least one of the call's needs."""
+        return self.covered < self.needs
 
 
 def violation_kind(violation: str) -> str:
@@ -211,6 +220,15 @@ class SessionMetrics:
     error: str | None = None
     full_cost: float | None = None
     full_prompt_tokens: int | None = None
+    faults: int = 0
+    effective_cost: float = 0.0
+    effective_vs_full: float | None = None
+    full_effective_cost: float | None = None
+
+    @property
+    def fault_rate(self) -> float | None:
+        """Return faults over calls, or None when there were no calls."""
+        return _ratio(self.faults, self.calls)
 
     @property
     def coverage(self) -> float | None:
@@ -228,7 +246,17 @@ class SessionMetrics:
         d["violation_kinds"] = dict(self.violation_kinds)
         d["coverage"] = self.coverage
         d["long_coverage"] = self.long_coverage
+        d["fault_rate"] = self.fault_rate
         return d
+
+
+def effective_cost(records: Sequence[CallRecord], pricing: Pricing, fault: FaultCost) -> float:
+    """Return the summed effective cost of ``records``: cost, plus a fault's price per fault."""
+    return sum(
+        pricing.cost(r.prompt_tokens, r.cached_tokens)
+        + (fault.cost(r.prompt_tokens, pricing) if r.fault else 0.0)
+        for r in records
+    )
 
 
 def summarize_session(
@@ -238,19 +266,27 @@ def summarize_session(
     pricing: Pricing,
     full: Sequence[CallRecord] | None = None,
     error: str | None = None,
+    fault: FaultCost = FAULT_COST,
 ) -> SessionMetrics:
-    """Return one strategy's figures on one session; ``full`` is full resend's records."""
+    """Return one strategy's figures on one session; ``full`` is full resend's records.
+
+    ``fault`` prices a fault for the effective cost.
+    """
     prompts = [r.prompt_tokens for r in records]
     n = len(records)
     total = sum(prompts)
     completion = sum(r.completion_tokens for r in records)
     cost = sum(pricing.cost(r.prompt_tokens, r.cached_tokens) for r in records)
+    effective = effective_cost(records, pricing, fault)
     cost_vs_full = mean_vs_full = full_cost = full_prompt = None
+    effective_vs_full = full_effective = None
     if full is not None and n:
         full_cost = sum(pricing.cost(r.prompt_tokens, r.cached_tokens) for r in full)
         full_prompt = sum(r.prompt_tokens for r in full)
+        full_effective = effective_cost(full, pricing, fault)
         cost_vs_full = _ratio(cost, full_cost)
         mean_vs_full = _ratio(total, full_prompt)
+        effective_vs_full = _ratio(effective, full_effective)
     kinds = Counter(violation_kind(v) for r in records for v in r.violations)
     lat = [r.latency_ms for r in records]
     return SessionMetrics(
@@ -277,6 +313,10 @@ def summarize_session(
         error=error,
         full_cost=full_cost,
         full_prompt_tokens=full_prompt,
+        faults=sum(1 for r in records if r.fault),
+        effective_cost=effective,
+        effective_vs_full=effective_vs_full,
+        full_effective_cost=full_effective,
     )
 
 
@@ -303,6 +343,9 @@ class StrategySummary:
     latency_p50_ms: float | None
     latency_p99_ms: float | None
     errors: int = 0
+    faults: int = 0
+    fault_rate: float | None = None
+    effective_vs_full: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the figures as a JSON-able dict."""
@@ -359,4 +402,7 @@ def aggregate(
         latency_p50_ms=percentile(latencies, 50),
         latency_p99_ms=percentile(latencies, 99),
         errors=len(metrics) - len(ok),
+        faults=sum(m.faults for m in ok),
+        fault_rate=_ratio(sum(m.faults for m in ok), calls),
+        effective_vs_full=_pooled(ok, "effective_cost", "full_effective_cost"),
     )

@@ -12,10 +12,17 @@ the needs of message i are the need-shaped strings of its text (see
 ``needs``) that occur in the terms of an earlier message; a need is
 long-range when its most recent earlier occurrence is ``long_gap`` (40) or
 more messages before message i.
+
+Sessions are independent: ``run(..., jobs=N)`` replays them in ``N``
+processes (``parallel.run_tasks``) and gets the same figures as ``jobs=1``,
+since every figure is computed afterwards from the call records, taken in
+session order. Each session starts with empty memos, so the memory a replay
+holds at once is one session's (per worker).
 """
 
 from __future__ import annotations
 
+import pickle
 import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
@@ -24,7 +31,8 @@ import attrs
 import orjson
 
 from pager.errors import ConfigError
-from pager.replay.cost import Pricing, cached_prefix_tokens
+from pager.core.tokens import TokenCounter, default_counter
+from pager.replay.cost import FAULT_COST, FaultCost, Pricing, cached_prefix_tokens
 from pager.replay.facts import Facts
 from pager.replay.metrics import (
     CallRecord,
@@ -35,10 +43,12 @@ from pager.replay.metrics import (
     summarize_session,
 )
 from pager.replay.needs import extract_needs, message_text
+from pager.replay.parallel import LAST_RUN, Emitter, emit, peak_rss_mib, run_tasks
 from pager.replay.session import Session
 from pager.replay.strategies import FullResend, describe
 
-__all__ = ["BenchResult", "Progress", "SessionRun", "run", "run_session"]
+__all__ = ["BenchResult", "Progress", "SessionRun", "replay_session", "run", "run_session",
+           "session_weight"]
 
 LONG_GAP = 40
 
@@ -269,6 +279,12 @@ class BenchResult:
     skipped: tuple[tuple[str, str], ...] = ()
     long_gap: int = LONG_GAP
     seconds: float = 0.0
+    fault: FaultCost = FAULT_COST
+
+    @property
+    def failures(self) -> list[tuple[str, str, str]]:
+        """Return ``(session, strategy, error)`` for every strategy that failed on a session."""
+        return [(r.id, name, err) for r in self.runs for name, err in r.errors.items()]
 
     def metrics_for(self, session: str) -> dict[str, SessionMetrics]:
         """Return each strategy's figures on one session."""
@@ -285,6 +301,7 @@ class BenchResult:
                     "cached_tokens": [c.cached_tokens for c in recs],
                     "completion_tokens": [c.completion_tokens for c in recs],
                     "latency_ms": [round(c.latency_ms, 3) for c in recs],
+                    "faults": [int(c.fault) for c in recs],
                     "layers": [dict(c.layers) if c.layers else None for c in recs]
                     if any(c.layers for c in recs)
                     else None,
@@ -305,13 +322,45 @@ class BenchResult:
             )
         return {
             "pricing": attrs.asdict(self.pricing),
+            "fault_cost": attrs.asdict(self.fault),
             "long_gap": self.long_gap,
             "seconds": self.seconds,
             "strategies": list(self.settings),
             "summary": [s.to_json() for s in self.summary],
             "sessions": sessions,
             "skipped": [{"path": p, "reason": why} for p, why in self.skipped],
+            "failures": [{"session": sid, "strategy": name, "error": err}
+                         for sid, name, err in self.failures],
         }
+
+
+def session_weight(session: Session) -> float:
+    """Return a session's relative replay cost: calls times history length."""
+    return float(session.n_assistant) * len(session.messages)
+
+
+def replay_session(
+    session: Session,
+    strategies: Sequence[Any],
+    counter: TokenCounter | None,
+    long_gap: int,
+) -> SessionRun:
+    """Replay one session with fresh memos; the task a worker process runs.
+
+    Strategies arrive unpickled, without their ``Facts`` (see
+    ``strategies._Baseline``): they get this task's. Progress and warnings go
+    to ``parallel.emit``.
+    """
+    facts = Facts(counter)
+    for s in strategies:
+        if hasattr(s, "facts") and s.facts is None:
+            s.facts = facts
+    bar = Emitter()
+    try:
+        return run_session(session, strategies, facts=facts, long_gap=long_gap, progress=bar,
+                           warn=lambda text: emit("warn", text))
+    finally:
+        bar.flush()
 
 
 def run(
@@ -325,20 +374,25 @@ def run(
     stream: TextIO | None = None,
     skipped: Sequence[tuple[str, str]] = (),
     full_name: str | None = None,
+    jobs: int = 1,
+    fault: FaultCost = FAULT_COST,
 ) -> BenchResult:
     """Replay ``sessions`` through ``strategies``; return per-session and aggregate figures.
 
     Ratios to full resend use the strategy named ``full_name`` (default: the
     first ``FullResend`` among ``strategies``, else none). ``progress``:
-    draw a bar on ``stream`` (stderr), None = only on a terminal.
+    draw a bar on ``stream`` (stderr), None = only on a terminal. ``jobs``:
+    worker processes (1: replay here); the strategies must then pickle.
+    ``fault`` prices a fault for the effective cost.
     """
-    facts = facts if facts is not None else Facts()
     stream = stream if stream is not None else sys.stderr
     if full_name is None:
         full_name = next((s.name for s in strategies if isinstance(s, FullResend)), None)
     names = tuple(s.name for s in strategies)
     if len(set(names)) != len(names):
         raise ConfigError(f"strategy names must be unique, got {list(names)}")
+    if jobs < 1:
+        raise ConfigError(f"jobs must be at least 1, got {jobs}")
 
     def warn(text: str) -> None:
         if bar.enabled:
@@ -349,28 +403,67 @@ def run(
                 for s in sessions if s.messages)
     bar = Progress(total, stream=stream, enabled=progress)
     t0 = time.monotonic()
-    runs = []
-    for s in sessions:
-        runs.append(run_session(s, strategies, facts=facts, long_gap=long_gap,
-                                progress=bar, warn=warn))
-        facts.forget_identities()
+    if jobs > 1 and len(sessions) > 1:
+        try:
+            pickle.dumps(list(strategies))
+        except Exception as exc:
+            raise ConfigError(f"jobs > 1 needs strategies that pickle: {exc}") from exc
+        counter = facts.counter if facts is not None else None
+        if counter is not None and counter is default_counter():
+            counter = None  # each worker loads its own
+
+        def on_event(kind: str, payload: Any) -> None:
+            if kind == "advance":
+                bar.advance(*payload)
+            elif kind == "warn":
+                warn(payload)
+
+        runs = run_tasks(replay_session, [(s, strategies, counter, long_gap) for s in sessions],
+                         jobs=jobs, weights=[session_weight(s) for s in sessions],
+                         on_event=on_event)
+    else:
+        facts = facts if facts is not None else Facts()
+        runs = []
+        for s in sessions:
+            runs.append(run_session(s, strategies, facts=facts, long_gap=long_gap,
+                                    progress=bar, warn=warn))
+            facts.clear()  # memos are per session: memory stays one session's
+        LAST_RUN.update(processes=1, peak_mib=peak_rss_mib())
     bar.close()
     seconds = time.monotonic() - t0
+    return collect(runs, names, strategies, pricing=pricing, full_name=full_name,
+                   skipped=skipped, long_gap=long_gap, seconds=seconds, fault=fault)
 
+
+def collect(
+    runs: Sequence[SessionRun],
+    names: Sequence[str],
+    strategies: Sequence[Any],
+    *,
+    pricing: Pricing,
+    full_name: str | None,
+    skipped: Sequence[tuple[str, str]] = (),
+    long_gap: int = LONG_GAP,
+    seconds: float = 0.0,
+    fault: FaultCost = FAULT_COST,
+) -> BenchResult:
+    """Return the figures of replayed sessions (``runs``, in session order)."""
     per_session: list[SessionMetrics] = []
     for r in runs:
         full = r.records.get(full_name) if full_name else None
         for name in names:
             if name in r.errors:
-                per_session.append(summarize_session(r.id, name, (), pricing, None, r.errors[name]))
+                per_session.append(summarize_session(r.id, name, (), pricing, None, r.errors[name],
+                                                     fault=fault))
             else:
-                per_session.append(summarize_session(r.id, name, r.records[name], pricing, full))
+                per_session.append(summarize_session(r.id, name, r.records[name], pricing, full,
+                                                     fault=fault))
     summary = []
     for name in names:
         lat = [c.latency_ms for r in runs for c in r.records.get(name, ())]
         summary.append(aggregate(name, [m for m in per_session if m.strategy == name], lat))
     return BenchResult(
-        strategies=names,
+        strategies=tuple(names),
         settings=tuple(describe(strategies)),
         pricing=pricing,
         runs=tuple(runs),
@@ -379,4 +472,5 @@ def run(
         skipped=tuple(skipped),
         long_gap=long_gap,
         seconds=seconds,
+        fault=fault,
     )

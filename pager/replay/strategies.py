@@ -80,6 +80,16 @@ class _Baseline:
         self.name = name
         self.facts = facts if facts is not None else Facts()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # sent to a worker process without its memos: the worker binds its own Facts
+        state = dict(self.__dict__)
+        state["facts"] = None
+        state.pop("_placeholders", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
     def reset(self, session_header: Mapping[str, Any]) -> None:
         """Start a new session (baselines keep only their placeholder memo)."""
         self._placeholders: dict[int, tuple[Message, Message]] = {}
@@ -297,7 +307,8 @@ def describe(strategies: Sequence[Any]) -> list[dict[str, Any]]:
     out = []
     for s in strategies:
         d: dict[str, Any] = {"name": s.name, "kind": type(s).__name__}
-        for attr in ("budget", "keep", "trigger"):
+        # pager's budget comes from its options (a report's budget is per session)
+        for attr in () if isinstance(s, PagerStrategy) else ("budget", "keep", "trigger"):
             v = getattr(s, attr, None)
             if isinstance(v, int):
                 d[attr] = v

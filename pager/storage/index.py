@@ -325,6 +325,11 @@ class PageIndex(SearchMixin):
                 pass
             self._writer = None  # a fresh writer starts from the last commit
 
+    def refresh(self) -> None:
+        """See what other processes committed since (a reader that never writes calls this)."""
+        with self._lock:
+            self._reload()
+
     def _reload(self) -> None:
         try:
             self._index.reload()

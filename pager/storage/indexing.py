@@ -129,9 +129,15 @@ class IndexFeeder:
             self._pending = 0
 
     def flush(self) -> None:
-        """Commit what was added, recording the highest page id it holds as the watermark."""
+        """Commit what was added, recording the highest page id it holds as the watermark.
+
+        Sessions of one store in one process share the index (and its buffer):
+        when another session's commit already took our pages, there is nothing
+        to commit, and a Tantivy commit costs tens of milliseconds.
+        """
         if self._pending:
-            self.index.commit(upto_page_id=max(self._upto, self.index.indexed_upto()))
+            if getattr(self.index, "pending", 1):
+                self.index.commit(upto_page_id=max(self._upto, self.index.indexed_upto()))
             self._pending = 0
 
     def rebuild(self) -> int:

@@ -1,0 +1,55 @@
+"""``pager proxy``: serve the OpenAI- and Anthropic-compatible paging proxy."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "proxy", help="serve an OpenAI/Anthropic-compatible proxy that pages every request",
+        description=(
+            "Serve POST /v1/chat/completions, /v1/responses, /v1/messages (and /v1/messages/count_tokens, "
+            "answered locally). Each request is assembled in its session (x-pager-session header, else a hash "
+            "of the system prompt and first user message) and forwarded upstream with the client's own API key."
+        ),
+    )
+    p.add_argument("--store", required=True, help="the store folder (created if missing)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8787)
+    p.add_argument("--allow-remote", action="store_true", help="allow an address other than loopback")
+    p.add_argument("--upstream-openai", default="https://api.openai.com", metavar="URL",
+                   help="where chat completions and responses go (default https://api.openai.com)")
+    p.add_argument("--upstream-anthropic", default="https://api.anthropic.com", metavar="URL",
+                   help="where Anthropic messages go (default https://api.anthropic.com)")
+    p.add_argument("--tools", action="store_true",
+                   help="add pager's recall / expand / note tools and answer the model's calls to them")
+    p.add_argument("--context-window", type=int, default=200_000, help="the models' window in tokens")
+    p.add_argument("--config", help="a JSON options file (as `pager tune --write` makes)")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds an upstream may stay silent before the client gets a 504 (default 600)")
+    p.add_argument("--graceful", type=float, default=30.0,
+                   help="seconds in-flight requests get to finish on shutdown (default 30)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pager.proxy import ProxyConfig, check_bind, create_app, serve
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    check_bind(args.host, args.allow_remote)  # before anything is opened
+    options: dict[str, Any] = {"context_window": args.context_window}
+    if args.config:
+        options["config"] = args.config
+    config = ProxyConfig(
+        store=args.store, upstream_openai=args.upstream_openai, upstream_anthropic=args.upstream_anthropic,
+        tools=args.tools, timeout=args.timeout, options=options,
+    )
+    serve(create_app(config), args.host, args.port, allow_remote=args.allow_remote,
+          graceful=args.graceful, log_level=args.log_level)
+    return 0

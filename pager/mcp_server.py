@@ -1,0 +1,172 @@
+"""``pager mcp STORE --session S``: pager's agent tools as an MCP server (official ``mcp`` SDK).
+
+Tools: ``recall(query, k)``, ``expand(handle, start_line, end_line)``,
+``note(text)`` and ``search(query, k)`` (structured hits). They answer as
+pager's own tools do (``pager.tools``): one text result, errors the model
+can read instead of exceptions.
+
+The server runs beside a harness that has the same session open in a
+``Pager``. It therefore never takes the recall index's writer (a Tantivy
+index has one, and the harness holds it): it reads the store (SQLite, WAL:
+many readers beside one writer) and the index's last commit, and writes
+notes straight to the store, where the harness's next ``assemble`` reads them.
+Pages the harness recorded since its last index commit are not searchable
+here yet; they are the newest, still in the prompt.
+
+Transports: stdio (the default; what Claude Code, Codex and Cursor launch) and
+streamable HTTP (``--http``, on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+try:
+    from mcp.server.mcpserver import MCPServer
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(f"pager's MCP server needs the mcp SDK (2.x): pip install 'llm-context-pager[mcp]' ({exc})") from exc
+
+from pager import tools as agent_tools
+from pager.options import Options
+
+__all__ = ["SessionTools", "build_server"]
+
+
+class SessionTools:
+    """One session of a store, seen the way ``pager.tools.call`` sees a ``Pager``.
+
+    Read-mostly: see the module docstring. Thread-safe (one lock; the SDK may
+    run tool calls concurrently).
+    """
+
+    def __init__(self, store: str | os.PathLike[str], session: str) -> None:
+        from pager.storage.index import PageIndex
+        from pager.storage.sqlite import Store
+
+        self.path = Path(store)
+        self.session = session
+        self._lock = threading.Lock()
+        self.store = Store(self.path)
+        self.store.ensure_session(session)
+        saved = self.store.setting(f"options:{session}")
+        self.options = Options.build(orjson.loads(saved) if saved else {})
+        self.index = PageIndex(self.path / "index")
+
+    def tools(self) -> list[dict[str, Any]]:
+        return agent_tools.tool_specs(self.options)
+
+    def _reader(self) -> Any:
+        from pager.core.pools import Reader
+
+        return Reader(self.session, self.options.owner)
+
+    def search(self, query: str, k: int = 5, *, cross_session: bool = False) -> list[Any]:
+        """Search what this session may read (its pages, readable pools), as ``Pager.search`` does."""
+        from pager.core.pools import audiences
+
+        with self._lock:
+            self.index.refresh()  # see the harness's latest index commit
+            return self.index.search(query, session=self.session, k=k, cross_session=cross_session,
+                                     audiences=audiences(self._reader(), self.store.pool_acls()))
+
+    def _readable_page(self, handle: str) -> int | None:
+        # the facade's rule (pager.sharing): its own page first, else one of a pool it may read;
+        # an unreadable handle answers like an unknown one
+        from pager.core.pools import can_read
+
+        pid = self.store.page_by_handle(self.session, handle)
+        if pid is not None:
+            return pid
+        reader, acls = self._reader(), self.store.pool_acls()
+        for other in self.store.pages_by_handle(handle):
+            if can_read(self.store.load_pages([other])[0], reader, acls):
+                return other
+        return None
+
+    def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
+        from pager.core import messages as messages_mod
+        from pager.core.render import line_range
+        from pager.errors import HandleError, ToolError
+
+        if not isinstance(handle, str) or not handle.startswith("pg:"):
+            raise HandleError(f"{handle!r} is not a pager handle (they look like pg:12-a1b2c3)")
+        for name, v in (("start_line", start_line), ("end_line", end_line)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ToolError(f"{name} must be a positive integer, got {v!r}")
+        with self._lock:
+            pid = self._readable_page(handle)
+            if pid is None:
+                raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")
+            _session, msg = self.store.message(pid)
+        return line_range(messages_mod.message_text(msg), start_line, end_line)
+
+    def note(self, text: str) -> int:
+        text = text.strip()[: agent_tools.NOTE_MAX_CHARS]
+        with self._lock:
+            self.store.add_note(self.session, text, self.store.count_pages(self.session))
+            n = len(self.store.notes(self.session))
+        return min(n, self.options.max_notes)
+
+    def call(self, name: str, args: dict[str, Any]) -> str:
+        """Run one tool like the harness's ``Pager.call_tool``; return the result text."""
+        from pager.formats.base import get_format
+
+        call = {"id": "mcp", "type": "function", "function": {"name": name, "arguments": orjson.dumps(args).decode()}}
+        return str(agent_tools.call(self, get_format("openai-chat"), call)["content"])
+
+    def declare_rollover(self, args: Any, cid: str) -> str:
+        from pager.errors import ToolError
+
+        # a rollover switches the harness's window: only its own pager can take it
+        raise ToolError("new_context is served by the harness, not over MCP")
+
+    def close(self) -> None:
+        with self._lock:
+            self.index.close()
+            self.store.close()
+
+
+def build_server(store: str | os.PathLike[str], session: str) -> tuple[MCPServer, SessionTools]:
+    """Return the MCP server for ``session`` of ``store`` and the tools behind it."""
+    st = SessionTools(store, session)
+    spec = {s["function"]["name"]: s["function"]["description"] for s in agent_tools.tool_specs(st.options)}
+    server = MCPServer(
+        "pager",
+        instructions=(
+            f"pager's memory of session {session!r}: recall searches what left the prompt, expand opens a "
+            "handle (pg:...), note keeps a line in the task-state card."
+        ),
+    )
+
+    @server.tool(description=spec["recall"])
+    def recall(query: str, k: int = 3) -> str:
+        return st.call("recall", {"query": query, "k": k})
+
+    @server.tool(description=spec["expand"])
+    def expand(handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
+        args: dict[str, Any] = {"handle": handle}
+        if start_line is not None:
+            args["start_line"] = start_line
+        if end_line is not None:
+            args["end_line"] = end_line
+        return st.call("expand", args)
+
+    @server.tool(description=spec["note"])
+    def note(text: str) -> str:
+        return st.call("note", {"text": text})
+
+    @server.tool(description="Search this session's history; return the hits (handle, step, kind, path, score, snippet), best first.")
+    def search(query: str, k: int = 5) -> list[dict[str, Any]]:
+        k = max(1, min(agent_tools.RECALL_MAX_K, int(k)))
+        return [
+            {"handle": h.handle, "step": h.step, "kind": h.kind, "path": h.path, "score": round(h.score, 4),
+             "snippet": h.snippet}
+            for h in st.search(query, k)
+        ]
+
+    return server, st

@@ -1,0 +1,343 @@
+"""The proxy's ASGI application (Starlette), forwarding with httpx.
+
+Theory of operation
+-------------------
+A model call arrives on a route that names its wire format
+(``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``). The proxy
+names the session (``x-pager-session``, else a hash of the system prompt and
+first user message), runs ``assemble`` on it in a worker thread, and sends the
+rewritten request upstream with the client's own headers (its API key among
+them: forwarded, never kept). The response's usage goes to ``observe``.
+
+Non-streaming responses come back whole. Streams pass through event by event
+as they arrive (``dialects.StreamTurn``); usage is read from the final events.
+With ``tools`` on, pager's recall / expand / note are added to the request; a
+turn that calls only those is answered by the proxy and continued upstream,
+so the client sees one turn. Errors: the upstream's status and body go back
+unchanged; what the proxy cannot do itself (a request pager cannot page, an
+upstream that timed out or cannot be reached) gets the provider's error shape
+(``replies``). Every upstream call has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, AsyncIterator, Mapping
+
+import attrs
+import httpx
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from pager.errors import BudgetError, InputError, PagerError
+from pager.formats.base import formats, get_format
+from pager.proxy.dialects import DIALECTS, Dialect, reuse_items
+from pager.proxy.replies import error_body, stream_error_event
+from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_name
+
+__all__ = ["ProxyConfig", "create_app"]
+
+log = logging.getLogger("pager.proxy")
+
+DEFAULT_OPENAI = "https://api.openai.com"
+DEFAULT_ANTHROPIC = "https://api.anthropic.com"
+# never forwarded upstream: hop-by-hop, recomputed, or pager's own
+_DROP_REQUEST = frozenset(
+    "host content-length connection keep-alive transfer-encoding te trailer upgrade "
+    "proxy-authorization proxy-connection accept-encoding".split()
+)
+# never passed back: hop-by-hop, or no longer true of the body the client gets
+_DROP_RESPONSE = frozenset(
+    "content-length content-encoding transfer-encoding connection keep-alive date server".split()
+)
+
+
+@attrs.frozen(slots=True)
+class ProxyConfig:
+    """How the proxy runs. ``options`` go to ``pager.open`` for every session."""
+
+    store: str
+    upstream_openai: str = DEFAULT_OPENAI
+    upstream_anthropic: str = DEFAULT_ANTHROPIC
+    tools: bool = False
+    timeout: float = 600.0  # seconds between bytes of an upstream response (models can think a while)
+    connect_timeout: float = 10.0
+    max_tool_rounds: int = 4
+    max_open_sessions: int = 256
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def upstream(self, which: str) -> str:
+        base = (self.upstream_anthropic if which == "anthropic" else self.upstream_openai).rstrip("/")
+        # accept a base URL given with its /v1, as SDKs take it
+        return base[:-3] if base.endswith("/v1") else base
+
+
+def _upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST and not k.lower().startswith("x-pager-")}
+    out["accept-encoding"] = "identity"  # events are read as they come; no gzip framing in the way
+    return out
+
+
+def _client_headers(headers: httpx.Headers) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _DROP_RESPONSE}
+
+
+def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
+    """Cut complete SSE events (each with its blank-line terminator) off ``buf``."""
+    events = []
+    while True:
+        found = [(i, len(sep)) for sep in (b"\n\n", b"\r\n\r\n") if (i := buf.find(sep)) >= 0]
+        if not found:
+            return events, buf
+        i, n = min(found)
+        events.append(buf[: i + n])
+        buf = buf[i + n :]
+
+
+class _Proxy:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.client: httpx.AsyncClient | None = None
+        self.pool = SessionPool(config.store, config.options, config.max_open_sessions)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        timeout = httpx.Timeout(self.config.timeout, connect=self.config.connect_timeout)
+        limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+        self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        try:
+            yield
+        finally:
+            # uvicorn calls this after in-flight requests finished (graceful shutdown)
+            await self.client.aclose()
+            await self.pool.aclose()
+
+    # -- model calls ----------------------------------------------------------------------
+
+    async def model_call(self, request: Request) -> Response:
+        t0 = time.perf_counter()
+        dialect = DIALECTS[request.url.path]
+        body = await request.body()
+        try:
+            req = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return self._error(dialect, 400, f"request body is not valid JSON: {exc}")
+        if not isinstance(req, dict):
+            return self._error(dialect, 400, "request body must be a JSON object")
+        if dialect.format not in formats():
+            return self._error(dialect, 400, f"pager cannot page this request: this build has no {dialect.format!r} "
+                                             f"wire format (it has {sorted(formats())})")
+        name = request.headers.get(SESSION_HEADER) or session_name(dialect.session_seed(req))
+        stream = bool(req.get("stream"))
+        try:
+            p = await self.pool.acquire(name)
+        except PagerError as exc:
+            log.error("cannot open session %s: %s", name, exc)
+            return self._error(dialect, 500, f"pager cannot open session {name!r}: {exc}")
+        released = False
+        try:
+            key = dialect.history_key
+            req[key] = reuse_items(self.pool.last.get(name), req.get(key))
+            try:
+                out = await p.aassemble(req, format=dialect.format, expose_tools=self.config.tools)
+            except (InputError, BudgetError) as exc:
+                return self._error(dialect, 400, f"pager cannot page this request: {exc}")
+            except PagerError as exc:  # the store or the index failed: not the client's fault
+                log.error("assemble failed in session %s: %s", name, exc)
+                return self._error(dialect, 500, f"pager failed to page this request: {exc}")
+            if isinstance(req.get(key), list):
+                self.pool.last[name] = req[key]
+            added = self._added_tools(p, dialect, req)
+            client_usage = dialect.prepare(out, stream)
+            url = self.config.upstream(dialect.upstream) + request.url.path
+            headers = _upstream_headers(request.headers)
+            if stream:
+                resp = await self._send(url, out, headers, stream=True, style=dialect.error_style)
+                if isinstance(resp, Response):
+                    return resp
+                if resp.status_code >= 400:
+                    return await self._passthrough_error(resp)
+                released = True  # the stream releases the session when it ends
+                gen = self._stream(p, name, dialect, url, headers, out, resp, added, client_usage, t0)
+                return StreamingResponse(gen, status_code=resp.status_code, headers=_client_headers(resp.headers))
+            return await self._complete(p, name, dialect, url, headers, out, added, t0)
+        finally:
+            if not released:
+                self.pool.release(name)
+
+    def _added_tools(self, p: Any, dialect: Dialect, req: Mapping[str, Any]) -> frozenset[str]:
+        if not self.config.tools:
+            return frozenset()
+        fmt = get_format(dialect.format)
+        client = {fmt.tool_name(t) for t in req.get("tools") or ()}
+        return frozenset(t["function"]["name"] for t in p.tools()) - client
+
+    async def _send(self, url: str, payload: Mapping[str, Any], headers: Mapping[str, str], *, stream: bool,
+                    style: str = "openai") -> httpx.Response | Response:
+        assert self.client is not None
+        req = self.client.build_request("POST", url, content=orjson.dumps(payload), headers={**headers, "content-type": "application/json"})
+        try:
+            return await self.client.send(req, stream=stream)
+        except httpx.TimeoutException:
+            return self._error_style(style, 504, f"upstream {url} timed out after {self.config.timeout:g}s")
+        except httpx.TransportError as exc:
+            return self._error_style(style, 502, f"upstream {url} unreachable: {type(exc).__name__}")
+
+    async def _complete(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
+                        out: dict[str, Any], added: frozenset[str], t0: float) -> Response:
+        rounds = 0
+        while True:
+            resp = await self._send(url, out, headers, stream=False, style=dialect.error_style)
+            if isinstance(resp, Response):
+                return resp
+            if resp.status_code >= 400:
+                return await self._passthrough_error(resp)
+            try:
+                data = resp.json()
+            except ValueError:
+                return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
+            await self._observe(p, dialect, data)
+            calls = dialect.calls(data) if added else []
+            ours = [c for c in calls if dialect.call_name(c) in added]
+            if ours and len(ours) == len(calls) and rounds < self.config.max_tool_rounds:
+                results = [await p.acall_tool(c, format=dialect.format) for c in ours]
+                out = dialect.continue_request(out, dialect.assistant_items(data), results)
+                rounds += 1
+                continue
+            if ours:  # a turn mixing pager's calls with the client's: the client sees its own only
+                data = dialect.strip_calls(data, added)
+            self._log(dialect, name, resp.status_code, t0, False, rounds)
+            if rounds or ours:
+                return JSONResponse(data, status_code=resp.status_code, headers=_client_headers(resp.headers))
+            return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
+
+    async def _stream(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
+                      out: dict[str, Any], resp: httpx.Response, added: frozenset[str], client_usage: bool,
+                      t0: float) -> AsyncIterator[bytes]:
+        round_no = offset = 0
+        try:
+            while True:
+                turn = dialect.stream_turn(added, round_no, offset, client_usage)
+                observed = False
+                buf = b""
+                async for chunk in resp.aiter_bytes():
+                    events, buf = _split_events(buf + chunk)
+                    for event in events:
+                        pieces = turn.feed(event)
+                        if turn.ended and not observed and turn.usage is not None:
+                            # before the client sees the end: its next call finds the usage recorded
+                            observed = True
+                            await self._observe(p, dialect, turn.usage)
+                        for piece in pieces:
+                            yield piece
+                if buf.strip():
+                    for piece in turn.feed(buf):
+                        yield piece
+                await resp.aclose()
+                if turn.usage is not None and not observed:
+                    await self._observe(p, dialect, turn.usage)
+                calls = turn.calls() if added else []
+                ours = [c for c in calls if dialect.call_name(c) in added]
+                if ours and len(ours) == len(calls) and round_no < self.config.max_tool_rounds:
+                    results = [await p.acall_tool(c, format=dialect.format) for c in ours]
+                    out = dialect.continue_request(out, turn.assistant_items(), results)
+                    offset += turn.forwarded
+                    round_no += 1
+                    nxt = await self._send(url, out, headers, stream=True, style=dialect.error_style)
+                    if isinstance(nxt, Response):
+                        yield stream_error_event(dialect.error_style, nxt.status_code, bytes(nxt.body).decode())
+                        return
+                    resp = nxt
+                    if resp.status_code >= 400:
+                        body = (await resp.aread()).decode("utf-8", "replace")
+                        yield stream_error_event(dialect.error_style, resp.status_code, body)
+                        return
+                    continue
+                for piece in turn.flush():
+                    yield piece
+                self._log(dialect, name, 200, t0, True, round_no)
+                return
+        except httpx.TimeoutException:
+            yield stream_error_event(dialect.error_style, 504, f"upstream {url} timed out after {self.config.timeout:g}s")
+        except httpx.TransportError as exc:
+            yield stream_error_event(dialect.error_style, 502, f"upstream {url} failed mid-stream: {type(exc).__name__}")
+        finally:
+            await resp.aclose()
+            self.pool.release(name)
+
+    async def _observe(self, p: Any, dialect: Dialect, response: Any) -> None:
+        try:
+            await p.aobserve(response, format=dialect.format)
+        except PagerError as exc:
+            # a usage shape pager does not know must not cost the client its answer
+            log.warning("usage not recorded for %s: %s", dialect.format, exc)
+
+    async def _passthrough_error(self, resp: httpx.Response) -> Response:
+        body = await resp.aread()
+        await resp.aclose()
+        return Response(body, status_code=resp.status_code, headers=_client_headers(resp.headers))
+
+    def _error(self, dialect: Dialect, status: int, message: str) -> Response:
+        return self._error_style(dialect.error_style, status, message)
+
+    @staticmethod
+    def _error_style(style: str, status: int, message: str) -> Response:
+        return JSONResponse(error_body(style, status, message), status_code=status)
+
+    @staticmethod
+    def _log(dialect: Dialect, name: str, status: int, t0: float, stream: bool, rounds: int) -> None:
+        # never headers or bodies: the client's key and content stay out of logs
+        log.info(
+            "%s session=%s status=%d stream=%s tool_rounds=%d ms=%.1f",
+            dialect.format, name, status, stream, rounds, (time.perf_counter() - t0) * 1000.0,
+        )
+
+    # -- other routes ---------------------------------------------------------------------
+
+    async def count_tokens(self, request: Request) -> Response:
+        """Answer Anthropic's ``count_tokens`` locally, with pager's own counter."""
+        try:
+            req = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            return self._error_style("anthropic", 400, f"request body is not valid JSON: {exc}")
+        if not isinstance(req, dict) or not isinstance(req.get("messages"), list):
+            return self._error_style("anthropic", 400, "count_tokens needs a 'messages' list")
+        from pager.proxy.counting import count_request
+
+        return JSONResponse({"input_tokens": await asyncio.to_thread(count_request, req)})
+
+    async def passthrough(self, request: Request) -> Response:
+        """Forward any other ``/v1`` call (model lists and the like) untouched."""
+        assert self.client is not None
+        anthropic = "anthropic-version" in request.headers or "x-api-key" in request.headers
+        style = "anthropic" if anthropic else "openai"
+        url = self.config.upstream(style) + request.url.path
+        if request.url.query:
+            url += "?" + request.url.query
+        req = self.client.build_request(
+            request.method, url, content=await request.body(), headers=_upstream_headers(request.headers)
+        )
+        try:
+            resp = await self.client.send(req)
+        except httpx.TimeoutException:
+            return self._error_style(style, 504, f"upstream {url} timed out")
+        except httpx.TransportError as exc:
+            return self._error_style(style, 502, f"upstream {url} unreachable: {type(exc).__name__}")
+        return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
+
+
+def create_app(config: ProxyConfig) -> Starlette:
+    """Return the proxy as an ASGI application (serve it with uvicorn; see ``pager.proxy.serve``)."""
+    proxy = _Proxy(config)
+    routes = [Route(path, proxy.model_call, methods=["POST"]) for path in DIALECTS]
+    routes.insert(0, Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]))
+    routes.append(Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "DELETE"]))
+    app = Starlette(routes=routes, lifespan=proxy.lifespan)
+    app.state.proxy = proxy
+    return app
