@@ -24,12 +24,13 @@ CACHE_MARKS = ("pager", "merge", "caller")  # pager.formats.breakpoints.MODES
 
 
 def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{attribute.name} must be a positive integer, got {value!r}")
+    # options are persisted as JSON, which holds 64-bit integers only
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**63:
+        raise ConfigError(f"{attribute.name} must be a positive 64-bit integer, got {value!r}")
 
 
 def _non_negative(_inst: Any, attribute: attrs.Attribute, value: int | float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**63:
         raise ConfigError(f"{attribute.name} must be a non-negative number, got {value!r}")
 
 
@@ -197,6 +198,8 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | None) -> di
         return {}
     if isinstance(config, Mapping):
         return dict(config)
+    if not isinstance(config, (str, os.PathLike)):
+        raise ConfigError(f"config must be a JSON file's path or a mapping, not {type(config).__name__}")
     path = Path(config)
     data = read_json_file(path)
     if not isinstance(data, dict):

@@ -42,6 +42,9 @@ from pager.storage.base import Store
 
 __all__ = ["Pager", "open", "store_sessions"]
 
+# Tantivy takes the hit count as a 64-bit size; far fewer hits than this are ever useful.
+MAX_SEARCH_K = 10_000
+
 
 def store_sessions(path: str | os.PathLike[str] | Store) -> list[str]:
     """Return the session names recorded in the store at ``path`` (oldest first)."""
@@ -93,6 +96,10 @@ class Pager(Sharing, Session):
         self._count_tools = ToolTokens(self.counter)
         self._recorder = Recorder(self.session, self.history, self.options.scope, self.options.owner,
                                   self.options.pool)
+        if len(self.history):
+            # rows found at open may be another writer's (a proxy process started while another served
+            # the session): a shorter copy of them is a stale request, not a rewind to fork at
+            self._recorder.foreign_from = 0
         self.reports = ReportLog(self.store.path, enabled=self.options.log_reports)
         self.last_report: Report | None = None
         self._state_dir = attach_state_dir(self)  # issue 14: live checkpoint files (no-op without state_dir)
@@ -102,6 +109,8 @@ class Pager(Sharing, Session):
     def _format(self, request: Any, name: str | None) -> WireFormat:
         if hasattr(request, "model_dump") and not isinstance(request, Mapping):
             raise InputError("pass the request as a mapping (an SDK's create() keyword arguments)")
+        if not isinstance(request, Mapping):  # a named format reads it as one
+            raise InputError(f"request must be a mapping, got {type(request).__name__}")
         return get_format(name) if name is not None else detect(request)
 
     def assemble(
@@ -266,8 +275,8 @@ class Pager(Sharing, Session):
             self._check_open()
             if not isinstance(query, str):
                 raise InputError(f"query must be a string, got {type(query).__name__}")
-            if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-                raise InputError(f"k must be a positive integer, got {k!r}")
+            if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_K:
+                raise InputError(f"k must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}")
             self._feeder.flush()
             hits = self._feeder.index.search(query, session=self.session, k=k, cross_session=cross_session,
                                              audiences=self._audiences())

@@ -55,6 +55,10 @@ def open_store(where: str | os.PathLike[str] | Store, *, must_exist: bool = Fals
     path = os.fspath(where)
     if not path or "\x00" in path:
         raise ConfigError(f"{path!r} is not a usable store path")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:  # a lone surrogate no file system name can hold
+        raise ConfigError(f"{path!r} is not a usable store path (not valid Unicode)") from None
     from pager.storage.sqlite import DB_NAME, SQLiteStore
 
     if must_exist and not (Path(path) / DB_NAME).exists():
@@ -126,6 +130,9 @@ class Session:
     # -- loading and saving -------------------------------------------------------------
 
     def _load(self) -> None:
+        # the version first: a writer committing while the rest is read leaves this one behind it,
+        # so the next write catches up (read after, it would hide those pages for good)
+        version = self.store.lock_session(self.session)
         branch = self.store.ensure_session(self.session)
         ids = self.store.branch_page_ids(branch)
         records = self.store.load_pages(ids)
@@ -148,7 +155,7 @@ class Session:
                 self.options, self.counter, self.session, orjson.loads(raw) if raw else None
             )
             self._rollover.state_text = getattr(self, "_state_text", "")  # issue 14: checkpoint files, kept over a reload
-        self._version = self.store.lock_session(self.session)
+        self._version = version
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:

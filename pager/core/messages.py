@@ -78,7 +78,7 @@ def check_message(i: int, msg: Any, part_types: frozenset[str] | None = None) ->
     role = msg.get("role")
     if role is None:
         raise MessageError(i, "missing 'role'")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:  # an unhashable role cannot be looked up
         raise MessageError(i, f"unknown role {role!r} (expected one of {sorted(ROLES)})")
     calls = msg.get("tool_calls")
     if calls is not None:

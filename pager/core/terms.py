@@ -234,7 +234,9 @@ def _word_terms(text: str, m: re.Match[str], tok: str) -> Iterator[str]:
         if len(last) >= 4 and last.lower() not in _STOP:
             yield last.lower()
         return
-    if len(tok) < 4:
+    if not 4 <= len(tok) <= MAX_TERM_CHARS:
+        # below: every term is the word itself, dropped when too long; checking first keeps a
+        # model-written 50 MB "word" from costing seconds of per-character tests
         return
     low = tok.lower()
     if low in _STOP:

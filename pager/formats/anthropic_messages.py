@@ -78,7 +78,8 @@ class AnthropicMessages:
             return False
         if "system" in request:
             return True
-        for tool in request.get("tools") or ():
+        tools = request.get("tools")
+        for tool in tools if isinstance(tools, (list, tuple)) else ():  # not a list: to_messages refuses it
             if isinstance(tool, Mapping):
                 if "function" in tool:
                     return False
@@ -89,11 +90,13 @@ class AnthropicMessages:
             return False
         for m in messages:
             if isinstance(m, Mapping):
-                if m.get("role") in CHAT_ROLES or "tool_calls" in m or "tool_call_id" in m:
+                role = m.get("role")
+                if (isinstance(role, str) and role in CHAT_ROLES) or "tool_calls" in m or "tool_call_id" in m:
                     return False
                 content = m.get("content")
             else:  # an SDK object: read its attributes, no dump on this hot path
-                if getattr(m, "role", None) in CHAT_ROLES or getattr(m, "tool_calls", None):
+                role = getattr(m, "role", None)
+                if (isinstance(role, str) and role in CHAT_ROLES) or getattr(m, "tool_calls", None):
                     return False
                 content = getattr(m, "content", None)
             if isinstance(content, list):

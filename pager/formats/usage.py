@@ -46,7 +46,7 @@ def _int(usage: Mapping[str, Any], key: str, shape: str) -> int:
     value = usage[key]
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if not _count_like(value):
         raise InputError(f"{shape} usage {key!r} must be a non-negative number, got {value!r}")
     return int(value)
 
@@ -55,9 +55,13 @@ def _opt(mapping: Any, key: str) -> int:
     if not isinstance(mapping, Mapping):
         return 0
     value = mapping.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0
-    return int(value)
+    return int(value) if _count_like(value) else 0
+
+
+def _count_like(value: Any) -> bool:
+    # NaN, infinities and >64-bit counts would fail int() or the report log's JSON
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < 2**63
+            and value == value)
 
 
 def usage_shape(usage: Mapping[str, Any]) -> str | None:

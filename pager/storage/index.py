@@ -95,15 +95,29 @@ class PageIndex(SearchMixin):
         self._pending: set[int] = set()  # ids added since the last commit
         self._pending_max = 0
         self._index = self._open()
-        self._index.register_tokenizer("pg_text", _TEXT_ANALYZER)
-        self._index.register_tokenizer("pg_key", _KEY_ANALYZER)
         try:
+            self._start()
+        except RecallIndexError as e:
+            if self._path is None:
+                raise
+            # damage that opening did not notice (a segment file missing or cut short) shows on
+            # the first read: derived data, so start it again
+            log.warning("recall index at %s is damaged (%s); starting it again", self._path, e)
+            self._index = self._searcher = None  # type: ignore[assignment]
+            self._wipe()
+            self._index = self._open_disk()
+            self._start()
+
+    def _start(self) -> None:
+        try:
+            self._index.register_tokenizer("pg_text", _TEXT_ANALYZER)
+            self._index.register_tokenizer("pg_key", _KEY_ANALYZER)
             self._index.config_reader(reload_policy="Manual")
             self._index.reload()
             self._searcher = self._index.searcher()
+            self._upto, self._max_id, self._has_meta = self._read_meta()
         except (ValueError, OSError, RuntimeError) as e:
             raise RecallIndexError(f"cannot read the recall index: {e}") from e
-        self._upto, self._max_id, self._has_meta = self._read_meta()
 
     # -- opening -------------------------------------------------------------
 
@@ -286,6 +300,9 @@ class PageIndex(SearchMixin):
                 w.commit()
             except (ValueError, OSError, RuntimeError) as e:
                 self._rollback()
+                # the traceback keeps this frame alive: a writer left in it would hold Tantivy's
+                # lock, and the caller's rebuild (in its except block) would wait for it in vain
+                w = None
                 raise RecallIndexError(f"cannot commit the recall index: {e}") from e
             finally:
                 self._release()
@@ -351,6 +368,7 @@ class PageIndex(SearchMixin):
                 w.commit()
             except (ValueError, OSError, RuntimeError) as e:
                 self._rollback()
+                w = None  # as in commit: no writer may outlive the call in a traceback
                 raise RecallIndexError(f"cannot clear the recall index: {e}") from e
             finally:
                 self._release()

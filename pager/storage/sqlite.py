@@ -218,6 +218,10 @@ class SQLiteStore:
         if row:
             return int(row[0])
         with self.transaction() as db:
+            # another process may have created it since the read above: look again under the lock
+            row = db.execute("SELECT head_branch FROM sessions WHERE name=?", (session,)).fetchone()
+            if row:
+                return int(row[0])
             now = time.time()
             cur = db.execute(
                 "INSERT INTO branches (session, parent, fork_seq, created) VALUES (?, NULL, 0, ?)",
