@@ -229,6 +229,13 @@ def fast(monkeypatch: pytest.MonkeyPatch, work: Path) -> None:
     from pager.cli import replay as replay_cli
 
     monkeypatch.setattr(bench_cli, "default_jobs", lambda: 1)
+    # the examples' tune runs replay a sample of 4 configurations, not 48: the docs are checked
+    # for running as written, the tuning itself by tests/test_tune.py
+    from pager import tune as tune_mod
+
+    real_cap = tune_mod.cap
+    monkeypatch.setattr(tune_mod, "cap", lambda candidates, max_points, **kw: real_cap(
+        candidates, min(max_points, 4), **kw))
     monkeypatch.setattr(replay_cli, "example_paths", lambda: [work / "session.jsonl"])
 
 

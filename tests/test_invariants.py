@@ -66,7 +66,7 @@ def _check(history, out, budget_tokens, report):
     assert seen == sorted(seen)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     history=histories(),
     window=st.sampled_from([6_000, 20_000, 200_000]),
