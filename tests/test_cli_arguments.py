@@ -69,7 +69,7 @@ BENCH_CASES = [
     (["--json", "{tmp}/missing/r.json"], ["--json", "no such directory"]),
     (["--json", "{tmp}/r.x", "--html", "{tmp}/r.x"], ["same file"]),
     (["--pager", "foo=1"], ["--pager foo=1", "unknown option"]),
-    (["--pager", "high_watermark=-5"], ["--pager high_watermark=-5", "positive integer"]),
+    (["--pager", "high_watermark=-5"], ["--pager high_watermark=-5", "must be a positive"]),
     (["--pager", "policy=nosuch"], ["--pager policy=nosuch", "nosuch"]),
     (["--pager", "novalue"], ["--pager expects KEY=VALUE"]),
     (["--pager", "name=pager,recent_units=2"], ["'pager' is taken"]),
@@ -110,13 +110,13 @@ def test_bench_missing_path_and_named_non_session(tmp_path, capsys):
 
 TUNE_CASES = [
     (["--grid", "bogus=1"], ["unknown grid key 'bogus'"]),
-    (["--grid", "high_watermark=-5"], ["--grid high_watermark=-5", "positive integer"]),
+    (["--grid", "high_watermark=-5"], ["--grid high_watermark=-5", "must be a positive"]),
     (["--grid", "policy=decay,nosuch"], ["--grid policy=nosuch", "nosuch"]),
     (["--grid", "recent_units=two"], ["--grid recent_units=two"]),
     (["--grid", "high_watermark="], ["no values"]),
     (["--grid-file", "{tmp}/none.json"], ["--grid-file", "cannot read"]),
     (["--grid-file", "{not_json}"], ["--grid-file", "not JSON"]),
-    (["--base", "{bad_opt}"], ["--base", "positive integer"]),
+    (["--base", "{bad_opt}"], ["--base", "must be a positive"]),
     (["--base", "{unknown}"], ["--base", "unknown option"]),
     (["--coverage-floor", "2"], ["--coverage-floor", "between 0 and 1"]),
     (["--target-coverage", "-1"], ["--coverage-floor", "between 0 and 1"]),
@@ -156,7 +156,7 @@ def test_tune_resume_refuses_a_log_of_other_settings(sessions, tmp_path, capsys)
 REPLAY_CASES = [
     (["--config", "{tmp}/none.json"], ["--config", "cannot read"]),
     (["--config", "{unknown}"], ["--config", "unknown option"]),
-    (["--config", "{bad_opt}"], ["--config", "positive integer"]),
+    (["--config", "{bad_opt}"], ["--config", "must be a positive"]),
     (["--context-window", "0"], ["--context-window", "positive integer"]),
     (["--jobs", "x"], ["--jobs", "positive integer"]),
     (["--min-assistant", "-2"], ["--min-assistant"]),
