@@ -102,7 +102,7 @@ class Pager(Sharing, Session):
             self._recorder.foreign_from = 0
         self.reports = ReportLog(self.store.path, enabled=self.options.log_reports)
         self.last_report: Report | None = None
-        self._state_dir = attach_state_dir(self)  # issue 14: live checkpoint files (no-op without state_dir)
+        self._state_dir = attach_state_dir(self)  # live checkpoint files (a no-op without state_dir)
 
     # -- assemble -----------------------------------------------------------------------
 
@@ -159,7 +159,7 @@ class Pager(Sharing, Session):
                 # the store rolled back (and _writing reloaded the mirror): drop the index's copies too
                 self._feeder.forget([d.page_id for d in docs])
                 raise
-            self._state_dir.after_assemble(result.events)  # issue 14: after the commit, WAL then files
+            self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
             if result.flush_index:
                 self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
             self._prev_out = result.messages
