@@ -229,7 +229,7 @@ class Pager(Sharing, Session):
             with self._writing():
                 self.store.add_pin(self.session, text)
                 self._add_pin(text)
-            self._state_dir.record(f"pin p={len(self._pins)}")  # issue 14
+            self._state_dir.record(f"pin p={len(self._pins)}")
 
     def note(self, text: str) -> int:
         """Keep a short note in the task-state card; return how many notes the card shows."""
@@ -239,7 +239,7 @@ class Pager(Sharing, Session):
             with self._writing():
                 self.store.add_note(self.session, text, self.history.clock)
                 self._notes.append(text)
-            self._state_dir.record(f"note n={len(self._notes)}")  # issue 14
+            self._state_dir.record(f"note n={len(self._notes)}")
             return min(len(self._notes), self.options.max_notes)
 
     def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
@@ -249,7 +249,7 @@ class Pager(Sharing, Session):
             for name, v in (("start_line", start_line), ("end_line", end_line)):
                 if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                     raise ToolError(f"{name} must be a positive integer, got {v!r}")
-            moved = l1_item_text(handle, self._pins, self._notes)  # issue 14: L1 guard pointers pin:N / note:N
+            moved = l1_item_text(handle, self._pins, self._notes)  # the L1 guard's pointers: pin:N / note:N
             if moved is not None:
                 return line_range(moved, start_line, end_line)
             if not isinstance(handle, str) or not handle.startswith("pg:"):
@@ -280,7 +280,7 @@ class Pager(Sharing, Session):
             self._feeder.flush()
             hits = self._feeder.index.search(query, session=self.session, k=k, cross_session=cross_session,
                                              audiences=self._audiences())
-            hits += l1_hits(query, self._pins, self._notes, self._outside_l1(), k - len(hits), self.session)  # issue 14
+            hits += l1_hits(query, self._pins, self._notes, self._outside_l1(), k - len(hits), self.session)
             self._faults += sum(1 for hit in hits if hit.page_id in self._demoted)
             return hits
 
@@ -343,7 +343,7 @@ class Pager(Sharing, Session):
                 text = self._rollover.declare(handoff, cid)
                 self._save_rollover(self._rollover.to_state(), self._rollover.take_events())
                 self.store.save_state(self.session, self._state())
-            self._state_dir.record(f"handoff-intent call={cid}")  # issue 14
+            self._state_dir.record(f"handoff-intent call={cid}")
             return text
 
     def task_state(self) -> TaskState:

@@ -154,7 +154,7 @@ class Session:
             self._rollover = RolloverController(
                 self.options, self.counter, self.session, orjson.loads(raw) if raw else None
             )
-            self._rollover.state_text = getattr(self, "_state_text", "")  # issue 14: checkpoint files, kept over a reload
+            self._rollover.state_text = getattr(self, "_state_text", "")  # the checkpoint files survive a reload
         self._version = version
 
     @contextlib.contextmanager
