@@ -7,6 +7,7 @@ Shared by ``pager.storage.index`` (writing) and ``pager.storage.index_search``
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 import re
 
 import attrs
@@ -14,7 +15,7 @@ import tantivy
 
 from pager.core.pages import SCOPES
 
-__all__ = ["Hit", "IndexDoc", "SCOPES"]
+__all__ = ["Hit", "IndexDoc", "SCOPES", "analyze_terms"]
 
 MAX_QUERY_TERMS = 64
 MAX_QUERY_CHARS = 4096
@@ -141,3 +142,25 @@ _TEXT_ANALYZER = (
 _KEY_ANALYZER = (
     tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw()).filter(tantivy.Filter.lowercase()).build()
 )
+
+
+def analyze_terms(terms: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
+    """Return the words, CJK bigrams and whole chunks of pre-extracted query terms (capped).
+
+    Each term is analyzed like page text, so "pager/index.py" matches its words
+    and, as a whole chunk, a page whose path is exactly that. Every recall index
+    (Tantivy, PostgreSQL) reads its queries through this.
+    """
+    words: list[str] = []
+    grams: list[str] = []
+    chunks: list[str] = []
+    size = 0
+    for t in terms:
+        t = _clean(t[:MAX_QUERY_CHARS])
+        size += len(t)
+        if size > MAX_QUERY_CHARS or len(words) >= MAX_QUERY_TERMS:
+            break
+        words.extend(_TEXT_ANALYZER.analyze(t))
+        grams.extend(_bigrams(t))
+        chunks.append(t)
+    return words, grams, chunks

@@ -14,6 +14,7 @@ from tantivy import Occur, Query
 
 from pager.errors import RecallIndexError
 from pager.storage.index_schema import (
+    analyze_terms,
     Hit,
     KEY_BOOST,
     MAX_KEY_CHARS,
@@ -93,18 +94,7 @@ class SearchMixin:
         Each term is analyzed like page text, so "pager/index.py" matches its
         words and, boosted, a page whose path is exactly that.
         """
-        words: list[str] = []
-        grams: list[str] = []
-        chunks: list[str] = []
-        size = 0
-        for t in terms:
-            t = _clean(t[:MAX_QUERY_CHARS])
-            size += len(t)
-            if size > MAX_QUERY_CHARS or len(words) >= MAX_QUERY_TERMS:
-                break
-            words.extend(_TEXT_ANALYZER.analyze(t))
-            grams.extend(_bigrams(t))
-            chunks.append(t)
+        words, grams, chunks = analyze_terms(terms)
         return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score, audiences)
 
     def _run(

@@ -48,6 +48,7 @@ import orjson
 from pager.core.messages import message_text
 from pager.errors import RecallIndexError, StoreError
 from pager.storage.index_schema import (  # the Tantivy index's analysis, shared on purpose: same words
+    analyze_terms,
     _CHUNK_STRIP,
     _STOPWORDS,
     _TEXT_ANALYZER,
@@ -297,18 +298,7 @@ class PgIndex:
         audiences: Collection[str] = (),
     ) -> list[Hit]:
         """Return up to ``k`` pages matching pre-extracted ``terms``, best first."""
-        words: list[str] = []
-        grams: list[str] = []
-        chunks: list[str] = []
-        size = 0
-        for t in terms:
-            t = _clean(t[:MAX_QUERY_CHARS])
-            size += len(t)
-            if size > MAX_QUERY_CHARS or len(words) >= MAX_QUERY_TERMS:
-                break
-            words.extend(_TEXT_ANALYZER.analyze(t))
-            grams.extend(_bigrams(t))
-            chunks.append(t)
+        words, grams, chunks = analyze_terms(terms)
         return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score, audiences)
 
     def _run(
