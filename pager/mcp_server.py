@@ -6,12 +6,12 @@ pager's own tools do (``pager.tools``): one text result, errors the model
 can read instead of exceptions.
 
 The server runs beside a harness that has the same session open in a
-``Pager``. It therefore never takes the recall index's writer (a Tantivy
-index has one, and the harness holds it): it reads the store (SQLite, WAL:
-many readers beside one writer) and the index's last commit, and writes
-notes straight to the store, where the harness's next ``assemble`` reads them.
-Pages the harness recorded since its last index commit are not searchable
-here yet; they are the newest, still in the prompt.
+``Pager``. It reads the store (SQLite, WAL: many readers beside one writer)
+and the index's last commit, and writes notes straight to the store, where
+the harness's next ``assemble`` reads them; a note is also a page (see
+``pager.core.aside``), indexed here at once (the index's writer is taken only
+for the commit). Pages the harness recorded since its last index commit are
+not searchable here yet; they are the newest, still in the prompt.
 
 Transports: stdio (the default; what Claude Code, Codex and Cursor launch) and
 streamable HTTP (``--http``, on 127.0.0.1).
@@ -32,6 +32,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(f"pager's MCP server needs the mcp SDK (2.x): pip install 'llm-context-pager[mcp]' ({exc})") from exc
 
 from pager import tools as agent_tools
+from pager.core.tokens import default_counter
+from pager.recording import record_aside
 from pager.options import Options
 
 __all__ = ["SessionTools", "build_server"]
@@ -108,7 +110,12 @@ class SessionTools:
     def note(self, text: str) -> int:
         text = text.strip()[: agent_tools.NOTE_MAX_CHARS]
         with self._lock:
-            self.store.add_note(self.session, text, self.store.count_pages(self.session))
+            branch = self.store.ensure_session(self.session)
+            seq = len(self.store.branch_page_ids(branch))
+            doc = record_aside(self.store, self.session, "note", text, seq=seq, step=seq, count=default_counter().count,
+                               scope=self.options.scope, owner=self.options.owner, pool=self.options.pool)
+            self.index.add([doc])
+            self.index.commit()  # searchable from the harness's process now; notes are rare
             n = len(self.store.notes(self.session))
         return min(n, self.options.max_notes)
 

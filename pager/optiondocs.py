@@ -82,6 +82,10 @@ OPTION_DOCS: dict[str, tuple[str, str]] = {
         'Minimum reference strength between the query and a page for an automatic recall (paths, file names, handles and error names count 2, identifiers and numbers 1; see [docs/policies.md](policies.md)); `0` accepts any BM25 hit.',
         'Higher: fewer, more precise recalls.',
     ),
+    'recall_pools': (
+        "Automatic recall also searches other sessions' pages this session may read: its owner's private pages, project pools whose ACL lets it read, shared pages (see [docs/scale-out.md](scale-out.md)). Each such page is labelled with its session, pool, owner and date, and is checked against the ACL again before it is shown.",
+        'Off: automatic recall stays within the session; the `recall` tool and `search` still read the pools.',
+    ),
     'max_notes': (
         'Notes shown in the task-state card (the newest); older ones stay in the store.',
         'More: more kept state, a bigger L1.',

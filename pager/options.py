@@ -79,6 +79,9 @@ class Options:
     recall_page_tokens: int = attrs.field(default=300, validator=_positive)
     recall_min_score: float = attrs.field(default=0.0, validator=_non_negative)
     recall_min_strength: int = attrs.field(default=8, validator=_non_negative)
+    # automatic recall also reads other sessions' pages this one may read (its owner's private
+    # pages, readable project pools, shared pages), labelled with their source
+    recall_pools: bool = True
     max_notes: int = attrs.field(default=8, validator=_non_negative)
     expose_tools: bool = False
     mode: str = "paging"

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import attrs
 
 from pager import tools as agent_tools
-from pager.core.handoff import parse_handoff
+from pager.core.handoff import parse_handoff, render_handoff
 from pager.core.l1guard import item_text as l1_item_text
 from pager.core.l1guard import l1_hits
 from pager.core.messages import message_text, validate
@@ -30,7 +30,7 @@ from pager.core.render import line_range
 from pager.core.tokens import TokenCounter, ToolTokens, default_counter
 from pager.errors import HandleError, InputError, ToolError
 from pager.formats.base import WireFormat, detect, get_format
-from pager.recording import Recorder
+from pager.recording import Recorder, record_aside
 from pager.report import Report, ReportLog
 from pager.schedulers.base import ScheduleResult
 from pager.schedulers.window import handoff_from_events, task_state
@@ -39,6 +39,7 @@ from pager.sharing import Sharing
 from pager.statedir import attach_state_dir
 from pager.statefiles import TaskState
 from pager.storage.base import Store
+from pager.storage.index import IndexDoc
 
 __all__ = ["Pager", "open", "store_sessions"]
 
@@ -227,8 +228,9 @@ class Pager(Sharing, Session):
             self._check_open()
             text = _clean_text("pin", text)
             with self._writing():
-                self.store.add_pin(self.session, text)
+                doc = self._aside("pin", text)
                 self._add_pin(text)
+            self._feeder.add([doc])
             self._state_dir.record(f"pin p={len(self._pins)}")
 
     def note(self, text: str) -> int:
@@ -237,10 +239,17 @@ class Pager(Sharing, Session):
             self._check_open()
             text = _clean_text("note", text)[: agent_tools.NOTE_MAX_CHARS]
             with self._writing():
-                self.store.add_note(self.session, text, self.history.clock)
+                doc = self._aside("note", text)
                 self._notes.append(text)
+            self._feeder.add([doc])
             self._state_dir.record(f"note n={len(self._notes)}")
             return min(len(self._notes), self.options.max_notes)
+
+    def _aside(self, kind: str, text: str) -> IndexDoc:
+        """Keep a pin, note or handoff as a page of this session's scope (inside ``_writing``)."""
+        o = self.options
+        return record_aside(self.store, self.session, kind, text, seq=len(self.history), step=self.history.clock,
+                            count=self.counter.count, scope=o.scope, owner=o.owner, pool=o.pool)
 
     def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
         """Return the original text behind ``handle`` (optionally lines start..end, 1-based)."""
@@ -278,8 +287,15 @@ class Pager(Sharing, Session):
             if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_K:
                 raise InputError(f"k must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}")
             self._feeder.flush()
-            hits = self._feeder.index.search(query, session=self.session, k=k, cross_session=cross_session,
-                                             audiences=self._audiences())
+            # this session's own pins and notes come from l1_hits, under the card's pin:N / note:N
+            # names and only when outside the card: fetch enough to drop their pages
+            own = len(self._pins) + len(self._notes)
+            hits = [
+                hit for hit in self._feeder.index.search(
+                    query, session=self.session, k=min(MAX_SEARCH_K, k + own), cross_session=cross_session,
+                    audiences=self._audiences())
+                if not (hit.session == self.session and hit.kind in ("pin", "note"))
+            ][:k]
             hits += l1_hits(query, self._pins, self._notes, self._outside_l1(), k - len(hits), self.session)
             self._faults += sum(1 for hit in hits if hit.page_id in self._demoted)
             return hits
@@ -343,6 +359,8 @@ class Pager(Sharing, Session):
                 text = self._rollover.declare(handoff, cid)
                 self._save_rollover(self._rollover.to_state(), self._rollover.take_events())
                 self.store.save_state(self.session, self._state())
+                doc = self._aside("handoff", render_handoff(handoff))
+            self._feeder.add([doc])
             self._state_dir.record(f"handoff-intent call={cid}")
             return text
 

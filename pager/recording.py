@@ -11,13 +11,36 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from typing import Callable
+
+from pager.core.aside import aside_page
 from pager.core.history import History, hash_messages
 from pager.core.messages import classify, tool_calls
 from pager.errors import HistoryConflictError
 from pager.storage.base import Store
 from pager.storage.index import IndexDoc
+from pager.storage.indexing import index_doc
 
-__all__ = ["Recorder"]
+__all__ = ["Recorder", "record_aside"]
+
+
+def record_aside(
+    store: Store, session: str, kind: str, text: str, *, seq: int, step: int, count: Callable[[str], int],
+    scope: str = "session", owner: str | None = None, pool: str | None = None,
+) -> IndexDoc:
+    """Keep a pin, note or handoff: its row for the card (pins and notes) and its page, in one transaction.
+
+    Returns the page's index document; the caller adds it to the index after the commit.
+    """
+    page = aside_page(kind, text, session=session, seq=seq, step=step, count=count, scope=scope, owner=owner,
+                      pool=pool)
+    with store.transaction():
+        if kind == "note":
+            store.add_note(session, text, step)
+        elif kind == "pin":
+            store.add_pin(session, text)
+        (pid,) = store.record_aside(session, seq, [page])
+    return index_doc(store.load_pages([pid])[0], {"role": page.role, "content": text}, text)
 
 
 class Recorder:

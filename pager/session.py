@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -18,11 +19,12 @@ import orjson
 
 from pager.core.heat import get_policy
 from pager.core.history import History
-from pager.core.plan import Layout
+from pager.core.plan import Layout, SlotKind
+from pager.core.pools import Reader, audiences, can_read
 from pager.core.terms import extract_terms
-from pager.errors import ConfigError, PagerError
+from pager.errors import ConfigError, PagerError, StoreError
 from pager.options import Options, load_config
-from pager.schedulers.base import RecallHit, ScheduleResult
+from pager.schedulers.base import RecallHit, RecallSource, ScheduleResult
 from pager.schedulers.paging import PagingCall, PagingScheduler, RecallRequest
 from pager.schedulers.rollover import SETTING_PREFIX, RolloverController
 from pager.storage.base import Store
@@ -235,21 +237,67 @@ class Session:
     def _search_recall(self, req: RecallRequest) -> list[RecallHit]:
         # no index flush here: a tantivy commit costs ~100 ms, and pages not yet
         # committed are the newest ones, which are in the prompt anyway
+        pools = self.options.recall_pools
         hits = self._feeder.index.search_terms(
-            list(req.terms), session=self.session, k=req.k, exclude=set(req.exclude), min_score=req.min_score
+            list(req.terms), session=self.session, k=req.k, exclude=set(req.exclude), min_score=req.min_score,
+            cross_session=pools, audiences=self._audiences() if pools else (),
         )
         out = []
+        foreign = []
         for hit in hits:
-            if hit.page_id not in self.history.row_of:
-                continue  # another branch's page: never recalled into this one
-            out.append(RecallHit(hit.page_id, message_text(self.store.message(hit.page_id)[1])))
+            if hit.page_id in self.history.row_of:
+                out.append(RecallHit(hit.page_id, message_text(self.store.message(hit.page_id)[1])))
+            elif hit.session != self.session:
+                foreign.append(hit.page_id)
+            # else: another branch's page, or this session's own pin, note or handoff (the card has them)
+        return out + self._foreign_hits(foreign)
+
+    def _reader(self) -> Reader:
+        return Reader(self.session, self.options.owner)
+
+    def _audiences(self) -> tuple[str, ...]:
+        """Return the index audiences this session reads beside its own: its owner, its readable pools."""
+        return audiences(self._reader(), self.store.pool_acls())
+
+    def _foreign_hits(self, page_ids: Sequence[int]) -> list[RecallHit]:
+        """Return the pages of other sessions among ``page_ids`` that this session may read now, with their source.
+
+        Checked on the stored page, not only by the index: a page demoted or a
+        pool closed since the index saw it is not shown.
+        """
+        if not page_ids:
+            return []
+        reader, acls = self._reader(), self.store.pool_acls()
+        out = []
+        for rec in self.store.load_pages(list(page_ids)):
+            if rec.session == self.session or not can_read(rec, reader, acls):
+                continue
+            written = time.strftime("%Y-%m-%d", time.gmtime(rec.created)) if rec.created else None
+            terms = frozenset(rec.terms) if rec.terms is not None else None
+            text = message_text(self.store.message(rec.id)[1])
+            source = RecallSource(
+                session=rec.session, handle=rec.handle, kind=rec.kind, step=rec.step, path=rec.path, pool=rec.pool,
+                owner=rec.owner, written=written, terms=terms if terms is not None else extract_terms(text),
+            )
+            out.append(RecallHit(rec.id, text, source))
         return out
+
+    def _kept_foreign(self) -> list[RecallHit]:
+        """Return the other sessions' pages the last prompt's recall blocks show, if still readable."""
+        if self._layout is None:
+            return []
+        row_of = self.history.row_of
+        ids = [p for s in self._layout.slots if s.kind == SlotKind.RECALL for p in s.pages if p not in row_of]
+        try:
+            return self._foreign_hits(ids)
+        except StoreError:
+            return []  # a page gone from the store: the planner rebuilds without its block
 
     def _paging_call(self, messages: Sequence[Mapping[str, Any]], tools_tokens: int, hits: list[RecallHit]) -> PagingCall:
         return PagingCall(
             history=self.history, messages=messages, pins=self._pins, notes=self._notes,
             pin_terms=self._pin_terms, tools_tokens=tools_tokens, prev=self._layout, prev_out=self._prev_out,
-            hits=hits, demoted=frozenset(self._demoted),
+            hits=hits, demoted=frozenset(self._demoted), kept=self._kept_foreign(),
         )
 
     def _add_pin(self, text: str) -> None:

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from pager.core.pages import SCOPES, PageRecord
-from pager.core.pools import PoolAcl, Reader, audiences, can_read, can_write, widen
+from pager.core.pools import PoolAcl, can_read, can_write, widen
 from pager.errors import ConfigError, HandleError
 from pager.storage.indexing import index_doc
 
@@ -24,12 +24,6 @@ __all__ = ["Sharing"]
 class Sharing:
     """Pool operations of a ``Pager`` (a mixin over ``pager.session.Session``)."""
 
-    def _reader(self: "Session") -> Reader:
-        return Reader(self.session, self.options.owner)
-
-    def _audiences(self: "Session") -> tuple[str, ...]:
-        return audiences(Reader(self.session, self.options.owner), self.store.pool_acls())
-
     def _readable_page(self: "Session", handle: str) -> int | None:
         """Return the page ``handle`` names that this session may read (its own first), else None.
 
@@ -38,7 +32,7 @@ class Sharing:
         pid = self.store.page_by_handle(self.session, handle)
         if pid is not None:
             return pid
-        reader, acls = Reader(self.session, self.options.owner), self.store.pool_acls()
+        reader, acls = self._reader(), self.store.pool_acls()
         for other in self.store.pages_by_handle(handle):
             if can_read(self.store.load_pages([other])[0], reader, acls):
                 return other
@@ -64,7 +58,7 @@ class Sharing:
             wnames = [writers] if isinstance(writers, str) else list(writers)
             if not all(isinstance(x, str) and x for x in names + wnames):
                 raise ConfigError("readers and writers are non-empty strings (identities, or '*')")
-            reader = Reader(self.session, self.options.owner)
+            reader = self._reader()
             acls = self.store.pool_acls()
             current = acls.get(pool)
             if current is not None and not current.allows(reader.names, write=True):
@@ -108,7 +102,7 @@ class Sharing:
             if widen(page.scope, to) != promote and page.scope != to:
                 verb = "promote" if promote else "demote"
                 raise ConfigError(f"cannot {verb} a {page.scope!r} page to {to!r}")
-            reader = Reader(self.session, self.options.owner)
+            reader = self._reader()
             if not can_write(page, to, pool, reader, self.store.pool_acls()):
                 raise HandleError(f"session {self.session!r} may not move {handle!r} to {to!r}")
             with self._writing():

@@ -198,7 +198,8 @@ def run(duration: float, *, processes: int = 4, threads: int = 4, seed: int = 0,
         mismatch = 0
         with pager.open(store, session="check", log_reports=False) as p:
             for s, n in acked.items():
-                mismatch += abs(p.store.count_pages(s) - n)
+                aside = len(p.store.notes(s)) + len(p.store.pins(s))  # each note and pin is a page too
+                mismatch += abs(p.store.count_pages(s) - aside - n)
             counts["pages"] = p.store.count_pages()
         counts["page_count_mismatch"] = mismatch
         counts["sessions"] = len(acked)

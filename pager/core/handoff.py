@@ -54,6 +54,7 @@ __all__ = [
     "open_items",
     "parse_handoff",
     "render_checkpoint",
+    "render_handoff",
     "render_new_window_message",
     "resolve_in_filesystem",
     "validate_path",
@@ -417,7 +418,7 @@ def _items(texts: Iterable[str]) -> list[str]:
     return out or ["- (none)"]
 
 
-def _render_handoff(h: Handoff) -> str:
+def render_handoff(h: Handoff) -> str:
     parts: list[str] = []
     for key in SECTIONS:
         parts.append(_HEADERS[key])
@@ -462,7 +463,7 @@ def render_new_window_message(
         f"message_uuid: {trigger_message_id}",
         "",
         "<handoff>",
-        _render_handoff(handoff),
+        render_handoff(handoff),
         "</handoff>",
         "",
         "<related_files>",

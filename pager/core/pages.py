@@ -123,6 +123,7 @@ class PageRecord:
     owner: str | None = None
     pool: str | None = None
     terms: tuple[str, ...] | None = None  # None: not stored (a page written before terms were kept)
+    created: float | None = None  # when it was stored (epoch seconds); None: stored before pager kept it
 
 
 @attrs.frozen(slots=True)
@@ -152,4 +153,5 @@ def page_record(values: Mapping[str, Any]) -> PageRecord:
         owner=values.get("owner"),
         pool=values.get("pool"),
         terms=None if values.get("terms") is None else seq(values["terms"]),
+        created=None if values.get("created") is None else float(values["created"]),
     )

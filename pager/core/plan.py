@@ -164,6 +164,8 @@ class PlanInput:
     card: str = ""
     recall: Sequence[tuple[int, int]] = ()  # (page id, rendered tokens), best first
     recall_spans: Mapping[int, tuple[int, int]] = attrs.field(factory=dict)  # page -> lines shown
+    # pages from beyond the history that can be shown in a recall block this call (readable, text at hand)
+    foreign: frozenset[int] = frozenset()
     branch: int = 0
     task: int = -1  # the active task (-1: unknown); a change is a task switch
     compact_tokens: np.ndarray | None = None  # int64 tokens of each row's compact line
@@ -372,6 +374,9 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
         reason = Reason.TASK_SWITCH
     elif any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots) or any(
         p not in idx for s in prev.slots if s.kind == INDEX for p in s.pages
+    ) or any(
+        # a recalled page from another session that may no longer be shown (its pool was closed)
+        p not in idx and p not in inp.foreign for s in prev.slots if s.kind == RECALL for p in s.pages
     ):
         reason = Reason.DIVERGED
     else:

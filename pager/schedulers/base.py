@@ -18,15 +18,39 @@ import attrs
 
 from pager.formats.base import RenderHints
 
-__all__ = ["RecallHit", "ScheduleResult", "Scheduler"]
+__all__ = ["RecallHit", "RecallSource", "ScheduleResult", "Scheduler"]
+
+
+@attrs.frozen(slots=True)
+class RecallSource:
+    """Where a page from beyond this session's history comes from, as the recall block labels it.
+
+    The facade fills it only for pages the session may read (``pager.core.pools``).
+    """
+
+    session: str
+    handle: str
+    kind: str
+    step: int
+    path: str | None = None
+    pool: str | None = None
+    owner: str | None = None
+    written: str | None = None  # the date it was stored (YYYY-MM-DD, UTC), when known
+    terms: frozenset[str] = frozenset()  # its referable terms: the strength of the reference is judged on them
 
 
 @attrs.frozen(slots=True)
 class RecallHit:
-    """A page the recall index found for this call's query, with its text (read by the facade)."""
+    """A page the recall index found for this call's query, with its text (read by the facade).
+
+    ``source`` is None for a page of this session's history, and says where
+    the page comes from otherwise (another session's page in a pool this
+    session may read, a note, pin or handoff kept beside a history).
+    """
 
     page_id: int
     text: str
+    source: RecallSource | None = None
 
 
 @attrs.frozen(slots=True)

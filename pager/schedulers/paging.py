@@ -30,7 +30,8 @@ from pager.core.history import History
 from pager.core.messages import message_text
 from pager.core.compact import compact_line, index_block
 from pager.core.plan import CARD, FULL, INDEX, RECALL, STUB, Layout, PlanConfig, PlanInput, Slot, plan
-from pager.core.render import excerpt_span, line_range, recall_block, stub_message
+from pager.core.render import excerpt_span, line_range, recall_block, source_label, stub_message
+from pager.core.terms import term_weight
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter
 from pager.formats.base import RenderHints
 from pager.options import Options
@@ -66,6 +67,12 @@ class PagingCall:
     prev_out: Sequence[Mapping[str, Any]] | None  # the previous prompt's messages, when kept
     hits: Sequence[RecallHit] = ()
     demoted: frozenset[int] = frozenset()
+    # pages from beyond the history that the previous prompt's recall blocks show, still readable
+    kept: Sequence[RecallHit] = ()
+
+    def foreign(self) -> dict[int, RecallHit]:
+        """Return the pages from beyond the history this call may show, by id."""
+        return {h.page_id: h for h in (*self.kept, *self.hits) if h.source is not None}
 
 
 def recall_query(history: History) -> set[str]:
@@ -120,16 +127,25 @@ class PagingScheduler:
         out: list[tuple[int, int]] = []
         spans: dict[int, tuple[int, int]] = {}
         for hit in hits:
-            r = h.row_of.get(hit.page_id)
-            if r is None or h.stale[r] or h.kind[r] == "system":
-                continue
-            if o.recall_min_strength and strength.get(hit.page_id, 0) < o.recall_min_strength:
+            if hit.source is None:
+                r = h.row_of.get(hit.page_id)
+                if r is None or h.stale[r] or h.kind[r] == "system":
+                    continue
+                strong = strength.get(hit.page_id, 0)
+            else:
+                # another session's page: judged by the same weights, on the terms it was stored with
+                strong = sum(term_weight(t) for t in query & hit.source.terms)
+            if o.recall_min_strength and strong < o.recall_min_strength:
                 continue
             span = excerpt_span(hit.text, needles, o.recall_page_tokens * 4)
             if span is None:
                 continue
             spans[hit.page_id] = span
-            out.append((hit.page_id, MESSAGE_OVERHEAD + LABEL_TOKENS + self.counter.count(line_range(hit.text, *span))))
+            cost = MESSAGE_OVERHEAD + LABEL_TOKENS + self.counter.count(line_range(hit.text, *span))
+            if hit.source is not None:
+                src = hit.source
+                cost += self.counter.count(source_label(src.session, src.pool, src.owner, src.written))
+            out.append((hit.page_id, cost))
         return out, spans
 
     # -- schedule -------------------------------------------------------------------------
@@ -183,6 +199,7 @@ class PagingScheduler:
         budget = o.budget - call.tools_tokens
         l1 = int(cols["tokens"][pinned].sum()) + card_tokens
         recall, spans = self._candidates(h, call.hits)
+        foreign = call.foreign()
         cfg = PlanConfig(
             budget=budget, high=min(budget, l1 + o.high_watermark), low=min(budget, l1 + o.low_watermark),
             recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
@@ -194,7 +211,7 @@ class PagingScheduler:
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
             pinned=pinned, tool=cols["tool"], heat=heat, card_tokens=card_tokens, card=card,
             recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
-            compact_tokens=cols["compact_tokens"],
+            compact_tokens=cols["compact_tokens"], foreign=frozenset(foreign),
         )
         prev = call.prev
         result = plan(inp, cfg, prev)
@@ -203,7 +220,7 @@ class PagingScheduler:
         # a page shown in full last time and not now was demoted (by a round,
         # or a big output stubbed at the tail)
         demoted = {s.page for s in prev.slots if s.kind == FULL} - shown_now if prev is not None else set()
-        rendered, handles = self._render(h, layout, call.messages)
+        rendered, handles = self._render(h, layout, call.messages, foreign)
         changed_from = (
             first_diff(call.prev_out, rendered) if call.prev_out is not None
             else _first_change(prev, layout)
@@ -237,7 +254,8 @@ class PagingScheduler:
         )
 
     def _render(
-        self, h: History, layout: Layout, messages: Sequence[Mapping[str, Any]]
+        self, h: History, layout: Layout, messages: Sequence[Mapping[str, Any]],
+        foreign: Mapping[int, RecallHit] | None = None,
     ) -> tuple[list[Mapping[str, Any]], list[str]]:
         """Return the layout's neutral messages and the handles they show."""
         out: list[Mapping[str, Any]] = []
@@ -252,7 +270,7 @@ class PagingScheduler:
             elif slot.kind == CARD:
                 out.append({"role": "user", "content": layout.card})
             elif slot.kind == RECALL:
-                out.append({"role": "user", "content": self._recall_text(h, slot, messages, handles)})
+                out.append({"role": "user", "content": self._recall_text(h, slot, messages, handles, foreign or {})})
             elif slot.kind == INDEX:
                 rows = [h.row_of[p] for p in slot.pages]
                 lines = [compact_line(messages[r], h.kind[r], h.handle[r], h.step[r], h.path[r]) for r in rows]
@@ -261,22 +279,28 @@ class PagingScheduler:
         return pairing.normalize(out), handles
 
     def _recall_text(
-        self, h: History, slot: Slot, messages: Sequence[Mapping[str, Any]], handles: list[str]
+        self, h: History, slot: Slot, messages: Sequence[Mapping[str, Any]], handles: list[str],
+        foreign: Mapping[int, RecallHit],
     ) -> str:
         items = []
         spans = slot.spans or ((0, 0),) * len(slot.pages)
         for pid, (start, end) in zip(slot.pages, spans):
             r = h.row_of.get(pid)
-            if r is None:
-                continue
-            text = message_text(messages[r])
+            hit = foreign.get(pid)
+            if r is not None:
+                text = message_text(messages[r])
+                item: dict[str, Any] = {"handle": h.handle[r], "step": h.step[r], "kind": h.kind[r], "path": h.path[r]}
+            elif hit is not None and hit.source is not None:
+                text, src = hit.text, hit.source
+                item = {"handle": src.handle, "step": src.step, "kind": src.kind, "path": src.path,
+                        "session": src.session, "pool": src.pool, "owner": src.owner, "written": src.written}
+            else:
+                continue  # the planner keeps no block whose pages it cannot show
             excerpt = line_range(text, start, end) if start else text
-            items.append({
-                "handle": h.handle[r], "step": h.step[r], "kind": h.kind[r], "path": h.path[r],
-                "lines": (start, end) if start else None, "text": excerpt.rstrip("\n"),
-                "truncated": len(excerpt) < len(text),
-            })
-            handles.append(h.handle[r])
+            item.update(lines=(start, end) if start else None, text=excerpt.rstrip("\n"),
+                        truncated=len(excerpt) < len(text))
+            items.append(item)
+            handles.append(item["handle"])
         return recall_block(items)
 
     def _layers(

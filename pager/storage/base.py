@@ -17,7 +17,8 @@ Contract, in brief:
 - Page ids are positive, unique in the store and grow with insertion order.
 - ``record`` appends pages to a branch (forking a new branch that shares the
   parent's first ``fork_seq`` pages when the caller's history diverged) and
-  returns the new ids in order.
+  returns the new ids in order. ``record_aside`` stores pages of no branch:
+  pins, notes and handoffs, so one recall surface finds them too.
 - Every write to a session (``record``, ``save_state``, ``add_note``,
   ``add_pin``) raises its version, read with ``lock_session`` inside a
   transaction; that is how a second writer of the same session notices the
@@ -93,10 +94,13 @@ class RecallIndex(Protocol):
 
     def indexed_upto(self) -> int: ...
 
-    def search(self, query: str, *, session: str, k: int = 5, cross_session: bool = False) -> list["Hit"]: ...
+    def search(
+        self, query: str, *, session: str, k: int = 5, cross_session: bool = False, audiences: Sequence[str] = ()
+    ) -> list["Hit"]: ...
 
     def search_terms(
-        self, terms: Sequence[str], *, session: str, k: int = 5, exclude: Any = (), min_score: float = 0.0
+        self, terms: Sequence[str], *, session: str, k: int = 5, exclude: Any = (), min_score: float = 0.0,
+        cross_session: bool = False, audiences: Sequence[str] = (),
     ) -> list["Hit"]: ...
 
     def clear(self) -> None: ...
@@ -149,6 +153,14 @@ class Store(Protocol):
     def record(
         self, session: str, branch: int, fork: tuple[int, int] | None, start_seq: int, pages: Sequence[NewPage]
     ) -> tuple[int, list[int]]: ...
+
+    def record_aside(self, session: str, seq: int, pages: Sequence[NewPage]) -> list[int]:
+        """Record pages that belong to no branch (pins, notes, handoffs); return their ids.
+
+        They are searchable, expandable and promotable like any page, but no
+        history loads them. ``seq`` is the history position they were written at.
+        """
+        ...
 
     def load_pages(self, ids: Sequence[int]) -> list[PageRecord]: ...
 

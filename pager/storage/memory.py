@@ -170,20 +170,29 @@ class MemoryStore:
                 self._sessions[session]["head"] = branch
             seq_list = self._branch_pages.setdefault(branch, [])
             for offset, p in enumerate(pages):
-                pid = self._next["page"]
-                self._next["page"] += 1
-                self._pages[pid] = PageRecord(
-                    id=pid, session=session, hash=p.hash, kind=p.kind, role=p.role, seq=start_seq + offset,
-                    step=p.step, tokens=p.tokens, stub_tokens=p.stub_tokens, chars=p.chars, call_id=p.call_id,
-                    call_ids=p.call_ids, tool_name=p.tool_name, path=p.path, stale=False, labels=p.labels,
-                    last_ref=p.step, ref_count=0, scope=p.scope, handle=p.handle, owner=p.owner,
-                    terms=p.terms, pool=p.pool,
-                )
-                self._messages[pid] = bytes(p.message)
+                pid = self._insert(session, start_seq + offset, p)
                 del seq_list[start_seq + offset :]
                 seq_list.append(pid)
                 ids.append(pid)
         return branch, ids
+
+    def record_aside(self, session: str, seq: int, pages: Sequence[NewPage]) -> list[int]:
+        with self.transaction():
+            self._bump(session)
+            return [self._insert(session, seq, p) for p in pages]
+
+    def _insert(self, session: str, seq: int, p: NewPage) -> int:
+        pid = self._next["page"]
+        self._next["page"] += 1
+        self._pages[pid] = PageRecord(
+            id=pid, session=session, hash=p.hash, kind=p.kind, role=p.role, seq=seq,
+            step=p.step, tokens=p.tokens, stub_tokens=p.stub_tokens, chars=p.chars, call_id=p.call_id,
+            call_ids=p.call_ids, tool_name=p.tool_name, path=p.path, stale=False, labels=p.labels,
+            last_ref=p.step, ref_count=0, scope=p.scope, handle=p.handle, owner=p.owner,
+            terms=p.terms, pool=p.pool, created=time.time(),
+        )
+        self._messages[pid] = bytes(p.message)
+        return pid
 
     def load_pages(self, ids: Sequence[int]) -> list[PageRecord]:
         try:

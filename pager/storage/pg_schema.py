@@ -17,7 +17,7 @@ from pager.storage.base import PageRecord
 
 __all__ = ["INDEXES", "MIGRATIONS", "SCHEMA_VERSION", "page_record"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Recall indexes open_index() can give: the database's own full-text index of
 # record, or a per-process Tantivy index following the change feed.
 INDEXES = ("postgres", "tantivy")
@@ -75,12 +75,17 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             name TEXT PRIMARY KEY, readers TEXT[] NOT NULL, writers TEXT[] NOT NULL,
             updated DOUBLE PRECISION NOT NULL)""",
     ),
+    # when each page was stored (older rows stay NULL: unknown): recalled foreign pages show their date
+    4: (
+        "ALTER TABLE pager_pages ADD COLUMN created DOUBLE PRECISION",
+        "ALTER TABLE pager_pages ALTER COLUMN created SET DEFAULT extract(epoch FROM clock_timestamp())",
+    ),
 }
 _BUMP = "UPDATE pager_sessions SET version = version + 1 WHERE name = %s"
 
 _PAGE_COLS = (
     "id, session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id, call_ids, "
-    "tool_name, path, stale, labels, last_ref, ref_count, scope, handle, owner, pool, terms"
+    "tool_name, path, stale, labels, last_ref, ref_count, scope, handle, owner, pool, terms, created"
 )
 _INSERT_PAGE = (
     "INSERT INTO pager_pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id,"
@@ -113,6 +118,7 @@ def page_record(r: dict[str, Any]) -> PageRecord:
         stale=bool(r["stale"]), labels=tuple(r["labels"] or ()), last_ref=int(r["last_ref"]),
         ref_count=int(r["ref_count"]), scope=r["scope"], handle=r["handle"], owner=r["owner"], pool=r["pool"],
         terms=None if r["terms"] is None else tuple(r["terms"]),
+        created=None if r.get("created") is None else float(r["created"]),
     )
 
 

@@ -204,6 +204,18 @@ class PostgresStore(PgConnection):
 
         return self._write(write)
 
+    def record_aside(self, session: str, seq: int, pages: Sequence[NewPage]) -> list[int]:
+        """Record pages outside every branch (pins, notes, handoffs); return their ids."""
+        rows = [self._page_row(session, seq, p) for p in pages]
+
+        def write(conn: psycopg.Connection[Any]) -> list[int]:
+            ids = [int(conn.execute(_INSERT_PAGE, row).fetchone()[0]) for row in rows]  # type: ignore[index]
+            self._local.new_pages.extend(ids)
+            conn.execute(_BUMP, (session,))
+            return ids
+
+        return self._write(write)
+
     def _page_row(self, session: str, seq: int, p: NewPage) -> tuple[Any, ...]:
         from pager.core.messages import message_text
 

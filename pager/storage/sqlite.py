@@ -41,7 +41,7 @@ from pager.storage.base import (
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "SQLiteStore", "Store"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "pager.db"
 _BUSY_RETRIES = 50
 
@@ -60,7 +60,7 @@ CREATE TABLE IF NOT EXISTS pages (
     tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
     last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
     scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT,
-    terms TEXT, pool TEXT);
+    terms TEXT, pool TEXT, created REAL);
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, readers TEXT NOT NULL, writers TEXT NOT NULL,
     updated REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
@@ -81,7 +81,7 @@ CREATE TABLE IF NOT EXISTS events (
 PAGE_COLUMNS = (
     "id", "session", "hash", "kind", "role", "seq", "step", "tokens", "stub_tokens", "chars",
     "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
-    "handle", "owner", "terms", "pool",
+    "handle", "owner", "terms", "pool", "created",
 )
 _COLS = ", ".join(PAGE_COLUMNS)
 # Migrations from each older schema version to the next, applied in one transaction at open.
@@ -89,6 +89,8 @@ _MIGRATIONS = {
     1: ("ALTER TABLE pages ADD COLUMN owner TEXT", "ALTER TABLE pages ADD COLUMN terms TEXT",
         "ALTER TABLE pages ADD COLUMN pool TEXT",
         "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0"),
+    # when each page was stored: a recalled page from another session is labelled with its date
+    2: ("ALTER TABLE pages ADD COLUMN created REAL",),
 }
 
 
@@ -342,23 +344,16 @@ class SQLiteStore:
                 )
                 db.execute("UPDATE sessions SET head_branch=? WHERE name=?", (branch, session))
             for offset, p in enumerate(pages):
-                cur = db.execute(
-                    "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
-                    " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
-                    " message, owner, terms, pool) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        session, p.hash, p.kind, p.role, start_seq + offset, p.step,
-                        p.tokens, p.stub_tokens, p.chars, p.call_id,
-                        orjson.dumps(list(p.call_ids)).decode(), p.tool_name,
-                        p.path, 0, orjson.dumps(list(p.labels)).decode(),
-                        p.step, 0, p.scope, p.handle, p.message, p.owner,
-                        orjson.dumps(list(p.terms)).decode(), p.pool,
-                    ),
-                )
-                pid = int(cur.lastrowid or 0)
+                pid = _insert_page(db, session, start_seq + offset, p)
                 ids.append(pid)
                 db.execute("INSERT INTO branch_pages VALUES (?, ?, ?)", (branch, start_seq + offset, pid))
         return branch, ids
+
+    def record_aside(self, session: str, seq: int, pages: Sequence[NewPage]) -> list[int]:
+        """Record pages outside every branch (pins, notes, handoffs); return their ids."""
+        with self.transaction() as db:
+            self._bump(db, session)
+            return [_insert_page(db, session, seq, p) for p in pages]
 
     def pages_by_handle(self, handle: str) -> list[int]:
         """Return the ids of pages with ``handle`` in any session, newest first."""
@@ -465,3 +460,18 @@ for _name, _method in list(vars(SQLiteStore).items()):
 
 # The name the protocol's first implementation had; kept for callers that construct it directly.
 Store = SQLiteStore
+
+
+def _insert_page(db: sqlite3.Connection, session: str, seq: int, p: NewPage) -> int:
+    cur = db.execute(
+        "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
+        " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
+        " message, owner, terms, pool, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            session, p.hash, p.kind, p.role, seq, p.step, p.tokens, p.stub_tokens, p.chars, p.call_id,
+            orjson.dumps(list(p.call_ids)).decode(), p.tool_name, p.path, 0, orjson.dumps(list(p.labels)).decode(),
+            p.step, 0, p.scope, p.handle, p.message, p.owner, orjson.dumps(list(p.terms)).decode(), p.pool,
+            time.time(),
+        ),
+    )
+    return int(cur.lastrowid or 0)
