@@ -11,7 +11,8 @@ streaming and not, with usage (cached tokens included). The request's
 - ``slow``: answer after ``SLOW_SECONDS`` (graceful shutdown);
 - ``use-recall``: call pager's ``recall`` tool when it is offered and no tool
   result came back yet, then answer with the result's first line;
-- ``use-both``: call ``recall`` and the client's ``get_weather`` in one turn.
+- ``use-both``: call ``recall`` and the client's ``get_weather`` in one turn;
+- ``recall-user``: as ``use-recall``, with the last user message as the query.
 
 Every request received is kept in ``app.state.seen`` (path, headers, body).
 """
@@ -87,9 +88,11 @@ def _chat_plan(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     msgs = body.get("messages") or []
     last = msgs[-1] if msgs else {}
     model = body.get("model", "")
-    if model in ("use-recall", "use-both") and last.get("role") != "tool" and "recall" in _tool_names(body.get("tools")):
+    if model in ("use-recall", "use-both", "recall-user") and last.get("role") != "tool" \
+            and "recall" in _tool_names(body.get("tools")):
+        query = _text_of(last.get("content")) if model == "recall-user" else "ZEBRA-42"
         calls = [{"id": f"call_r{len(msgs)}", "type": "function",
-                  "function": {"name": "recall", "arguments": orjson.dumps({"query": "ZEBRA-42"}).decode()}}]
+                  "function": {"name": "recall", "arguments": orjson.dumps({"query": query}).decode()}}]
         if model == "use-both":
             calls.append({"id": f"call_w{len(msgs)}", "type": "function",
                           "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}})

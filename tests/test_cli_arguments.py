@@ -226,3 +226,18 @@ def _installed_versions() -> list[str]:
     from importlib import metadata
 
     return [metadata.version(d) for d in metadata.packages_distributions().get("pager", ())]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["proxy", "--store", "STORE", "--scope", "project"], ["--scope project", "--pool"]),
+    (["inspect", "STORE", "--owner", "bob"], ["--owner", "--as"]),
+    (["inspect", "STORE", "--as", "s1", "--format", "openai-chat"], ["--format", "--as"]),
+    (["inspect", "NOWHERE"], ["no pager store"]),
+])
+def test_pool_identity_bad_argument(argv, words, tmp_path, capsys):
+    """The pool flags of ``proxy`` and ``inspect``: refused before anything is served or printed."""
+    with pager.open(tmp_path / "ctx", session="s1") as p:
+        p.assemble({"messages": [{"role": "user", "content": "hello"}]})
+    argv = [str(tmp_path / "ctx") if a == "STORE" else str(tmp_path / "nowhere") if a == "NOWHERE" else a
+            for a in argv]
+    assert_one_line(*run(argv, capsys), *words)

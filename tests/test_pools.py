@@ -1,31 +1,41 @@
 """The leak suite: for every (owner, scope, ACL) the visible set is exactly the specified one.
 
-Visibility is checked through search, the recall tool and expand, on each store.
+Every writer keeps one message page and one note (a note is a page too) under
+each scope and pool ACL; every kind of reader then looks for both through
+search, the recall tool, expand, automatic recall (the recall block of its
+own prompt) and ``pager inspect --as``, on each store. The proxy's leg is
+tests/test_pools_proxy.py.
 """
 
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
+import orjson
 import pytest
 
 import pager
+from pager.cli import main as cli_main
 from pager.core.pools import PoolAcl, Reader, can_read
 from pager.core.pages import PageRecord
 
-from helpers import assistant, call, system, tool, user
-
-def secret(n: int) -> str:
-    """Return a word only page ``n`` holds (one token: letters only)."""
-    return "zebra" + "".join(chr(97 + int(d)) for d in f"{n:04d}")
+from helpers import call, system, user
 
 
-READERS = [("s1", "alice"), ("s2", "alice"), ("s3", "bob"), ("s4", None)]
+def secret(n: int, what: str = "page") -> str:
+    """Return a word only page ``n`` (or its note) holds: one index token, and a term automatic recall queries."""
+    return f"5eed{n:04d}{'ca' if what == 'page' else 'da'}fe"
+
+
+READERS = [("w0", "alice"), ("w4", "alice"), ("s2", "alice"), ("s3", "bob"), ("s4", None)]
 ACLS = {
     "none": None,
     "open": (["*"], ["alice"]),
     "bob-only": (["bob"], ["alice"]),
 }
+COMBOS = list(itertools.product(["private", "session", "project", "shared"], list(ACLS)))
+WRITER_OWNER = "alice"
 
 
 @pytest.fixture(params=["sqlite", "memory"])
@@ -42,8 +52,9 @@ def store_factory(request, tmp_path):
     store.close()
 
 
-def _expected(scope: str, acl: tuple | None, writer: tuple[str, str], reader: tuple[str, str | None],
-              pool: str) -> bool:
+def expected(scope: str, acl: tuple | None, writer: tuple[str, str], reader: tuple[str, str | None],
+             pool: str) -> bool:
+    """What the specification says ``reader`` may see of a page ``writer`` kept under ``scope`` and ``acl``."""
     rec = PageRecord(id=1, session=writer[0], hash="h", kind="user", role="user", seq=0, step=0, tokens=1,
                      stub_tokens=1, chars=1, call_id=None, call_ids=(), tool_name=None, path=None, stale=False,
                      labels=(), last_ref=0, ref_count=0, scope=scope, handle="pg:0-a", owner=writer[1],
@@ -52,46 +63,108 @@ def _expected(scope: str, acl: tuple | None, writer: tuple[str, str], reader: tu
     return can_read(rec, Reader(reader[0], reader[1]), acls)
 
 
-COMBOS = list(itertools.product(["private", "session", "project", "shared"], list(ACLS)))
+def populate(store: Any) -> dict[int, tuple[str, str]]:
+    """Write one page and one note under every (scope, ACL); return their handles by combination."""
+    handles = {}
+    for n, (scope, acl_name) in enumerate(COMBOS):
+        acl = ACLS[acl_name]
+        pool = f"repo{n}"
+        opts: dict[str, Any] = {"scope": scope, "owner": WRITER_OWNER}
+        if scope == "project":
+            opts["pool"] = pool
+        with pager.open(store, session=f"w{n}", **opts) as w:
+            w.assemble({"messages": [system("agent"), user(f"remember {secret(n)}")]})
+            w.note(f"decision: keep {secret(n, 'note')} because it is what we found")
+            note = [r.handle for r, _ in w.store.iter_pages(0) if r.session == f"w{n}" and r.kind == "note"]
+            handles[n] = (w.history.handle[1], note[0])
+            if acl is not None:
+                w.grant(pool, readers=acl[0], writers=acl[1])
+    return handles
+
+
+def cases(readers: list[tuple[str, str | None]] = READERS):
+    """Yield (n, reader, want) for every combination and reader."""
+    for reader in readers:
+        for n, (scope, acl_name) in enumerate(COMBOS):
+            yield n, reader, expected(scope, ACLS[acl_name], (f"w{n}", WRITER_OWNER), reader, f"repo{n}")
+
+
+def _expands(p: Any, handle: str) -> bool:
+    try:
+        p.expand(handle)
+        return True
+    except pager.HandleError as exc:
+        assert "unknown handle" in str(exc)  # no existence leak: the same answer as a handle nobody issued
+        return False
 
 
 def test_the_visible_set_is_exactly_the_specified_one(store_factory):
     """Every (scope, ACL) a writer can give, against every kind of reader: search, recall tool, expand."""
     store = store_factory
-    writer_owner = "alice"
-    handles = {}
-    for n, (scope, acl_name) in enumerate(COMBOS):
-        acl = ACLS[acl_name]
-        pool = f"repo{n}"
-        opts = {"scope": scope, "owner": writer_owner}
-        if scope == "project":
-            opts["pool"] = pool
-        word = secret(n)
-        with pager.open(store, session=f"w{n}", **opts) as w:
-            w.assemble({"messages": [system("agent"), user(f"remember {word}")]})
-            handles[n] = w.history.handle[1]
-            if acl is not None:
-                w.grant(pool, readers=acl[0], writers=acl[1])
-    readers = [(f"w{n}", writer_owner) for n in (0, 4)] + [("s2", "alice"), ("s3", "bob"), ("s4", None)]
-    for reader in readers:
+    handles = populate(store)
+    checked = 0
+    for reader in READERS:
         with pager.open(store, session=reader[0], owner=reader[1]) as r:
-            for n, (scope, acl_name) in enumerate(COMBOS):
-                acl = ACLS[acl_name]
-                writer = (f"w{n}", writer_owner)
-                want = _expected(scope, acl, writer, reader, f"repo{n}")
-                word, handle = secret(n), handles[n]
-                found = any(h.handle == handle for h in r.search(word, k=10, cross_session=True))
-                tool_text = r.call_tool(call("c1", "recall", query=word))["content"]
-                try:
-                    r.expand(handle)
-                    expanded = True
-                except pager.HandleError as exc:
-                    expanded = False
-                    assert "unknown handle" in str(exc)  # no existence leak
-                case = (scope, acl_name, reader)
-                assert found == want, (*case, "search")
-                assert (handle in tool_text) == want, (*case, "recall tool")
-                assert expanded == want, (*case, "expand")
+            for n, _reader, want in cases([reader]):
+                for what, handle in zip(("page", "note"), handles[n]):
+                    word = secret(n, what)
+                    case = (*COMBOS[n], reader, what)
+                    found = any(h.handle == handle for h in r.search(word, k=10, cross_session=True))
+                    tool_text = r.call_tool(call("c1", "recall", query=word))["content"]
+                    if what == "note" and reader[0] == f"w{n}":
+                        # a session's own notes are its card's (note:N), not search hits of their pages
+                        assert any(word in t for t in r.notes()) and not found and handle not in tool_text
+                    else:
+                        assert found == want, (*case, "search")
+                        assert (handle in tool_text) == want, (*case, "recall tool")
+                    assert _expands(r, handle) == want, (*case, "expand")
+                    checked += 1
+    assert checked == len(READERS) * len(COMBOS) * 2
+
+
+def test_automatic_recall_shows_exactly_the_readable_pages(store_factory):
+    """A reader whose work names every secret gets, in its own prompt's recall block, exactly the readable ones."""
+    store = store_factory
+    handles = populate(store)
+    words = " ".join(secret(n, what) for n in range(len(COMBOS)) for what in ("page", "note"))
+    for reader in [r for r in READERS if not r[0].startswith("w")]:  # a writer's own pages are its history
+        with pager.open(store, session=reader[0], owner=reader[1], recall_pages=2 * len(COMBOS),
+                        recall_tokens=20_000, recall_min_strength=0) as r:
+            out = r.assemble({"messages": [system("agent"), user(f"what do we know about {words}?")]})
+            block = "\n".join(m["content"] for m in out["messages"] if "[pager: pages recalled" in str(m["content"]))
+            for n, _reader, want in cases([reader]):
+                for what, handle in zip(("page", "note"), handles[n]):
+                    assert (f'handle="{handle}"' in block) == want, (*COMBOS[n], reader, what, "automatic recall")
+                    if want:  # labelled with where it comes from
+                        assert f'handle="{handle}"' in block and f'session="w{n}"' in block
+
+
+def _inspect_handles(where: str, reader: tuple[str, str | None], capsys: Any) -> set[str]:
+    argv = ["inspect", where, "--json", "--as", reader[0]] + (["--owner", reader[1]] if reader[1] else [])
+    assert cli_main(argv) == 0
+    seen = orjson.loads(capsys.readouterr().out)
+    return {row["handle"] for s in seen for row in s["rows"]} | {a["handle"] for s in seen for a in s["aside"]}
+
+
+@pytest.fixture
+def located_store(tmp_path):
+    """A store ``pager inspect`` can open by name (an in-memory one has none): SQLite here, PostgreSQL too."""
+    from pager.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "ctx")
+    yield store, str(tmp_path / "ctx")
+    store.close()
+
+
+def test_inspect_as_a_reader_shows_exactly_the_specified_set(located_store, capsys):
+    """``pager inspect --as SESSION --owner OWNER``: the same visible set, read from the stored pages."""
+    store, where = located_store
+    handles = populate(store)
+    for reader in READERS:
+        seen = _inspect_handles(where, reader, capsys)
+        for n, _reader, want in cases([reader]):
+            for what, handle in zip(("page", "note"), handles[n]):
+                assert (handle in seen) == want, (*COMBOS[n], reader, what, "inspect")
 
 
 def test_promotion_moves_a_page_up_with_who_and_when_and_is_acl_checked(tmp_path):

@@ -419,7 +419,11 @@ def test_pager_on_postgresql_with_the_tantivy_follower(pg_dsn):
 
 # -- the pools' leak suite, on PostgreSQL ------------------------------------------------
 
-from test_pools import test_the_visible_set_is_exactly_the_specified_one  # noqa: E402,F401 - run here too
+from test_pools import (  # noqa: E402,F401 - run here too
+    test_automatic_recall_shows_exactly_the_readable_pages,
+    test_inspect_as_a_reader_shows_exactly_the_specified_set,
+    test_the_visible_set_is_exactly_the_specified_one,
+)
 
 
 @pytest.fixture
@@ -427,4 +431,12 @@ def store_factory(pg_dsn):
     """The leak suite's store (tests/test_pools.py), here a PostgresStore."""
     s = PostgresStore(pg_dsn, max_size=2)
     yield s
+    s.close()
+
+
+@pytest.fixture
+def located_store(pg_dsn):
+    """The leak suite's store for ``pager inspect``: a PostgresStore and its URL."""
+    s = PostgresStore(pg_dsn, max_size=2)
+    yield s, pg_dsn
     s.close()

@@ -6,6 +6,8 @@ import argparse
 import logging
 from typing import Any
 
+from pager.errors import ConfigError
+
 __all__ = ["register"]
 
 
@@ -18,7 +20,12 @@ def register(sub: Any) -> None:
             "of the system prompt and first user message) and forwarded upstream with the client's own API key."
         ),
     )
-    p.add_argument("--store", required=True, help="the store folder (created if missing)")
+    p.add_argument("--store", required=True,
+                   help="the store: a folder (created if missing) or a postgresql:// URL shared by a team")
+    p.add_argument("--owner", help="the identity every session served here belongs to (pools' ACLs name it)")
+    p.add_argument("--scope", choices=["private", "session", "project", "shared"],
+                   help="who may read the pages recorded here (default: the session only)")
+    p.add_argument("--pool", help="with --scope project: the project pool the pages go to (e.g. the repository)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8787)
     p.add_argument("--allow-remote", action="store_true", help="allow an address other than loopback")
@@ -46,6 +53,11 @@ def run(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"context_window": args.context_window}
     if args.config:
         options["config"] = args.config
+    for name in ("owner", "scope", "pool"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    if args.scope == "project" and not args.pool:
+        raise ConfigError("--scope project needs --pool NAME (the project pool the pages go to)")
     config = ProxyConfig(
         store=args.store, upstream_openai=args.upstream_openai, upstream_anthropic=args.upstream_anthropic,
         tools=args.tools, timeout=args.timeout, options=options,
