@@ -296,6 +296,7 @@ class Pager(Sharing, Session):
                     audiences=self._audiences())
                 if not (hit.session == self.session and hit.kind in ("pin", "note"))
             ][:k]
+            hits = self._dated(hits)
             hits += l1_hits(query, self._pins, self._notes, self._outside_l1(), k - len(hits), self.session)
             self._faults += sum(1 for hit in hits if hit.page_id in self._demoted)
             return hits

@@ -8,6 +8,8 @@ indexed again under its new audiences in the same call.
 from __future__ import annotations
 
 import time
+
+import attrs
 from typing import TYPE_CHECKING, Any, Sequence
 
 from pager.core.pages import SCOPES, PageRecord
@@ -23,6 +25,14 @@ __all__ = ["Sharing"]
 
 class Sharing:
     """Pool operations of a ``Pager`` (a mixin over ``pager.session.Session``)."""
+
+    def _dated(self: "Session", hits: list[Any]) -> list[Any]:
+        """Return ``hits`` with the date each other session's page was stored (a label the model weighs)."""
+        foreign = [h.page_id for h in hits if h.session != self.session]
+        if not foreign:
+            return hits
+        created = {r.id: r.created for r in self.store.load_pages(foreign)}
+        return [attrs.evolve(h, created=created[h.page_id]) if h.page_id in created else h for h in hits]
 
     def _readable_page(self: "Session", handle: str) -> int | None:
         """Return the page ``handle`` names that this session may read (its own first), else None.

@@ -21,6 +21,7 @@ pager runs this suite against SQLite, memory and PostgreSQL.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import orjson
@@ -102,6 +103,31 @@ class StoreContract:
             "file", "c9", "src/a.py", ("task:0", "goal:x"), "read_file", "shared", "alice")
         assert rec.handle == page.handle and rec.hash == page.hash and rec.tokens == page.tokens
         assert set(rec.terms or ()) == {"src/a.py", "load_config"}
+
+    def test_aside_pages_belong_to_no_branch(self, store: Store) -> None:
+        b = store.ensure_session("s")
+        _, ids = store.record("s", b, None, 0, [new_page(1), new_page(2)])
+        with store.transaction():
+            before = store.lock_session("s")
+        note = new_page(7, kind="note", scope="project", owner="alice", pool="repo", terms=("load_config",))
+        (aside,) = store.record_aside("s", 2, [note])
+        with store.transaction():
+            assert store.lock_session("s") > before  # another writer of the session notices
+        assert aside > ids[-1] and store.branch_page_ids(b) == ids  # no history loads it
+        rec = store.load_pages([aside])[0]
+        assert (rec.kind, rec.seq, rec.scope, rec.owner, rec.pool) == ("note", 2, "project", "alice", "repo")
+        assert store.page_by_handle("s", note.handle) == aside and aside in store.pages_by_handle(note.handle)
+        assert [r.id for r, _ in store.iter_pages(ids[-1])] == [aside]  # the index is fed it like any page
+        assert store.count_pages("s") == 3
+        _, (after,) = store.record("s", b, None, 2, [new_page(3)])
+        assert store.branch_page_ids(b) == ids + [after]
+
+    def test_pages_know_when_they_were_stored(self, store: Store) -> None:
+        b = store.ensure_session("s")
+        t0 = time.time()
+        _, (pid,) = store.record("s", b, None, 0, [new_page(1)])
+        created = store.load_pages([pid])[0].created
+        assert created is not None and t0 - 5 <= created <= time.time() + 5
 
     def test_page_ids_grow_across_sessions(self, store: Store) -> None:
         a, b = store.ensure_session("a"), store.ensure_session("b")

@@ -14,6 +14,7 @@ than handed a list of near misses to chase.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Protocol, Sequence
 
 import orjson
@@ -182,18 +183,23 @@ def _recall(pager: ToolHost, args: Mapping[str, Any]) -> str:
     hits = pager.search(query, k=k, cross_session=True)
     if not hits:
         return NO_MATCH
-    lines = [f"{len(hits)} match(es) in this session's history; expand(handle) for the full text:"]
+    own = getattr(pager, "session", None)
+    foreign = [own is not None and h.session != own for h in hits]
+    searched = "this session's history and the pools it may read" if any(foreign) else "this session's history"
+    lines = [f"{len(hits)} match(es) in {searched}; expand(handle) for the full text:"]
     size = len(lines[0])
-    for hit in hits:
+    for hit, other in zip(hits, foreign):
         where = f" path={hit.path}" if hit.path else ""
         # a page from beyond this session says where it comes from, so the model can weigh it
         source = ""
-        if hit.session != getattr(pager, "session", hit.session):
+        if other:
             source = f", from session {hit.session}"
             if getattr(hit, "pool", None):
                 source += f" pool {hit.pool}"
             if getattr(hit, "owner", None):
                 source += f" owner {hit.owner}"
+            if getattr(hit, "created", None):
+                source += f" written {time.strftime('%Y-%m-%d', time.gmtime(hit.created))}"
         line = f"- {hit.handle} (step {hit.step}, {hit.kind}{where}{source}): {hit.snippet}"
         if size + len(line) > RECALL_MAX_CHARS:
             lines.append("- … more matches cut; narrow the query")

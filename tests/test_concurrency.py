@@ -137,6 +137,6 @@ def test_one_pager_shared_by_threads(tmp_path):
         for t in threads:
             t.join()
         assert not errors, errors
-        assert p.store.count_pages("s") == len(history)
+        assert p.store.count_pages("s") == len(history) + len(p.notes())  # each note is also a page
         assert len(p.store.branches("s")) == 1
         assert len(p.notes()) == len(set(p.notes())) == 6 * len([n for n in range(4, len(history) + 1) if n % 4 == 0])

@@ -188,7 +188,7 @@ def test_promotion_moves_a_page_up_with_who_and_when_and_is_acl_checked(tmp_path
         assert [h.handle for h in hits] == [handle] and hits[0].session == "s1" and hits[0].pool == "repo"
         assert word in b.expand(handle)
         text = b.call_tool(call("c1", "recall", query=word))["content"]
-        assert "from session s1 pool repo owner alice" in text  # labelled with its source
+        assert "from session s1 pool repo owner alice written 20" in text  # labelled with its source and date
         with pytest.raises(pager.HandleError):
             b.demote(handle, "session")  # bob may read the pool, not write it
     with pager.open(store, session="s1", owner="alice") as a:

@@ -80,6 +80,7 @@ class Hit:
     owner: str | None = None
     pool: str | None = None
     scope: str = "session"
+    created: float | None = None  # when the page was stored (the facade fills it for other sessions' pages)
 
 
 def _clean(s: str) -> str:
