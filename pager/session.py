@@ -238,6 +238,9 @@ class Session:
         # no index flush here: a tantivy commit costs ~100 ms, and pages not yet
         # committed are the newest ones, which are in the prompt anyway
         pools = self.options.recall_pools
+        refresh = getattr(self._feeder.index, "refresh", None)
+        if pools and refresh is not None:
+            refresh()  # other processes' commits: their pools' pages are candidates too (~0.1 ms)
         hits = self._feeder.index.search_terms(
             list(req.terms), session=self.session, k=req.k, exclude=set(req.exclude), min_score=req.min_score,
             cross_session=pools, audiences=self._audiences() if pools else (),

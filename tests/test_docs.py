@@ -325,8 +325,9 @@ def test_cli_synopses_match_argparse(monkeypatch: pytest.MonkeyPatch) -> None:
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
     subs = _subparsers(build_parser())
     parsers = {name: p for name, p in subs.items()}
-    for action, p in _subparsers(subs["state"]).items():
-        parsers[f"state {action}"] = p
+    for group in ("state", "pool"):
+        for action, p in _subparsers(subs[group]).items():
+            parsers[f"{group} {action}"] = p
     for name, parser in parsers.items():
         usage = parser.format_usage().strip()
         assert usage in text, f"docs/cli.md lacks the synopsis of pager {name}:\n{usage}"

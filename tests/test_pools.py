@@ -20,7 +20,7 @@ from pager.cli import main as cli_main
 from pager.core.pools import PoolAcl, Reader, can_read
 from pager.core.pages import PageRecord
 
-from helpers import call, system, user
+from helpers import assistant, call, system, user
 
 
 def secret(n: int, what: str = "page") -> str:
@@ -203,3 +203,85 @@ def test_nothing_is_promoted_without_being_asked(tmp_path):
         assert {r.scope for r, _ in a.store.iter_pages(0)} == {"session"}
     with pytest.raises(pager.ConfigError):
         pager.open(tmp_path / "ctx", session="s1", scope="project")  # a project scope needs its pool
+
+
+_WRITER = """
+import sys, pager
+with pager.open(sys.argv[1], session="alice/a", owner="alice", scope="project", pool="repo") as w:
+    w.grant("repo", readers=["*"], writers=["alice"])
+    w.note("decision: 5eed7777cafe stays behind the feature flag because the canary failed")
+"""
+
+
+def test_automatic_recall_sees_what_another_process_just_wrote(tmp_path):
+    """A reader already open sees, at its next call, a note another process wrote to a pool it may read."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "ctx"
+    with pager.open(store, session="bob/b", owner="bob", recall_min_strength=0) as bob:
+        first = [system("agent"), user("status of 5eed7777cafe?")]
+        out = bob.assemble({"messages": first})
+        assert "5eed7777cafe stays" not in str(out["messages"])
+        subprocess.run([sys.executable, "-c", _WRITER, str(store)], check=True, timeout=120)
+        out = bob.assemble({"messages": first + [{"role": "assistant", "content": "checking 5eed7777cafe"},
+                                                 user("and?")]})
+        block = out["messages"][-1]["content"]
+        assert "5eed7777cafe stays behind the feature flag" in block and 'session="alice/a"' in block
+
+
+def test_a_recalled_foreign_page_stays_byte_stable_and_leaves_when_its_pool_closes(tmp_path):
+    store = tmp_path / "ctx"
+    with pager.open(store, session="alice/a", owner="alice", scope="project", pool="repo") as alice:
+        alice.grant("repo", readers=["*"], writers=["alice"])
+        alice.note("decision: 5eed8888cafe ships behind a flag because the canary failed")
+        with pager.open(store, session="bob/b", owner="bob", recall_min_strength=0) as bob:
+            history = [system("agent"), user("status of 5eed8888cafe?")]
+            first = bob.assemble({"messages": history})["messages"]
+            block = first[-1]
+            assert "ships behind a flag" in block["content"] and 'owner="alice"' in block["content"]
+            history += [assistant("reading the logs"), user("go on")]
+            second = bob.assemble({"messages": history})["messages"]
+            assert second[: len(first)] == first  # the block is re-emitted byte for byte: the cache holds
+            alice.grant("repo", readers=["carol"], writers=["alice"])  # bob is no longer admitted
+            history += [assistant("still reading"), user("and now?")]
+            third = bob.assemble({"messages": history})["messages"]
+            assert "ships behind a flag" not in str(third)
+            assert bob.last_report.round  # the prompt was rebuilt without it
+
+
+def test_pool_cli_grants_promotes_and_demotes_with_the_same_checks(tmp_path, capsys):
+    store = str(tmp_path / "ctx")
+    word = "5eed9999cafe"
+    with pager.open(store, session="s1", owner="alice") as a:
+        a.assemble({"messages": [system("agent"), user(f"deploy recipe {word}")]})
+        handle = a.history.handle[1]
+    with pager.open(store, session="s3", owner="bob"):
+        pass
+
+    def cli(*argv: str) -> tuple[int, str]:
+        rc = cli_main(["pool", *argv])
+        out = capsys.readouterr()
+        return rc, out.out + out.err
+
+    assert cli("grant", store, "repo", "--as", "s1", "--owner", "alice", "--readers", "*") == (
+        0, "repo: readers *; writers alice\n")
+    rc, text = cli("list", store, "--json")
+    assert rc == 0 and orjson.loads(text) == {"repo": {"readers": ["*"], "writers": ["alice"]}}
+    assert cli("promote", store, handle, "--as", "s1", "--owner", "alice", "--to", "project", "--pool", "repo") == (
+        0, f"{handle} (session s1) is now project in pool repo\n")
+    with pager.open(store, session="s3", owner="bob") as b:
+        assert [h.handle for h in b.search(word)] == [handle]
+    rc, text = cli("demote", store, handle, "--as", "s3", "--owner", "bob", "--to", "session")
+    assert rc == 2 and "may not move" in text  # bob reads the pool, he does not write it
+    rc, text = cli("grant", store, "repo", "--as", "s3", "--owner", "bob", "--readers", "bob")
+    assert rc == 2 and "may not change pool" in text
+    rc, text = cli("promote", store, handle, "--as", "ghost", "--to", "shared")
+    assert rc == 2 and "no session 'ghost'" in text
+    assert cli("demote", store, handle, "--as", "s1", "--owner", "alice", "--to", "session")[0] == 0
+    with pager.open(store, session="s3", owner="bob") as b:
+        assert b.search(word) == []
+    with pager.open(store, session="s1", log_reports=False) as a:
+        events = [e.payload for e in a.store.events("s1") if e.kind in ("promote", "demote")]
+    assert [(e["from"], e["to"], e["by"]) for e in events] == [("session", "project", "alice"),
+                                                               ("project", "session", "alice")]

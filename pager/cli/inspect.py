@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -114,6 +115,19 @@ def _export(store: Any, sessions: list[str], format: str) -> int:
     return 0
 
 
+def _name(where: str) -> str:
+    """Return how to print a store: a folder as a path, a URL without its password."""
+    if "://" in where:
+        from urllib.parse import urlsplit
+
+        u = urlsplit(where)
+        host = u.hostname or ""
+        user = f"{u.username}@" if u.username else ""
+        port = f":{u.port}" if u.port else ""
+        return f"{u.scheme}://{user}{host}{port}{u.path}"
+    return str(Path(where))
+
+
 def run(args: argparse.Namespace) -> int:
     from pager.report import ReportLog
     from pager.session import open_store
@@ -125,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         sessions = store.sessions()
         if args.session:
             if args.session not in sessions:
-                raise ConfigError(f"no session {args.session!r} in {args.store}; sessions: {sessions}")
+                raise ConfigError(f"no session {args.session!r} in {_name(args.store)}; sessions: {sessions}")
             sessions = [args.session]
         last: dict[str, dict[str, Any]] = {}
         for rec in ReportLog(store.path).read():
@@ -146,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
         return 0
     seen = f" as seen by session {args.reader!r}" + (f" (owner {args.owner!r})" if args.owner else "") if args.reader else ""
-    print(f"store {args.store}{seen}: {len(out)} session(s)")
+    print(f"store {_name(args.store)}{seen}: {len(out)} session(s)")
     for s in out:
         branches = f"{s['branches']} branch(es), " if s["branches"] is not None else ""
         print(f"\nsession {s['session']}  ({branches}{s['pages']} pages, "
