@@ -242,18 +242,19 @@ class Session:
         if pools and refresh is not None:
             refresh()  # other processes' commits: their pools' pages are candidates too (~0.1 ms)
         hits = self._feeder.index.search_terms(
-            list(req.terms), session=self.session, k=req.k, exclude=set(req.exclude), min_score=req.min_score,
+            # twice the candidates when pools are read: other sessions' pages must not crowd out our own
+            list(req.terms), session=self.session, k=req.k * 2 if pools else req.k, exclude=set(req.exclude),
+            min_score=req.min_score,
             cross_session=pools, audiences=self._audiences() if pools else (),
         )
-        out = []
-        foreign = []
-        for hit in hits:
+        own = [hit for hit in hits if hit.session == self.session][: req.k]  # what a session-only search finds
+        foreign = self._foreign_hits([hit.page_id for hit in hits if hit.session != self.session][: req.k])
+        found = {h.page_id: h for h in foreign}
+        for hit in own:
+            # not another branch's page, nor this session's own pin, note or handoff (the card has them)
             if hit.page_id in self.history.row_of:
-                out.append(RecallHit(hit.page_id, message_text(self.store.message(hit.page_id)[1])))
-            elif hit.session != self.session:
-                foreign.append(hit.page_id)
-            # else: another branch's page, or this session's own pin, note or handoff (the card has them)
-        return out + self._foreign_hits(foreign)
+                found[hit.page_id] = RecallHit(hit.page_id, message_text(self.store.message(hit.page_id)[1]))
+        return [found[hit.page_id] for hit in hits if hit.page_id in found]  # best first, as the index ranked them
 
     def _reader(self) -> Reader:
         return Reader(self.session, self.options.owner)
