@@ -225,6 +225,20 @@ def test_visibility_sessions_private_and_shared(store):
     assert {h.page_id for h in index.search("quokka", session="carol", cross_session=True)} == {shared, private}
 
 
+def test_a_pool_hit_carries_its_pool_owner_and_scope(store):
+    a, b = store.ensure_session("a"), store.ensure_session("b")
+    _, (pooled,) = store.record("a", a, None, 0, [
+        _text_page(1, "capybara notes for the team", scope="project", pool="repo", owner="alice")])
+    _, (own,) = store.record("b", b, None, 0, [_text_page(2, "capybara in session b")])
+    index = store.open_index()
+    hits = {h.page_id: h for h in index.search("capybara", session="b", audiences=["pool:repo"])}
+    assert set(hits) == {pooled, own}
+    assert (hits[pooled].session, hits[pooled].pool, hits[pooled].owner, hits[pooled].scope) == (
+        "a", "repo", "alice", "project")
+    assert (hits[own].pool, hits[own].owner, hits[own].scope) == (None, None, "session")
+    assert [h.page_id for h in index.search("capybara", session="b")] == [own]  # the pool is not b's to read
+
+
 def test_exclude_kinds_and_odd_queries(store):
     b = store.ensure_session("s")
     _, ids = store.record("s", b, None, 0, [_text_page(i, f"walrus number {i}") for i in range(4)])

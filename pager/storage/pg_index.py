@@ -56,6 +56,7 @@ from pager.storage.index_schema import (  # the Tantivy index's analysis, shared
     MAX_KEY_CHUNKS,
     MAX_QUERY_CHARS,
     MAX_QUERY_TERMS,
+    POOL_PREFIX,
     Hit,
     IndexDoc,
     _bigrams,
@@ -81,36 +82,76 @@ PRUNE_KEEP = 3
 PRUNE_TTL = 60.0
 BM25_K1 = 1.2  # Tantivy's (and Lucene's) defaults
 BM25_B = 0.75
+# Exact scoring detoasts a page's vector: only the pages that can still make
+# the top k are scored. The EXACT_FIRST best by a lower bound (each matched
+# term's frequency taken as 1) set the bar, the k-th best exact score; then
+# every other page whose upper bound (frequency MAX_POSITIONS) reaches it, at
+# most EXACT_MORE of them, best lower bound first. Past that cap the result is
+# no longer guaranteed exact (it was the same top 5 on all 400 queries of
+# bench/pg_scale.py at 10,000 pages).
+EXACT_FIRST = 50
+EXACT_MORE = 200
+# The audience's page count and mean length (for IDF and length
+# normalisation) cost a scan of its pages; past AUDIENCE_CACHE_MIN pages they
+# are reused for AUDIENCE_TTL seconds, when a few more pages barely move them.
+AUDIENCE_CACHE_MIN = 2000
+AUDIENCE_TTL = 30.0
 
+# Exact BM25 of the candidates ``c`` (id, kd): each vector is detoasted once
+# (OFFSET 0 keeps the planner from inlining ``v`` into every ts_rank call);
+# ts_rank is 0 for a term the page lacks.
+_EXACT = """
+    CROSS JOIN LATERAL (SELECT p.tsv || ''::tsvector AS v FROM pager_pages p WHERE p.id = c.id OFFSET 0) d
+    CROSS JOIN LATERAL (
+        SELECT sum(w.ws[m.i] * x.tf * (%(k1)s::float8 + 1) / (x.tf + c.kd)) AS score
+        FROM w, generate_subscripts(w.ws, 1) AS m(i),
+        LATERAL (SELECT 1.0 / (1.6449340668482264 * (1.0 - r)) - 0.5 AS tf FROM (
+            SELECT ts_rank('{{1,1,1,1}}', d.v, w.tqs[m.i], 0)::float8 AS r) rr WHERE r > 0) x) sc"""
 _SEARCH = """
 WITH q AS MATERIALIZED (
-    SELECT t::tsquery AS tq, t, key FROM unnest(%(terms)s::text[], %(keys)s::bool[]) AS q(t, key)),
-cand AS MATERIALIZED (
-    SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl, p.tsv || ''::tsvector AS tsv
-    FROM pager_pages p WHERE ({vis}) AND p.tsv @@ %(any)s::tsquery),
-pairs AS MATERIALIZED (
-    SELECT c.id, c.kind, c.dl, q.t, q.key,
-           1.0 / (1.6449340668482264 * (1.0 - ts_rank('{{1,1,1,1}}', c.tsv, q.tq, 0)::float8)) - 0.5 AS tf
-    FROM cand c JOIN q ON c.tsv @@ q.tq),
-df AS MATERIALIZED (SELECT t, count(*)::float8 AS n FROM pairs GROUP BY t),
-aud AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(p.tokens), 1)::float8 AS avgdl FROM pager_pages p WHERE {vis}),
-ranked AS (SELECT pairs.id, sum(
-    ln(1 + (aud.n - df.n + 0.5) / (df.n + 0.5))
-    * CASE WHEN pairs.key THEN %(boost)s::float8 ELSE 1.0::float8 END
-    * pairs.tf * (%(k1)s::float8 + 1)
-    / (pairs.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * pairs.dl / aud.avgdl))
-) AS score
-FROM pairs JOIN df USING (t) CROSS JOIN aud
-WHERE NOT (pairs.id = ANY(%(exclude)s::bigint[]))
-  AND (%(kinds)s::text[] IS NULL OR pairs.kind = ANY(%(kinds)s::text[]))
-GROUP BY pairs.id
-ORDER BY score DESC, pairs.id DESC
-LIMIT %(limit)s)
-SELECT r.id, r.score, p.session, p.step, p.kind, p.path, p.handle, p.message
-FROM ranked r JOIN pager_pages p ON p.id = r.id
+    SELECT i, t::tsquery AS tq, key FROM unnest(%(terms)s::text[], %(keys)s::bool[]) WITH ORDINALITY AS q(t, key, i)),
+hits AS MATERIALIZED (
+    SELECT q.i, h.id, h.kind, h.dl FROM q CROSS JOIN LATERAL (
+        SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl FROM pager_pages p
+        WHERE ({near}) AND ({vis}) AND p.tsv @@ q.tq OFFSET 0) h),
+aud AS MATERIALIZED ({aud}),
+w AS MATERIALIZED (
+    SELECT array_agg(coalesce(ln(1 + (greatest(aud.n, df.n) - df.n + 0.5) / (df.n + 0.5)), 0)
+                     * CASE WHEN q.key THEN %(boost)s::float8 ELSE 1.0::float8 END ORDER BY q.i) AS ws,
+           array_agg(q.tq ORDER BY q.i) AS tqs
+    FROM q LEFT JOIN (SELECT i, count(*)::float8 AS n FROM hits GROUP BY i) df USING (i) CROSS JOIN aud),
+bound AS MATERIALIZED (
+    SELECT id, kd, s * (%(k1)s::float8 + 1) / (1 + kd) AS lb, s * (%(k1)s::float8 + 1) * %(tfmax)s / (%(tfmax)s + kd) AS ub
+    FROM (SELECT h.id, sum(w.ws[h.i]) AS s,
+                 %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * min(h.dl) / min(aud.avgdl)) AS kd
+          FROM hits h CROSS JOIN w CROSS JOIN aud
+          WHERE NOT (h.id = ANY(%(exclude)s::bigint[]))
+            AND (%(kinds)s::text[] IS NULL OR h.kind = ANY(%(kinds)s::text[]))
+          GROUP BY h.id) x),
+first AS MATERIALIZED (SELECT id, kd, lb FROM bound ORDER BY lb DESC, id DESC LIMIT %(first)s),
+s1 AS MATERIALIZED (SELECT c.id, sc.score FROM first c""" + _EXACT + """),
+edge AS MATERIALIZED (
+    SELECT (SELECT CASE WHEN count(*) < %(limit)s THEN 0 ELSE min(score) END
+            FROM (SELECT score FROM s1 ORDER BY score DESC LIMIT %(limit)s) x) AS theta,
+           (SELECT lb FROM first ORDER BY lb, id LIMIT 1) AS lb, (SELECT id FROM first ORDER BY lb, id LIMIT 1) AS id),
+s2 AS MATERIALIZED (
+    SELECT c.id, sc.score FROM (
+        SELECT b.id, b.kd FROM bound b, edge WHERE (b.lb, b.id) < (edge.lb, edge.id) AND b.ub >= edge.theta
+        ORDER BY b.lb DESC, b.id DESC LIMIT %(more)s) c""" + _EXACT + """),
+ranked AS (
+    SELECT id, round(score::numeric, 9)::float8 AS score FROM (SELECT * FROM s1 UNION ALL SELECT * FROM s2) u
+    ORDER BY 2 DESC, 1 DESC LIMIT %(limit)s)
+SELECT r.id, r.score, p.session, p.step, p.kind, p.path, p.handle, p.owner, p.pool, p.scope, p.message,
+       aud.n, aud.avgdl
+FROM ranked r JOIN pager_pages p ON p.id = r.id CROSS JOIN aud
 WHERE r.score > 0 AND r.score >= %(min_score)s
 ORDER BY r.score DESC, r.id DESC
 """
+_AUD_COUNT = (
+    "SELECT count(*)::float8 AS n, greatest(avg(p.tokens), 1)::float8 AS avgdl FROM pager_pages p"
+    " WHERE ({near}) AND ({vis})"
+)
+_AUD_GIVEN = "SELECT %(n)s::float8 AS n, %(avgdl)s::float8 AS avgdl"
 # Who reads a page, by scope (as the Tantivy index's audiences): ``private`` its
 # owner (its session when it has none); ``project`` its session and readers of
 # its pool ("pool:<name>"); ``shared`` its session, and everyone cross-session;
@@ -122,6 +163,11 @@ _VISIBLE = (
 )
 _HOME = _VISIBLE
 _CROSS = _VISIBLE + " OR p.scope = 'shared'"
+# A superset of the visible pages that indexes can find (BitmapOr of the
+# session, owner, pool and shared indexes): checked with the visibility clause,
+# it lets a small audience in a big database skip the other sessions' rows.
+_NEAR_HOME = "p.session = ANY(%(readers)s) OR p.owner = ANY(%(readers)s) OR p.pool = ANY(%(pools)s)"
+_NEAR_CROSS = _NEAR_HOME + " OR p.scope = 'shared'"
 
 
 def _quote(lexeme: str) -> str:
@@ -182,6 +228,7 @@ class PgIndex:
         self._store = store
         self._common: dict[str, float] = {}
         self._common_at = -PRUNE_TTL
+        self._audiences: dict[tuple[Any, ...], tuple[float, float, float]] = {}  # key -> (n, avgdl, when)
 
     def _prune(self, words: list[str]) -> list[str]:
         """Drop words on more than ``PRUNE_SHARE`` of the pages (per the planner's statistics)."""
@@ -322,27 +369,37 @@ class PgIndex:
             return []
         lexemes = [x for x in dict.fromkeys([*words, *grams, *keys]) if _fits(x)]
         terms = [_quote(x) for x in lexemes]
-        vis = _CROSS if cross_session else _HOME
-        sql = _SEARCH.format(vis=vis)
+        vis, near = (_CROSS, _NEAR_CROSS) if cross_session else (_HOME, _NEAR_HOME)
+        readers = [_clean(session), *(_clean(a) for a in audiences if a)]
+        audience = (cross_session, *readers)
+        cached = self._audiences.get(audience)
+        fresh = cached is not None and time.monotonic() - cached[2] < AUDIENCE_TTL
+        aud = _AUD_GIVEN if fresh else _AUD_COUNT.format(near=near, vis=vis)
+        sql = _SEARCH.format(vis=vis, near=near, aud=aud)
         params: dict[str, Any] = {
-            "terms": terms, "keys": [x.startswith("=") for x in lexemes], "any": " | ".join(terms),
-            "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B, "s": _clean(session), "limit": k,
-            "readers": [_clean(session), *(_clean(a) for a in audiences if a)],
+            "terms": terms, "keys": [x.startswith("=") for x in lexemes],
+            "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B, "tfmax": float(MAX_POSITIONS + 1),
+            "s": readers[0], "readers": readers, "pools": [r[len(POOL_PREFIX):] for r in readers if r.startswith(POOL_PREFIX)],
+            "limit": k, "first": max(EXACT_FIRST, k), "more": EXACT_MORE,
             "min_score": float(min_score), "exclude": sorted(set(exclude)),
             "kinds": None if kinds is None else [_clean(x) for x in kinds],
+            "n": cached[0] if fresh else None, "avgdl": cached[1] if fresh else None,
         }
         try:
-            # never prepared: a generic plan cannot see how common the terms are (2-4x slower)
+            # never prepared: a generic plan cannot see the audience (whose size picks the scans)
             ranked = self._store._rows(sql, params, prepare=False)
         except StoreError as exc:
             raise RecallIndexError(f"recall query failed: {exc}") from exc
+        if ranked and not fresh and ranked[0][-2] >= AUDIENCE_CACHE_MIN:
+            self._audiences[audience] = (float(ranked[0][-2]), float(ranked[0][-1]), time.monotonic())
         needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
         out: list[Hit] = []
-        for pid, score, session_, step, kind, path, handle, message in ranked:
+        for pid, score, session_, step, kind, path, handle, owner, pool, scope, message, _n, _avgdl in ranked:
             try:
                 text = message_text(orjson.loads(message))
             except orjson.JSONDecodeError:
                 text = ""
             out.append(Hit(page_id=int(pid), session=session_, step=int(step), kind=kind, score=float(score),
-                           path=path, handle=handle, snippet=_snippet(text[:16_384], needles)))
+                           path=path, handle=handle, snippet=_snippet(text[:16_384], needles),
+                           owner=owner, pool=pool, scope=scope))
         return out
