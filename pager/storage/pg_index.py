@@ -82,71 +82,95 @@ PRUNE_KEEP = 3
 PRUNE_TTL = 60.0
 BM25_K1 = 1.2  # Tantivy's (and Lucene's) defaults
 BM25_B = 0.75
-# Exact scoring detoasts a page's vector: only the pages that can still make
-# the top k are scored. The EXACT_FIRST best by a lower bound (each matched
-# term's frequency taken as 1) set the bar, the k-th best exact score; then
-# every other page whose upper bound (frequency MAX_POSITIONS) reaches it, at
-# most EXACT_MORE of them, best lower bound first. Past that cap the result is
-# no longer guaranteed exact (it was the same top 5 on all 400 queries of
-# bench/pg_scale.py at 10,000 pages).
+# A small audience is searched as it always was: one GIN probe for all the
+# terms, each candidate's vector read once, every candidate scored exactly.
+# From PROBE_EACH pages on, the GIN index is probed once per term instead, so
+# document frequencies and bounds cost no vector; a vector is read only for a
+# page that can still make the top k. (Per term is slower for a small
+# audience: GIN's pending list, where new pages wait, is read once per probe.)
+PROBE_EACH = 1000
+# In the per-term plan, the EXACT_FIRST pages with the best lower bound (each
+# matched term's frequency taken as 1) are scored exactly: their k-th best
+# score is the bar. Then every other page whose upper bound (frequency
+# MAX_POSITIONS) reaches the bar is scored too, at most EXACT_MORE of them,
+# best lower bound first. Past that cap the result may differ from the full
+# ranking (it was the same top 5 on all 400 queries of bench/pg_scale.py).
 EXACT_FIRST = 50
 EXACT_MORE = 200
 # The audience's page count and mean length (for IDF and length
-# normalisation) cost a scan of its pages; past AUDIENCE_CACHE_MIN pages they
-# are reused for AUDIENCE_TTL seconds, when a few more pages barely move them.
+# normalisation) cost a scan of its pages: past AUDIENCE_CACHE_MIN pages they
+# are reused for AUDIENCE_TTL seconds, in which a few more pages barely move them.
 AUDIENCE_CACHE_MIN = 2000
 AUDIENCE_TTL = 30.0
 
-# Exact BM25 of the candidates ``c`` (id, kd): each vector is detoasted once
-# (OFFSET 0 keeps the planner from inlining ``v`` into every ts_rank call);
-# ts_rank is 0 for a term the page lacks.
-_EXACT = """
-    CROSS JOIN LATERAL (SELECT p.tsv || ''::tsvector AS v FROM pager_pages p WHERE p.id = c.id OFFSET 0) d
-    CROSS JOIN LATERAL (
-        SELECT sum(w.ws[m.i] * x.tf * (%(k1)s::float8 + 1) / (x.tf + c.kd)) AS score
-        FROM w, generate_subscripts(w.ws, 1) AS m(i),
-        LATERAL (SELECT 1.0 / (1.6449340668482264 * (1.0 - r)) - 0.5 AS tf FROM (
-            SELECT ts_rank('{{1,1,1,1}}', d.v, w.tqs[m.i], 0)::float8 AS r) rr WHERE r > 0) x) sc"""
-_SEARCH = """
+_TERMS = """
 WITH q AS MATERIALIZED (
     SELECT i, t::tsquery AS tq, key FROM unnest(%(terms)s::text[], %(keys)s::bool[]) WITH ORDINALITY AS q(t, key, i)),
-hits AS MATERIALIZED (
-    SELECT q.i, h.id, h.kind, h.dl FROM q CROSS JOIN LATERAL (
-        SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl FROM pager_pages p
-        WHERE ({near}) AND ({vis}) AND p.tsv @@ q.tq OFFSET 0) h),
-aud AS MATERIALIZED ({aud}),
-w AS MATERIALIZED (
-    SELECT array_agg(coalesce(ln(1 + (greatest(aud.n, df.n) - df.n + 0.5) / (df.n + 0.5)), 0)
-                     * CASE WHEN q.key THEN %(boost)s::float8 ELSE 1.0::float8 END ORDER BY q.i) AS ws,
-           array_agg(q.tq ORDER BY q.i) AS tqs
-    FROM q LEFT JOIN (SELECT i, count(*)::float8 AS n FROM hits GROUP BY i) df USING (i) CROSS JOIN aud),
-bound AS MATERIALIZED (
-    SELECT id, kd, s * (%(k1)s::float8 + 1) / (1 + kd) AS lb, s * (%(k1)s::float8 + 1) * %(tfmax)s / (%(tfmax)s + kd) AS ub
-    FROM (SELECT h.id, sum(w.ws[h.i]) AS s,
-                 %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * min(h.dl) / min(aud.avgdl)) AS kd
-          FROM hits h CROSS JOIN w CROSS JOIN aud
-          WHERE NOT (h.id = ANY(%(exclude)s::bigint[]))
-            AND (%(kinds)s::text[] IS NULL OR h.kind = ANY(%(kinds)s::text[]))
-          GROUP BY h.id) x),
-first AS MATERIALIZED (SELECT id, kd, lb FROM bound ORDER BY lb DESC, id DESC LIMIT %(first)s),
-s1 AS MATERIALIZED (SELECT c.id, sc.score FROM first c""" + _EXACT + """),
-edge AS MATERIALIZED (
-    SELECT (SELECT CASE WHEN count(*) < %(limit)s THEN 0 ELSE min(score) END
-            FROM (SELECT score FROM s1 ORDER BY score DESC LIMIT %(limit)s) x) AS theta,
-           (SELECT lb FROM first ORDER BY lb, id LIMIT 1) AS lb, (SELECT id FROM first ORDER BY lb, id LIMIT 1) AS id),
-s2 AS MATERIALIZED (
-    SELECT c.id, sc.score FROM (
-        SELECT b.id, b.kd FROM bound b, edge WHERE (b.lb, b.id) < (edge.lb, edge.id) AND b.ub >= edge.theta
-        ORDER BY b.lb DESC, b.id DESC LIMIT %(more)s) c""" + _EXACT + """),
-ranked AS (
-    SELECT id, round(score::numeric, 9)::float8 AS score FROM (SELECT * FROM s1 UNION ALL SELECT * FROM s2) u
-    ORDER BY 2 DESC, 1 DESC LIMIT %(limit)s)
+aud AS MATERIALIZED ({aud}),"""
+# ts_rank with all weights 1 on a one-term query is sum(1/j^2, j=1..tf) / (pi^2/6)
+_TF = "1.0 / (1.6449340668482264 * (1.0 - ts_rank('{{{{1,1,1,1}}}}', {v}, {tq}, 0)::float8)) - 0.5"
+_IDF = "ln(1 + (greatest(aud.n, df.n) - df.n + 0.5) / (df.n + 0.5)) * CASE WHEN {key} THEN %(boost)s::float8 ELSE 1.0::float8 END"
+_KD = "%(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * {dl} / aud.avgdl)"
+_FILTER = """NOT ({id} = ANY(%(exclude)s::bigint[]))
+      AND (%(kinds)s::text[] IS NULL OR {kind} = ANY(%(kinds)s::text[]))"""
+_RESULT = """
 SELECT r.id, r.score, p.session, p.step, p.kind, p.path, p.handle, p.owner, p.pool, p.scope, p.message,
        aud.n, aud.avgdl
 FROM ranked r JOIN pager_pages p ON p.id = r.id CROSS JOIN aud
 WHERE r.score > 0 AND r.score >= %(min_score)s
 ORDER BY r.score DESC, r.id DESC
 """
+# Scores are rounded so that the order of summation cannot break a tie (ties go to the newer page).
+_SEARCH_FEW = _TERMS + """
+pairs AS MATERIALIZED (
+    SELECT c.id, c.kind, c.dl, m.i, m.key, m.tf FROM (
+        SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl, p.tsv || ''::tsvector AS v FROM pager_pages p
+        WHERE ({near}) AND ({vis}) AND p.tsv @@ %(any)s::tsquery OFFSET 0) c
+    CROSS JOIN LATERAL (SELECT q.i, q.key, """ + _TF.format(v="c.v", tq="q.tq") + """ AS tf FROM q WHERE c.v @@ q.tq) m),
+df AS MATERIALIZED (SELECT i, count(*)::float8 AS n FROM pairs GROUP BY i),
+ranked AS (
+    SELECT pairs.id, round(sum(""" + _IDF.format(key="pairs.key") + """ * pairs.tf * (%(k1)s::float8 + 1)
+        / (pairs.tf + """ + _KD.format(dl="pairs.dl") + """))::numeric, 9)::float8 AS score
+    FROM pairs JOIN df USING (i) CROSS JOIN aud
+    WHERE """ + _FILTER.format(id="pairs.id", kind="pairs.kind") + """
+    GROUP BY pairs.id ORDER BY score DESC, pairs.id DESC LIMIT %(limit)s)""" + _RESULT
+# Exact BM25 of the candidates c (id, kd): each vector is detoasted once (OFFSET 0
+# keeps the planner from inlining it into every ts_rank call); ts_rank is 0 for
+# a term the page lacks.
+_EXACT = """
+    CROSS JOIN LATERAL (SELECT p.tsv || ''::tsvector AS v FROM pager_pages p WHERE p.id = c.id OFFSET 0) d
+    CROSS JOIN LATERAL (
+        SELECT sum(w.ws[m.i] * x.tf * (%(k1)s::float8 + 1) / (x.tf + c.kd)) AS score
+        FROM w, generate_subscripts(w.ws, 1) AS m(i),
+        LATERAL (SELECT """ + _TF.format(v="d.v", tq="w.tqs[m.i]") + """ AS tf
+                 WHERE d.v @@ w.tqs[m.i]) x) sc"""
+_SEARCH_MANY = _TERMS + """
+hits AS MATERIALIZED (
+    SELECT q.i, h.id, h.kind, h.dl FROM q CROSS JOIN LATERAL (
+        SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl FROM pager_pages p
+        WHERE ({near}) AND ({vis}) AND p.tsv @@ q.tq OFFSET 0) h),
+w AS MATERIALIZED (
+    SELECT array_agg(coalesce(""" + _IDF.format(key="q.key") + """, 0) ORDER BY q.i) AS ws, array_agg(q.tq ORDER BY q.i) AS tqs
+    FROM q LEFT JOIN (SELECT i, count(*)::float8 AS n FROM hits GROUP BY i) df USING (i) CROSS JOIN aud),
+bound AS MATERIALIZED (
+    SELECT id, kd, s * (%(k1)s::float8 + 1) / (1 + kd) AS lb, s * (%(k1)s::float8 + 1) * %(tfmax)s / (%(tfmax)s + kd) AS ub
+    FROM (SELECT h.id, sum(w.ws[h.i]) AS s, """ + _KD.format(dl="min(h.dl)").replace("aud.avgdl", "min(aud.avgdl)") + """ AS kd
+          FROM hits h CROSS JOIN w CROSS JOIN aud
+          WHERE """ + _FILTER.format(id="h.id", kind="h.kind") + """
+          GROUP BY h.id) x),
+first AS MATERIALIZED (SELECT id, kd, lb FROM bound ORDER BY lb DESC, id DESC LIMIT %(first)s),
+s1 AS MATERIALIZED (SELECT c.id, sc.score FROM first c""" + _EXACT + """),
+edge AS MATERIALIZED (
+    SELECT (SELECT CASE WHEN count(*) < %(limit)s THEN 0 ELSE min(score) END
+            FROM (SELECT score FROM s1 ORDER BY score DESC LIMIT %(limit)s) x) AS bar,
+           (SELECT lb FROM first ORDER BY lb, id LIMIT 1) AS lb, (SELECT id FROM first ORDER BY lb, id LIMIT 1) AS id),
+s2 AS MATERIALIZED (
+    SELECT c.id, sc.score FROM (
+        SELECT b.id, b.kd FROM bound b, edge WHERE (b.lb, b.id) < (edge.lb, edge.id) AND b.ub >= edge.bar
+        ORDER BY b.lb DESC, b.id DESC LIMIT %(more)s) c""" + _EXACT + """),
+ranked AS (
+    SELECT id, round(score::numeric, 9)::float8 AS score FROM (SELECT * FROM s1 UNION ALL SELECT * FROM s2) u
+    ORDER BY 2 DESC, 1 DESC LIMIT %(limit)s)""" + _RESULT
 _AUD_COUNT = (
     "SELECT count(*)::float8 AS n, greatest(avg(p.tokens), 1)::float8 AS avgdl FROM pager_pages p"
     " WHERE ({near}) AND ({vis})"
@@ -228,7 +252,8 @@ class PgIndex:
         self._store = store
         self._common: dict[str, float] = {}
         self._common_at = -PRUNE_TTL
-        self._audiences: dict[tuple[Any, ...], tuple[float, float, float]] = {}  # key -> (n, avgdl, when)
+        self._sizes: dict[tuple[Any, ...], float] = {}  # audience -> its page count when last seen
+        self._audiences: dict[tuple[Any, ...], tuple[float, float, float]] = {}  # audience -> (n, avgdl, when)
 
     def _prune(self, words: list[str]) -> list[str]:
         """Drop words on more than ``PRUNE_SHARE`` of the pages (per the planner's statistics)."""
@@ -371,27 +396,40 @@ class PgIndex:
         terms = [_quote(x) for x in lexemes]
         vis, near = (_CROSS, _NEAR_CROSS) if cross_session else (_HOME, _NEAR_HOME)
         readers = [_clean(session), *(_clean(a) for a in audiences if a)]
-        audience = (cross_session, *readers)
-        cached = self._audiences.get(audience)
-        fresh = cached is not None and time.monotonic() - cached[2] < AUDIENCE_TTL
-        aud = _AUD_GIVEN if fresh else _AUD_COUNT.format(near=near, vis=vis)
-        sql = _SEARCH.format(vis=vis, near=near, aud=aud)
         params: dict[str, Any] = {
-            "terms": terms, "keys": [x.startswith("=") for x in lexemes],
+            "terms": terms, "keys": [x.startswith("=") for x in lexemes], "any": " | ".join(terms),
             "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B, "tfmax": float(MAX_POSITIONS + 1),
             "s": readers[0], "readers": readers, "pools": [r[len(POOL_PREFIX):] for r in readers if r.startswith(POOL_PREFIX)],
             "limit": k, "first": max(EXACT_FIRST, k), "more": EXACT_MORE,
             "min_score": float(min_score), "exclude": sorted(set(exclude)),
-            "kinds": None if kinds is None else [_clean(x) for x in kinds],
-            "n": cached[0] if fresh else None, "avgdl": cached[1] if fresh else None,
+            "kinds": None if kinds is None else [_clean(x) for x in kinds], "n": None, "avgdl": None,
         }
+        audience = (cross_session, *readers)
         try:
+            size = self._sizes.get(audience)
+            if size is None:  # once per audience: its size picks the plan
+                size, _avgdl = self._store._rows(_AUD_COUNT.format(near=near, vis=vis), params, prepare=False)[0]
+            aud = _AUD_COUNT.format(near=near, vis=vis)
+            if size < PROBE_EACH:
+                sql = _SEARCH_FEW.format(vis=vis, near=near, aud=aud)
+            else:
+                cached = self._audiences.get(audience)
+                if cached is not None and time.monotonic() - cached[2] < AUDIENCE_TTL:
+                    aud = _AUD_GIVEN
+                    params["n"], params["avgdl"] = cached[0], cached[1]
+                sql = _SEARCH_MANY.format(vis=vis, near=near, aud=aud)
             # never prepared: a generic plan cannot see the audience (whose size picks the scans)
             ranked = self._store._rows(sql, params, prepare=False)
         except StoreError as exc:
             raise RecallIndexError(f"recall query failed: {exc}") from exc
-        if ranked and not fresh and ranked[0][-2] >= AUDIENCE_CACHE_MIN:
-            self._audiences[audience] = (float(ranked[0][-2]), float(ranked[0][-1]), time.monotonic())
+        if ranked and params["n"] is None:
+            n, avgdl = float(ranked[0][-2]), float(ranked[0][-1])
+            if len(self._sizes) >= 1024:  # one index serving many audiences: forget the old ones
+                self._sizes.clear()
+                self._audiences.clear()
+            self._sizes[audience] = n
+            if n >= AUDIENCE_CACHE_MIN:
+                self._audiences[audience] = (n, avgdl, time.monotonic())
         needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
         out: list[Hit] = []
         for pid, score, session_, step, kind, path, handle, owner, pool, scope, message, _n, _avgdl in ranked:
