@@ -14,27 +14,46 @@ text words at weight D with their positions (so term frequency counts, capped
 at ``MAX_POSITIONS``), and exact keys — path, file name, handle, labels, each
 prefixed ``=`` — at weight A.
 
-Ranking is BM25 (k1 = 1.2, b = 0.75, as Tantivy), computed in one statement.
-The GIN index finds the pages the audience may see that hold any query term;
-their vectors are detoasted once (``tsv || ''``: otherwise every per-term test
-decompresses the vector again, which cost 10x). For each (page, term) pair,
-``ts_rank`` with all weights 1 on a one-term query is ``sum(1/j^2, j=1..tf) /
-(pi^2/6)``, from which the term frequency is recovered exactly enough
-(``1 / (pi^2/6 * (1 - rank)) - 0.5``); the document length is the page's token
-count; a term's IDF counts the audience's pages that hold it; exact keys weigh
-``KEY_BOOST`` times a word. Ties go to the newer page. Past 2,000 pages, words
-on more than a fifth of them are dropped from the query (as Tantivy's index
-does), judged by ANALYZE's most common lexemes.
+Ranking is BM25 (k1 = 1.2, b = 0.75: Tantivy's constants, though Tantivy's
+JSON fields keep no lengths, so in effect it does not normalise by length),
+computed in one statement. For a (page, term) pair, ``ts_rank`` with all
+weights 1 on a one-term query is ``sum(1/j^2, j=1..tf) / (pi^2/6)``, from
+which the term frequency is recovered exactly enough (``1 / (pi^2/6 * (1 -
+rank)) - 0.5``); the document length is the page's token count; a term's IDF
+counts the audience's pages that hold it; exact keys weigh ``KEY_BOOST`` times
+a word. Ties go to the newer page. Past 2,000 pages, words on more than a
+fifth of them are dropped from the query (as Tantivy's index does), judged by
+ANALYZE's most common lexemes.
 
-Cost: every page of the audience that holds a remaining query word is scored,
-so a query grows with the session (a few ms at the traces' ~500 pages,
-~400 ms at 10,000 on a busy 2-core machine; ``bench/pg_scale.py``). The statement is never
-prepared: a generic plan cannot see how common the terms are.
+Two plans, picked by the audience's size (counted once per index, then read
+off each result). Under ``PROBE_EACH`` pages, one GIN probe finds the pages
+holding any term; each one's vector is detoasted once (``tsv || ''``:
+otherwise every per-term test decompresses it again) and every (page, term)
+pair is scored. From ``PROBE_EACH`` pages on, the GIN index is probed once per
+term, which gives the document frequencies and each page's matched terms
+without reading a vector; a page's score then lies between a lower bound
+(every matched term once) and an upper bound (every one ``MAX_POSITIONS``
+times), and only the pages whose upper bound reaches the k-th best exact score
+so far have their vector read (``EXACT_FIRST``, ``EXACT_MORE``). The
+audience's page count and mean length are reused for ``AUDIENCE_TTL`` seconds
+past ``AUDIENCE_CACHE_MIN`` pages. Each per-term probe also reads GIN's pending
+list, where new pages wait to be merged into the index: that is why a small
+audience (whose pages may all still be there) keeps the single probe.
+
+Cost: the single probe scores every page of the audience holding a query
+word, a few ms at the traces' ~500 pages but ~120 ms at 10,000 (the old
+plan); the per-term plan reads a heap row per (page, term) match and at most
+``EXACT_FIRST + EXACT_MORE`` vectors: at 10,000 pages in one session, p50
+~25 ms on a busy 2-core machine (``bench/pg_scale.py``). The statement is never
+prepared: a generic plan cannot see the audience, whose size picks the scans.
 
 Visibility is the Tantivy index's, as a ``WHERE`` clause (``_VISIBLE``): a
 query reads its session's pages (a private page only by its owner), the
 private pages of the owners and the project pools named in ``audiences``, and
-with ``cross_session=True`` every shared page.
+with ``cross_session=True`` every shared page. A superset of it that the
+session, owner, pool and shared indexes can find (``_NEAR_HOME``) is checked
+too, so that a small audience in a big store is counted without a scan of
+every session's pages.
 """
 
 from __future__ import annotations
@@ -82,12 +101,14 @@ PRUNE_KEEP = 3
 PRUNE_TTL = 60.0
 BM25_K1 = 1.2  # Tantivy's (and Lucene's) defaults
 BM25_B = 0.75
-# A small audience is searched as it always was: one GIN probe for all the
-# terms, each candidate's vector read once, every candidate scored exactly.
-# From PROBE_EACH pages on, the GIN index is probed once per term instead, so
-# document frequencies and bounds cost no vector; a vector is read only for a
-# page that can still make the top k. (Per term is slower for a small
-# audience: GIN's pending list, where new pages wait, is read once per probe.)
+# A small audience is searched with one GIN probe for all the terms, each
+# candidate's vector read once, every candidate scored exactly. From
+# PROBE_EACH pages on, the GIN index is probed once per term instead, so
+# document frequencies and bounds cost no vector and a vector is read only for
+# a page that can still make the top k. Below that, reading every vector is
+# cheaper than one probe per term, each of which also reads GIN's pending list
+# (measured median per query: 5.3 against 6.0 ms at 500 pages, 8.5 against
+# 7.5 at 1,000, 40 against 13 at 4,000).
 PROBE_EACH = 1000
 # In the per-term plan, the EXACT_FIRST pages with the best lower bound (each
 # matched term's frequency taken as 1) are scored exactly: their k-th best
@@ -153,11 +174,12 @@ w AS MATERIALIZED (
     SELECT array_agg(coalesce(""" + _IDF.format(key="q.key") + """, 0) ORDER BY q.i) AS ws, array_agg(q.tq ORDER BY q.i) AS tqs
     FROM q LEFT JOIN (SELECT i, count(*)::float8 AS n FROM hits GROUP BY i) df USING (i) CROSS JOIN aud),
 bound AS MATERIALIZED (
-    SELECT id, kd, s * (%(k1)s::float8 + 1) / (1 + kd) AS lb, s * (%(k1)s::float8 + 1) * %(tfmax)s / (%(tfmax)s + kd) AS ub
-    FROM (SELECT h.id, sum(w.ws[h.i]) AS s, """ + _KD.format(dl="min(h.dl)").replace("aud.avgdl", "min(aud.avgdl)") + """ AS kd
-          FROM hits h CROSS JOIN w CROSS JOIN aud
+    SELECT x.id, y.kd, x.s * (%(k1)s::float8 + 1) / (1 + y.kd) AS lb,
+           x.s * (%(k1)s::float8 + 1) * %(tfmax)s / (%(tfmax)s + y.kd) AS ub
+    FROM (SELECT h.id, sum(w.ws[h.i]) AS s, min(h.dl) AS dl FROM hits h CROSS JOIN w
           WHERE """ + _FILTER.format(id="h.id", kind="h.kind") + """
-          GROUP BY h.id) x),
+          GROUP BY h.id) x
+    CROSS JOIN aud CROSS JOIN LATERAL (SELECT """ + _KD.format(dl="x.dl") + """ AS kd) y),
 first AS MATERIALIZED (SELECT id, kd, lb FROM bound ORDER BY lb DESC, id DESC LIMIT %(first)s),
 s1 AS MATERIALIZED (SELECT c.id, sc.score FROM first c""" + _EXACT + """),
 edge AS MATERIALIZED (
