@@ -41,11 +41,13 @@ list, where new pages wait to be merged into the index: that is why a small
 audience (whose pages may all still be there) keeps the single probe.
 
 Cost: the single probe scores every page of the audience holding a query
-word, a few ms at the traces' ~500 pages but ~120 ms at 10,000 (the old
-plan); the per-term plan reads a heap row per (page, term) match and at most
-``EXACT_FIRST + EXACT_MORE`` vectors: at 10,000 pages in one session, p50
-~25 ms on a busy 2-core machine (``bench/pg_scale.py``). The statement is never
-prepared: a generic plan cannot see the audience, whose size picks the scans.
+word: 2.4 ms p50 on the traces' sessions (under ~500 pages), but ~125 ms at
+10,000 pages in one session. The per-term plan reads one heap row per
+(page, term) match and at most ``EXACT_FIRST + EXACT_MORE`` vectors: at
+10,000 pages in one session, p50 25 ms (p99 46), cross-session 29 ms, on a
+2-core machine at load average 3-4 (``bench/pg_scale.py``), with the same top
+5 as scoring every page on its 400 queries. The statement is never prepared:
+a generic plan cannot see the audience, whose size picks the scans.
 
 Visibility is the Tantivy index's, as a ``WHERE`` clause (``_VISIBLE``): a
 query reads its session's pages (a private page only by its owner), the
