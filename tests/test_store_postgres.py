@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from pager.errors import RecallIndexError, SchemaError, StoreError
-from pager.storage.base import RecallIndex, StatUpdate
 from pager.storage import pg_index
+from pager.storage.base import RecallIndex, StatUpdate
 from pager.storage.pg_index import PgIndex, page_vector
 from pager.storage.postgres import SCHEMA_VERSION, PostgresStore, open_store
 from pager.testing import StoreContract, new_page

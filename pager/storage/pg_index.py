@@ -132,7 +132,10 @@ WITH q AS MATERIALIZED (
 aud AS MATERIALIZED ({aud}),"""
 # ts_rank with all weights 1 on a one-term query is sum(1/j^2, j=1..tf) / (pi^2/6)
 _TF = "1.0 / (1.6449340668482264 * (1.0 - ts_rank('{{{{1,1,1,1}}}}', {v}, {tq}, 0)::float8)) - 0.5"
-_IDF = "ln(1 + (greatest(aud.n, df.n) - df.n + 0.5) / (df.n + 0.5)) * CASE WHEN {key} THEN %(boost)s::float8 ELSE 1.0::float8 END"
+_IDF = (
+    "ln(1 + (greatest(aud.n, df.n) - df.n + 0.5) / (df.n + 0.5))"
+    " * CASE WHEN {key} THEN %(boost)s::float8 ELSE 1.0::float8 END"
+)
 _KD = "%(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * {dl} / aud.avgdl)"
 _FILTER = """NOT ({id} = ANY(%(exclude)s::bigint[]))
       AND (%(kinds)s::text[] IS NULL OR {kind} = ANY(%(kinds)s::text[]))"""
@@ -149,7 +152,8 @@ pairs AS MATERIALIZED (
     SELECT c.id, c.kind, c.dl, m.i, m.key, m.tf FROM (
         SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl, p.tsv || ''::tsvector AS v FROM pager_pages p
         WHERE ({near}) AND ({vis}) AND p.tsv @@ %(any)s::tsquery OFFSET 0) c
-    CROSS JOIN LATERAL (SELECT q.i, q.key, """ + _TF.format(v="c.v", tq="q.tq") + """ AS tf FROM q WHERE c.v @@ q.tq) m),
+    CROSS JOIN LATERAL (
+        SELECT q.i, q.key, """ + _TF.format(v="c.v", tq="q.tq") + """ AS tf FROM q WHERE c.v @@ q.tq) m),
 df AS MATERIALIZED (SELECT i, count(*)::float8 AS n FROM pairs GROUP BY i),
 ranked AS (
     SELECT pairs.id, round(sum(""" + _IDF.format(key="pairs.key") + """ * pairs.tf * (%(k1)s::float8 + 1)
@@ -157,9 +161,9 @@ ranked AS (
     FROM pairs JOIN df USING (i) CROSS JOIN aud
     WHERE """ + _FILTER.format(id="pairs.id", kind="pairs.kind") + """
     GROUP BY pairs.id ORDER BY score DESC, pairs.id DESC LIMIT %(limit)s)""" + _RESULT
-# Exact BM25 of the candidates c (id, kd): each vector is detoasted once (OFFSET 0
-# keeps the planner from inlining it into every ts_rank call); ts_rank is 0 for
-# a term the page lacks.
+# Exact BM25 of the candidates c (id, kd) over the terms their vector holds:
+# each vector is detoasted once (OFFSET 0 keeps the planner from inlining the
+# detoasting into every test).
 _EXACT = """
     CROSS JOIN LATERAL (SELECT p.tsv || ''::tsvector AS v FROM pager_pages p WHERE p.id = c.id OFFSET 0) d
     CROSS JOIN LATERAL (
@@ -173,7 +177,8 @@ hits AS MATERIALIZED (
         SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl FROM pager_pages p
         WHERE ({near}) AND ({vis}) AND p.tsv @@ q.tq OFFSET 0) h),
 w AS MATERIALIZED (
-    SELECT array_agg(coalesce(""" + _IDF.format(key="q.key") + """, 0) ORDER BY q.i) AS ws, array_agg(q.tq ORDER BY q.i) AS tqs
+    SELECT array_agg(coalesce(""" + _IDF.format(key="q.key") + """, 0) ORDER BY q.i) AS ws,
+           array_agg(q.tq ORDER BY q.i) AS tqs
     FROM q LEFT JOIN (SELECT i, count(*)::float8 AS n FROM hits GROUP BY i) df USING (i) CROSS JOIN aud),
 bound AS MATERIALIZED (
     SELECT x.id, y.kd, x.s * (%(k1)s::float8 + 1) / (1 + y.kd) AS lb,
@@ -279,6 +284,15 @@ class PgIndex:
         self._common_at = -PRUNE_TTL
         self._sizes: dict[tuple[Any, ...], float] = {}  # audience -> its page count when last seen
         self._audiences: dict[tuple[Any, ...], tuple[float, float, float]] = {}  # audience -> (n, avgdl, when)
+
+    def _seen(self, audience: tuple[Any, ...], n: float, avgdl: float) -> None:
+        """Remember an audience's page count (it picks the plan) and, when big, its statistics."""
+        if len(self._sizes) >= 1024:  # one index serving many audiences: forget the old ones
+            self._sizes.clear()
+            self._audiences.clear()
+        self._sizes[audience] = n
+        if n >= AUDIENCE_CACHE_MIN:
+            self._audiences[audience] = (n, avgdl, time.monotonic())
 
     def _prune(self, words: list[str]) -> list[str]:
         """Drop words on more than ``PRUNE_SHARE`` of the pages (per the planner's statistics)."""
@@ -424,18 +438,20 @@ class PgIndex:
         params: dict[str, Any] = {
             "terms": terms, "keys": [x.startswith("=") for x in lexemes], "any": " | ".join(terms),
             "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B, "tfmax": float(MAX_POSITIONS + 1),
-            "s": readers[0], "readers": readers, "pools": [r[len(POOL_PREFIX):] for r in readers if r.startswith(POOL_PREFIX)],
+            "s": readers[0], "readers": readers,
+            "pools": [r[len(POOL_PREFIX):] for r in readers if r.startswith(POOL_PREFIX)],
             "limit": k, "first": max(EXACT_FIRST, k), "more": EXACT_MORE,
             "min_score": float(min_score), "exclude": sorted(set(exclude)),
             "kinds": None if kinds is None else [_clean(x) for x in kinds], "n": None, "avgdl": None,
         }
         audience = (cross_session, *readers)
+        count = _AUD_COUNT.format(near=near, vis=vis)
         try:
-            size = self._sizes.get(audience)
-            if size is None:  # once per audience: its size picks the plan
-                size, _avgdl = self._store._rows(_AUD_COUNT.format(near=near, vis=vis), params, prepare=False)[0]
-            aud = _AUD_COUNT.format(near=near, vis=vis)
-            if size < PROBE_EACH:
+            if audience not in self._sizes:  # once per audience: its size picks the plan
+                n, avgdl = self._store._rows(count, params, prepare=False)[0]
+                self._seen(audience, float(n), float(avgdl))
+            aud = count
+            if self._sizes[audience] < PROBE_EACH:
                 sql = _SEARCH_FEW.format(vis=vis, near=near, aud=aud)
             else:
                 cached = self._audiences.get(audience)
@@ -447,14 +463,8 @@ class PgIndex:
             ranked = self._store._rows(sql, params, prepare=False)
         except StoreError as exc:
             raise RecallIndexError(f"recall query failed: {exc}") from exc
-        if ranked and params["n"] is None:
-            n, avgdl = float(ranked[0][-2]), float(ranked[0][-1])
-            if len(self._sizes) >= 1024:  # one index serving many audiences: forget the old ones
-                self._sizes.clear()
-                self._audiences.clear()
-            self._sizes[audience] = n
-            if n >= AUDIENCE_CACHE_MIN:
-                self._audiences[audience] = (n, avgdl, time.monotonic())
+        if ranked and aud is count:
+            self._seen(audience, float(ranked[0][-2]), float(ranked[0][-1]))
         needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
         out: list[Hit] = []
         for pid, score, session_, step, kind, path, handle, owner, pool, scope, message, _n, _avgdl in ranked:
