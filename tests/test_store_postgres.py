@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from pager.errors import RecallIndexError, SchemaError, StoreError
+from pager.storage import pg_index
 from pager.storage.base import RecallIndex, StatUpdate
 from pager.storage.pg_index import PgIndex, page_vector
 from pager.storage.postgres import SCHEMA_VERSION, PostgresStore, open_store
@@ -160,7 +161,7 @@ def test_database_errors_are_translated(store):
     assert store.count_pages() == 1  # the failed record left nothing behind
 
 
-def test_hostile_strings_are_data(store):
+def test_hostile_strings_are_data(store, plan):
     name = "s'; DROP TABLE pager_pages; --"
     b = store.ensure_session(name)
     page = new_page(1, handle="pg:1-'\"\\", path="a'b/c\\d.py", labels=("x'y",))
@@ -175,6 +176,14 @@ def test_hostile_strings_are_data(store):
 # -- the recall index --------------------------------------------------------------------
 
 
+@pytest.fixture(params=["one probe", "per term"])
+def plan(request, monkeypatch):
+    """Run a recall test through both query plans (the second is otherwise used only past PROBE_EACH pages)."""
+    if request.param == "per term":
+        monkeypatch.setattr(pg_index, "PROBE_EACH", 0)
+    return request.param
+
+
 def _text_page(i: int, text: str, **kw):
     import orjson
 
@@ -182,7 +191,7 @@ def _text_page(i: int, text: str, **kw):
     return new_page(i, kind="tool", message=msg, chars=len(text), **kw)
 
 
-def test_index_is_current_as_soon_as_pages_commit(store):
+def test_index_is_current_as_soon_as_pages_commit(store, plan):
     index = store.open_index()
     assert isinstance(index, RecallIndex) and isinstance(index, PgIndex)
     b = store.ensure_session("s")
@@ -191,7 +200,7 @@ def test_index_is_current_as_soon_as_pages_commit(store):
     assert index.indexed_upto() == store.max_page_id() and len(index) == 1
 
 
-def test_rare_words_outrank_common_ones(store):
+def test_rare_words_outrank_common_ones(store, plan):
     b = store.ensure_session("s")
     pages = [_text_page(i, f"build log line {i} ok ok ok") for i in range(20)]
     pages.append(_text_page(20, "build failed: zygomorphic linker error"))
@@ -200,7 +209,7 @@ def test_rare_words_outrank_common_ones(store):
     assert hits[0].page_id == ids[20] and "zygomorphic" in hits[0].snippet
 
 
-def test_exact_path_beats_a_mention(store):
+def test_exact_path_beats_a_mention(store, plan):
     b = store.ensure_session("s")
     _, ids = store.record("s", b, None, 0, [
         _text_page(1, "see src/app/config.py and other files"),
@@ -211,7 +220,7 @@ def test_exact_path_beats_a_mention(store):
     assert index.search("config.py", session="s")[0].page_id == ids[1]  # the file name alone is a key
 
 
-def test_visibility_sessions_private_and_shared(store):
+def test_visibility_sessions_private_and_shared(store, plan):
     a, b = store.ensure_session("a"), store.ensure_session("b")
     _, (pa,) = store.record("a", a, None, 0, [_text_page(1, "quokka in session a")])
     _, (shared, private) = store.record("b", b, None, 0, [
@@ -225,7 +234,47 @@ def test_visibility_sessions_private_and_shared(store):
     assert {h.page_id for h in index.search("quokka", session="carol", cross_session=True)} == {shared, private}
 
 
-def test_exclude_kinds_and_odd_queries(store):
+def test_a_pool_hit_carries_its_pool_owner_and_scope(store, plan):
+    a, b = store.ensure_session("a"), store.ensure_session("b")
+    _, (pooled,) = store.record("a", a, None, 0, [
+        _text_page(1, "capybara notes for the team", scope="project", pool="repo", owner="alice")])
+    _, (own,) = store.record("b", b, None, 0, [_text_page(2, "capybara in session b")])
+    index = store.open_index()
+    hits = {h.page_id: h for h in index.search("capybara", session="b", audiences=["pool:repo"])}
+    assert set(hits) == {pooled, own}
+    assert (hits[pooled].session, hits[pooled].pool, hits[pooled].owner, hits[pooled].scope) == (
+        "a", "repo", "alice", "project")
+    assert (hits[own].pool, hits[own].owner, hits[own].scope) == (None, None, "session")
+    assert [h.page_id for h in index.search("capybara", session="b")] == [own]  # the pool is not b's to read
+
+
+def test_per_term_plan_ranks_as_scoring_every_candidate(store, monkeypatch):
+    import random
+
+    r = random.Random(5)
+    vocab = [f"w{i}" for i in range(60)]
+    b = store.ensure_session("s")
+    pages = [_text_page(i, " ".join(r.choices(vocab, k=r.randint(3, 120)))) for i in range(300)]
+    store.record("s", b, None, 0, pages)
+    queries = [" ".join(r.sample(vocab, r.randint(1, 6))) for _ in range(30)]
+
+    def run(index: PgIndex) -> list[list[tuple[int, float]]]:
+        return [[(h.page_id, h.score) for h in index.search(q, session="s", k=7)] for q in queries]
+
+    every = run(store.open_index())
+    # per term, with bounds only: a bar set by 3 pages, no cap on the rest, the audience's size cached
+    monkeypatch.setattr(pg_index, "PROBE_EACH", 0)
+    monkeypatch.setattr(pg_index, "EXACT_FIRST", 3)
+    monkeypatch.setattr(pg_index, "EXACT_MORE", 10**6)
+    monkeypatch.setattr(pg_index, "AUDIENCE_CACHE_MIN", 0)
+    index = store.open_index()
+    for got in (run(index), run(index)):
+        assert [[p for p, _ in hs] for hs in got] == [[p for p, _ in hs] for hs in every]
+        assert [[round(x, 6) for _, x in hs] for hs in got] == [[round(x, 6) for _, x in hs] for hs in every]
+    assert index._audiences  # the second pass reused the audience's size
+
+
+def test_exclude_kinds_and_odd_queries(store, plan):
     b = store.ensure_session("s")
     _, ids = store.record("s", b, None, 0, [_text_page(i, f"walrus number {i}") for i in range(4)])
     index = store.open_index()
@@ -238,13 +287,13 @@ def test_exclude_kinds_and_odd_queries(store):
     assert index.search("walrus", session="s", k=0) == []
 
 
-def test_cjk_is_matched_by_bigrams(store):
+def test_cjk_is_matched_by_bigrams(store, plan):
     b = store.ensure_session("s")
     _, (pid,) = store.record("s", b, None, 0, [_text_page(1, "我们讨论了上下文换窗的方案")])
     assert [h.page_id for h in store.open_index().search("换窗", session="s")] == [pid]
 
 
-def test_clear_and_rebuild(store):
+def test_clear_and_rebuild(store, plan):
     b = store.ensure_session("s")
     _, ids = store.record("s", b, None, 0, [_text_page(i, f"narwhal {i}") for i in range(3)])
     index = store.open_index()
@@ -300,7 +349,7 @@ def test_pager_open_on_a_postgresql_url(pg_dsn):
         p.close()
 
 
-def test_words_on_most_pages_are_dropped_from_big_queries(store):
+def test_words_on_most_pages_are_dropped_from_big_queries(store, plan):
     b = store.ensure_session("s")
     pages = [_text_page(i, f"common filler {i}") for i in range(2100)] + [_text_page(2100, "common okapi")]
     _, ids = store.record("s", b, None, 0, pages)

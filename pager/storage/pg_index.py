@@ -14,27 +14,48 @@ text words at weight D with their positions (so term frequency counts, capped
 at ``MAX_POSITIONS``), and exact keys — path, file name, handle, labels, each
 prefixed ``=`` — at weight A.
 
-Ranking is BM25 (k1 = 1.2, b = 0.75, as Tantivy), computed in one statement.
-The GIN index finds the pages the audience may see that hold any query term;
-their vectors are detoasted once (``tsv || ''``: otherwise every per-term test
-decompresses the vector again, which cost 10x). For each (page, term) pair,
-``ts_rank`` with all weights 1 on a one-term query is ``sum(1/j^2, j=1..tf) /
-(pi^2/6)``, from which the term frequency is recovered exactly enough
-(``1 / (pi^2/6 * (1 - rank)) - 0.5``); the document length is the page's token
-count; a term's IDF counts the audience's pages that hold it; exact keys weigh
-``KEY_BOOST`` times a word. Ties go to the newer page. Past 2,000 pages, words
-on more than a fifth of them are dropped from the query (as Tantivy's index
-does), judged by ANALYZE's most common lexemes.
+Ranking is BM25 (k1 = 1.2, b = 0.75: Tantivy's constants, though Tantivy's
+JSON fields keep no lengths, so in effect it does not normalise by length),
+computed in one statement. For a (page, term) pair, ``ts_rank`` with all
+weights 1 on a one-term query is ``sum(1/j^2, j=1..tf) / (pi^2/6)``, from
+which the term frequency is recovered exactly enough (``1 / (pi^2/6 * (1 -
+rank)) - 0.5``); the document length is the page's token count; a term's IDF
+counts the audience's pages that hold it; exact keys weigh ``KEY_BOOST`` times
+a word. Ties go to the newer page. Past 2,000 pages, words on more than a
+fifth of them are dropped from the query (as Tantivy's index does), judged by
+ANALYZE's most common lexemes.
 
-Cost: every page of the audience that holds a remaining query word is scored,
-so a query grows with the session (a few ms at the traces' ~500 pages,
-~400 ms at 10,000 on a busy 2-core machine; ``bench/pg_scale.py``). The statement is never
-prepared: a generic plan cannot see how common the terms are.
+Two plans, picked by the audience's size (counted once per index, then read
+off each result). Under ``PROBE_EACH`` pages, one GIN probe finds the pages
+holding any term; each one's vector is detoasted once (``tsv || ''``:
+otherwise every per-term test decompresses it again) and every (page, term)
+pair is scored. From ``PROBE_EACH`` pages on, the GIN index is probed once per
+term, which gives the document frequencies and each page's matched terms
+without reading a vector; a page's score then lies between a lower bound
+(every matched term once) and an upper bound (every one ``MAX_POSITIONS``
+times), and only the pages whose upper bound reaches the k-th best exact score
+so far have their vector read (``EXACT_FIRST``, ``EXACT_MORE``). The
+audience's page count and mean length are reused for ``AUDIENCE_TTL`` seconds
+past ``AUDIENCE_CACHE_MIN`` pages. Each per-term probe also reads GIN's pending
+list, where new pages wait to be merged into the index: that is why a small
+audience (whose pages may all still be there) keeps the single probe.
+
+Cost: the single probe scores every page of the audience holding a query
+word: 2.4 ms p50 on the traces' sessions (under ~500 pages), but ~125 ms at
+10,000 pages in one session. The per-term plan reads one heap row per
+(page, term) match and at most ``EXACT_FIRST + EXACT_MORE`` vectors: at
+10,000 pages in one session, p50 25 ms (p99 46), cross-session 29 ms, on a
+2-core machine at load average 3-4 (``bench/pg_scale.py``), with the same top
+5 as scoring every page on its 400 queries. The statement is never prepared:
+a generic plan cannot see the audience, whose size picks the scans.
 
 Visibility is the Tantivy index's, as a ``WHERE`` clause (``_VISIBLE``): a
 query reads its session's pages (a private page only by its owner), the
 private pages of the owners and the project pools named in ``audiences``, and
-with ``cross_session=True`` every shared page.
+with ``cross_session=True`` every shared page. A superset of it that the
+session, owner, pool and shared indexes can find (``_NEAR_HOME``) is checked
+too, so that a small audience in a big store is counted without a scan of
+every session's pages.
 """
 
 from __future__ import annotations
@@ -56,6 +77,7 @@ from pager.storage.index_schema import (  # the Tantivy index's analysis, shared
     MAX_KEY_CHUNKS,
     MAX_QUERY_CHARS,
     MAX_QUERY_TERMS,
+    POOL_PREFIX,
     Hit,
     IndexDoc,
     _bigrams,
@@ -81,47 +103,125 @@ PRUNE_KEEP = 3
 PRUNE_TTL = 60.0
 BM25_K1 = 1.2  # Tantivy's (and Lucene's) defaults
 BM25_B = 0.75
+# A small audience is searched with one GIN probe for all the terms, each
+# candidate's vector read once, every candidate scored exactly. From
+# PROBE_EACH pages on, the GIN index is probed once per term instead, so
+# document frequencies and bounds cost no vector and a vector is read only for
+# a page that can still make the top k. Below that, reading every vector is
+# cheaper than one probe per term, each of which also reads GIN's pending list
+# (measured median per query: 5.3 against 6.0 ms at 500 pages, 8.5 against
+# 7.5 at 1,000, 40 against 13 at 4,000).
+PROBE_EACH = 1000
+# In the per-term plan, the EXACT_FIRST pages with the best lower bound (each
+# matched term's frequency taken as 1) are scored exactly: their k-th best
+# score is the bar. Then every other page whose upper bound (frequency
+# MAX_POSITIONS) reaches the bar is scored too, at most EXACT_MORE of them,
+# best lower bound first. Past that cap the result may differ from the full
+# ranking (it was the same top 5 on all 400 queries of bench/pg_scale.py).
+EXACT_FIRST = 50
+EXACT_MORE = 200
+# The audience's page count and mean length (for IDF and length
+# normalisation) cost a scan of its pages: past AUDIENCE_CACHE_MIN pages they
+# are reused for AUDIENCE_TTL seconds, in which a few more pages barely move them.
+AUDIENCE_CACHE_MIN = 2000
+AUDIENCE_TTL = 30.0
 
-_SEARCH = """
+_TERMS = """
 WITH q AS MATERIALIZED (
-    SELECT t::tsquery AS tq, t, key FROM unnest(%(terms)s::text[], %(keys)s::bool[]) AS q(t, key)),
-cand AS MATERIALIZED (
-    SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl, p.tsv || ''::tsvector AS tsv
-    FROM pager_pages p WHERE ({vis}) AND p.tsv @@ %(any)s::tsquery),
-pairs AS MATERIALIZED (
-    SELECT c.id, c.kind, c.dl, q.t, q.key,
-           1.0 / (1.6449340668482264 * (1.0 - ts_rank('{{1,1,1,1}}', c.tsv, q.tq, 0)::float8)) - 0.5 AS tf
-    FROM cand c JOIN q ON c.tsv @@ q.tq),
-df AS MATERIALIZED (SELECT t, count(*)::float8 AS n FROM pairs GROUP BY t),
-aud AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(p.tokens), 1)::float8 AS avgdl FROM pager_pages p WHERE {vis}),
-ranked AS (SELECT pairs.id, sum(
-    ln(1 + (aud.n - df.n + 0.5) / (df.n + 0.5))
-    * CASE WHEN pairs.key THEN %(boost)s::float8 ELSE 1.0::float8 END
-    * pairs.tf * (%(k1)s::float8 + 1)
-    / (pairs.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * pairs.dl / aud.avgdl))
-) AS score
-FROM pairs JOIN df USING (t) CROSS JOIN aud
-WHERE NOT (pairs.id = ANY(%(exclude)s::bigint[]))
-  AND (%(kinds)s::text[] IS NULL OR pairs.kind = ANY(%(kinds)s::text[]))
-GROUP BY pairs.id
-ORDER BY score DESC, pairs.id DESC
-LIMIT %(limit)s)
-SELECT r.id, r.score, p.session, p.step, p.kind, p.path, p.handle, p.message
-FROM ranked r JOIN pager_pages p ON p.id = r.id
+    SELECT i, t::tsquery AS tq, key FROM unnest(%(terms)s::text[], %(keys)s::bool[]) WITH ORDINALITY AS q(t, key, i)),
+aud AS MATERIALIZED ({aud}),"""
+# ts_rank with all weights 1 on a one-term query is sum(1/j^2, j=1..tf) / (pi^2/6)
+_TF = "1.0 / (1.6449340668482264 * (1.0 - ts_rank('{{{{1,1,1,1}}}}', {v}, {tq}, 0)::float8)) - 0.5"
+_IDF = (
+    "ln(1 + (greatest(aud.n, df.n) - df.n + 0.5) / (df.n + 0.5))"
+    " * CASE WHEN {key} THEN %(boost)s::float8 ELSE 1.0::float8 END"
+)
+_KD = "%(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * {dl} / aud.avgdl)"
+_FILTER = """NOT ({id} = ANY(%(exclude)s::bigint[]))
+      AND (%(kinds)s::text[] IS NULL OR {kind} = ANY(%(kinds)s::text[]))"""
+_RESULT = """
+SELECT r.id, r.score, p.session, p.step, p.kind, p.path, p.handle, p.owner, p.pool, p.scope, p.message,
+       aud.n, aud.avgdl
+FROM ranked r JOIN pager_pages p ON p.id = r.id CROSS JOIN aud
 WHERE r.score > 0 AND r.score >= %(min_score)s
 ORDER BY r.score DESC, r.id DESC
 """
+# Scores are rounded so that the order of summation cannot break a tie (ties go to the newer page).
+_SEARCH_FEW = _TERMS + """
+pairs AS MATERIALIZED (
+    SELECT c.id, c.kind, c.dl, m.i, m.key, m.tf FROM (
+        SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl, p.tsv || ''::tsvector AS v FROM pager_pages p
+        WHERE ({near}) AND ({vis}) AND p.tsv @@ %(any)s::tsquery OFFSET 0) c
+    CROSS JOIN LATERAL (
+        SELECT q.i, q.key, """ + _TF.format(v="c.v", tq="q.tq") + """ AS tf FROM q WHERE c.v @@ q.tq) m),
+df AS MATERIALIZED (SELECT i, count(*)::float8 AS n FROM pairs GROUP BY i),
+ranked AS (
+    SELECT pairs.id, round(sum(""" + _IDF.format(key="pairs.key") + """ * pairs.tf * (%(k1)s::float8 + 1)
+        / (pairs.tf + """ + _KD.format(dl="pairs.dl") + """))::numeric, 9)::float8 AS score
+    FROM pairs JOIN df USING (i) CROSS JOIN aud
+    WHERE """ + _FILTER.format(id="pairs.id", kind="pairs.kind") + """
+    GROUP BY pairs.id ORDER BY score DESC, pairs.id DESC LIMIT %(limit)s)""" + _RESULT
+# Exact BM25 of the candidates c (id, kd) over the terms their vector holds:
+# each vector is detoasted once (OFFSET 0 keeps the planner from inlining the
+# detoasting into every test).
+_EXACT = """
+    CROSS JOIN LATERAL (SELECT p.tsv || ''::tsvector AS v FROM pager_pages p WHERE p.id = c.id OFFSET 0) d
+    CROSS JOIN LATERAL (
+        SELECT sum(w.ws[m.i] * x.tf * (%(k1)s::float8 + 1) / (x.tf + c.kd)) AS score
+        FROM w, generate_subscripts(w.ws, 1) AS m(i),
+        LATERAL (SELECT """ + _TF.format(v="d.v", tq="w.tqs[m.i]") + """ AS tf
+                 WHERE d.v @@ w.tqs[m.i]) x) sc"""
+_SEARCH_MANY = _TERMS + """
+hits AS MATERIALIZED (
+    SELECT q.i, h.id, h.kind, h.dl FROM q CROSS JOIN LATERAL (
+        SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl FROM pager_pages p
+        WHERE ({near}) AND ({vis}) AND p.tsv @@ q.tq OFFSET 0) h),
+w AS MATERIALIZED (
+    SELECT array_agg(coalesce(""" + _IDF.format(key="q.key") + """, 0) ORDER BY q.i) AS ws,
+           array_agg(q.tq ORDER BY q.i) AS tqs
+    FROM q LEFT JOIN (SELECT i, count(*)::float8 AS n FROM hits GROUP BY i) df USING (i) CROSS JOIN aud),
+bound AS MATERIALIZED (
+    SELECT x.id, y.kd, x.s * (%(k1)s::float8 + 1) / (1 + y.kd) AS lb,
+           x.s * (%(k1)s::float8 + 1) * %(tfmax)s / (%(tfmax)s + y.kd) AS ub
+    FROM (SELECT h.id, sum(w.ws[h.i]) AS s, min(h.dl) AS dl FROM hits h CROSS JOIN w
+          WHERE """ + _FILTER.format(id="h.id", kind="h.kind") + """
+          GROUP BY h.id) x
+    CROSS JOIN aud CROSS JOIN LATERAL (SELECT """ + _KD.format(dl="x.dl") + """ AS kd) y),
+first AS MATERIALIZED (SELECT id, kd, lb FROM bound ORDER BY lb DESC, id DESC LIMIT %(first)s),
+s1 AS MATERIALIZED (SELECT c.id, sc.score FROM first c""" + _EXACT + """),
+edge AS MATERIALIZED (
+    SELECT (SELECT CASE WHEN count(*) < %(limit)s THEN 0 ELSE min(score) END
+            FROM (SELECT score FROM s1 ORDER BY score DESC LIMIT %(limit)s) x) AS bar,
+           (SELECT lb FROM first ORDER BY lb, id LIMIT 1) AS lb, (SELECT id FROM first ORDER BY lb, id LIMIT 1) AS id),
+s2 AS MATERIALIZED (
+    SELECT c.id, sc.score FROM (
+        SELECT b.id, b.kd FROM bound b, edge WHERE (b.lb, b.id) < (edge.lb, edge.id) AND b.ub >= edge.bar
+        ORDER BY b.lb DESC, b.id DESC LIMIT %(more)s) c""" + _EXACT + """),
+ranked AS (
+    SELECT id, round(score::numeric, 9)::float8 AS score FROM (SELECT * FROM s1 UNION ALL SELECT * FROM s2) u
+    ORDER BY 2 DESC, 1 DESC LIMIT %(limit)s)""" + _RESULT
+_AUD_COUNT = (
+    "SELECT count(*)::float8 AS n, greatest(avg(p.tokens), 1)::float8 AS avgdl FROM pager_pages p"
+    " WHERE ({near}) AND ({vis})"
+)
+_AUD_GIVEN = "SELECT %(n)s::float8 AS n, %(avgdl)s::float8 AS avgdl"
 # Who reads a page, by scope (as the Tantivy index's audiences): ``private`` its
 # owner (its session when it has none); ``project`` its session and readers of
 # its pool ("pool:<name>"); ``shared`` its session, and everyone cross-session;
 # ``session`` its session. %(readers)s is the session and the caller's audiences.
+# The session's own pages come first: they are most of what a query reads.
 _VISIBLE = (
-    "(p.scope = 'private' AND coalesce(p.owner, p.session) = ANY(%(readers)s))"
-    " OR (p.scope <> 'private' AND p.session = %(s)s)"
+    "(p.session = %(s)s AND p.scope <> 'private')"
+    " OR (p.scope = 'private' AND coalesce(p.owner, p.session) = ANY(%(readers)s))"
     " OR (p.scope = 'project' AND 'pool:' || p.pool = ANY(%(readers)s))"
 )
 _HOME = _VISIBLE
 _CROSS = _VISIBLE + " OR p.scope = 'shared'"
+# A superset of the visible pages that indexes can find (BitmapOr of the
+# session, owner, pool and shared indexes): checked with the visibility clause,
+# it lets a small audience in a big database skip the other sessions' rows.
+_NEAR_HOME = "p.session = ANY(%(readers)s) OR p.owner = ANY(%(readers)s) OR p.pool = ANY(%(pools)s)"
+_NEAR_CROSS = _NEAR_HOME + " OR p.scope = 'shared'"
 
 
 def _quote(lexeme: str) -> str:
@@ -182,6 +282,17 @@ class PgIndex:
         self._store = store
         self._common: dict[str, float] = {}
         self._common_at = -PRUNE_TTL
+        self._sizes: dict[tuple[Any, ...], float] = {}  # audience -> its page count when last seen
+        self._audiences: dict[tuple[Any, ...], tuple[float, float, float]] = {}  # audience -> (n, avgdl, when)
+
+    def _seen(self, audience: tuple[Any, ...], n: float, avgdl: float) -> None:
+        """Remember an audience's page count (it picks the plan) and, when big, its statistics."""
+        if len(self._sizes) >= 1024:  # one index serving many audiences: forget the old ones
+            self._sizes.clear()
+            self._audiences.clear()
+        self._sizes[audience] = n
+        if n >= AUDIENCE_CACHE_MIN:
+            self._audiences[audience] = (n, avgdl, time.monotonic())
 
     def _prune(self, words: list[str]) -> list[str]:
         """Drop words on more than ``PRUNE_SHARE`` of the pages (per the planner's statistics)."""
@@ -322,27 +433,46 @@ class PgIndex:
             return []
         lexemes = [x for x in dict.fromkeys([*words, *grams, *keys]) if _fits(x)]
         terms = [_quote(x) for x in lexemes]
-        vis = _CROSS if cross_session else _HOME
-        sql = _SEARCH.format(vis=vis)
+        vis, near = (_CROSS, _NEAR_CROSS) if cross_session else (_HOME, _NEAR_HOME)
+        readers = [_clean(session), *(_clean(a) for a in audiences if a)]
         params: dict[str, Any] = {
             "terms": terms, "keys": [x.startswith("=") for x in lexemes], "any": " | ".join(terms),
-            "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B, "s": _clean(session), "limit": k,
-            "readers": [_clean(session), *(_clean(a) for a in audiences if a)],
+            "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B, "tfmax": float(MAX_POSITIONS + 1),
+            "s": readers[0], "readers": readers,
+            "pools": [r[len(POOL_PREFIX):] for r in readers if r.startswith(POOL_PREFIX)],
+            "limit": k, "first": max(EXACT_FIRST, k), "more": EXACT_MORE,
             "min_score": float(min_score), "exclude": sorted(set(exclude)),
-            "kinds": None if kinds is None else [_clean(x) for x in kinds],
+            "kinds": None if kinds is None else [_clean(x) for x in kinds], "n": None, "avgdl": None,
         }
+        audience = (cross_session, *readers)
+        count = _AUD_COUNT.format(near=near, vis=vis)
         try:
-            # never prepared: a generic plan cannot see how common the terms are (2-4x slower)
+            if audience not in self._sizes:  # once per audience: its size picks the plan
+                n, avgdl = self._store._rows(count, params, prepare=False)[0]
+                self._seen(audience, float(n), float(avgdl))
+            aud = count
+            if self._sizes[audience] < PROBE_EACH:
+                sql = _SEARCH_FEW.format(vis=vis, near=near, aud=aud)
+            else:
+                cached = self._audiences.get(audience)
+                if cached is not None and time.monotonic() - cached[2] < AUDIENCE_TTL:
+                    aud = _AUD_GIVEN
+                    params["n"], params["avgdl"] = cached[0], cached[1]
+                sql = _SEARCH_MANY.format(vis=vis, near=near, aud=aud)
+            # never prepared: a generic plan cannot see the audience (whose size picks the scans)
             ranked = self._store._rows(sql, params, prepare=False)
         except StoreError as exc:
             raise RecallIndexError(f"recall query failed: {exc}") from exc
+        if ranked and aud is count:
+            self._seen(audience, float(ranked[0][-2]), float(ranked[0][-1]))
         needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
         out: list[Hit] = []
-        for pid, score, session_, step, kind, path, handle, message in ranked:
+        for pid, score, session_, step, kind, path, handle, owner, pool, scope, message, _n, _avgdl in ranked:
             try:
                 text = message_text(orjson.loads(message))
             except orjson.JSONDecodeError:
                 text = ""
             out.append(Hit(page_id=int(pid), session=session_, step=int(step), kind=kind, score=float(score),
-                           path=path, handle=handle, snippet=_snippet(text[:16_384], needles)))
+                           path=path, handle=handle, snippet=_snippet(text[:16_384], needles),
+                           owner=owner, pool=pool, scope=scope))
         return out
