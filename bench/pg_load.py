@@ -49,6 +49,7 @@ from pager.replay.session import load_sessions
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 WINDOW = 200_000
+TEAM_POOL = "repo"
 
 
 # -- stores with a timed recall index -------------------------------------------------------
@@ -176,7 +177,8 @@ def recall_quality(traces: Path, admin_dsn: str, limit: int | None) -> dict[str,
 
 
 def _worker(
-    backend: str, where: str, proc: int, threads: int, deadline: float, traces: list[list[dict]], layout: str
+    backend: str, where: str, proc: int, threads: int, deadline: float, traces: list[list[dict]], layout: str,
+    team: bool = False,
 ) -> dict:  # backend: "postgres", "postgres+tantivy" or "sqlite"
     """One process: ``threads`` sessions at once until ``deadline``; return figures and counts."""
     assembles: list[float] = []
@@ -199,7 +201,9 @@ def _worker(
             else:  # "shared": every writer opens the one folder; "per-session": a folder each
                 store = _sqlite_store(where if layout == "shared" else os.path.join(where, name))
             try:
-                p = pager.open(TimedStore(store, mine), session=name, context_window=WINDOW)
+                # --team: four users' agents on one repository's pool, each recalling the others' pages
+                opts = {"owner": f"user{proc % 4}", "scope": "project", "pool": TEAM_POOL} if team else {}
+                p = pager.open(TimedStore(store, mine), session=name, context_window=WINDOW, **opts)
                 try:
                     for i in _calls(msgs):
                         if time.time() >= deadline:
@@ -233,14 +237,22 @@ def _worker(
 
 
 def load(
-    backend: str, where: str, procs: int, threads: int, seconds: float, traces: list[list[dict]], layout: str = "shared"
+    backend: str, where: str, procs: int, threads: int, seconds: float, traces: list[list[dict]], layout: str = "shared",
+    team: bool = False,
 ) -> dict:
     rtt = _round_trip_ms(where) if backend.startswith("postgres") else None
+    if team and layout == "shared":
+        st = _pg_store(where) if backend.startswith("postgres") else _sqlite_store(where)
+        try:
+            st.set_pool_acl(TEAM_POOL, ["*"], ["*"])
+        finally:
+            st.close()
     ctx = multiprocessing.get_context("spawn")
     deadline = time.time() + seconds + 8  # the processes need a few seconds to import
     t0 = time.perf_counter()
     with ctx.Pool(procs) as pool:
-        results = pool.starmap(_worker, [(backend, where, p, threads, deadline, traces, layout) for p in range(procs)])
+        results = pool.starmap(_worker, [(backend, where, p, threads, deadline, traces, layout, team)
+                                         for p in range(procs)])
     wall = time.perf_counter() - t0
     assembles = [x for r in results for x in r["assembles"]]
     searches = [x for r in results for x in r["searches"]]
@@ -311,6 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sqlite-layout", default="shared,per-session",
                     help="SQLite runs: 'shared' (one folder for all writers), 'per-session' (a folder each), or both")
     ap.add_argument("--dsn", default=None, help="an existing PostgreSQL (a fresh schema is created in it)")
+    ap.add_argument("--team", action="store_true",
+                    help="load: every writer's pages go to one open project pool, owners user0..user3, so "
+                    "automatic recall reads the other sessions' pages too")
+    ap.add_argument("--backends", default="postgres,postgres+tantivy,sqlite",
+                    help="load: which stores to run (postgres, postgres+tantivy, sqlite)")
     args = ap.parse_args(argv)
     if not args.traces.is_dir():
         ap.error(f"{args.traces} is not a folder of session files")
@@ -335,15 +352,21 @@ def main(argv: list[str] | None = None) -> int:
             traces = [[dict(m) for m in s.messages] for s in load_sessions([args.traces])
                       if len(_calls(list(s.messages))) >= 5]
             rows = {}
-            rows["PostgreSQL"] = load("postgres", _schema_dsn(admin), args.procs, args.sessions, args.seconds, traces)
-            print(f"  load postgres: {rows['PostgreSQL']}", file=sys.stderr, flush=True)
-            rows["PostgreSQL + follower"] = load(
-                "postgres+tantivy", _schema_dsn(admin), args.procs, args.sessions, args.seconds, traces)
-            print(f"  load postgres+tantivy: {rows['PostgreSQL + follower']}", file=sys.stderr, flush=True)
-            for layout in [x for x in args.sqlite_layout.split(",") if x]:
+            backends = set(args.backends.split(","))
+            if "postgres" in backends:
+                rows["PostgreSQL"] = load("postgres", _schema_dsn(admin), args.procs, args.sessions, args.seconds,
+                                          traces, team=args.team)
+                print(f"  load postgres: {rows['PostgreSQL']}", file=sys.stderr, flush=True)
+            if "postgres+tantivy" in backends:
+                rows["PostgreSQL + follower"] = load(
+                    "postgres+tantivy", _schema_dsn(admin), args.procs, args.sessions, args.seconds, traces,
+                    team=args.team)
+                print(f"  load postgres+tantivy: {rows['PostgreSQL + follower']}", file=sys.stderr, flush=True)
+            for layout in [x for x in args.sqlite_layout.split(",") if x and "sqlite" in backends]:
                 folder = tempfile.mkdtemp(prefix="pg-bench-sqlite-")
                 try:
-                    row = load("sqlite", folder, args.procs, args.sessions, args.seconds, traces, layout)
+                    row = load("sqlite", folder, args.procs, args.sessions, args.seconds, traces, layout,
+                               team=args.team)
                 finally:
                     shutil.rmtree(folder, ignore_errors=True)
                 rows[f"SQLite ({layout})"] = row
