@@ -241,14 +241,15 @@ class Session:
         refresh = getattr(self._feeder.index, "refresh", None)
         if pools and refresh is not None:
             refresh()  # other processes' commits: their pools' pages are candidates too (~0.1 ms)
+        acls = self.store.pool_acls() if pools else {}  # read once: a round trip on a database server
         hits = self._feeder.index.search_terms(
             # twice the candidates when pools are read: other sessions' pages must not crowd out our own
             list(req.terms), session=self.session, k=req.k * 2 if pools else req.k, exclude=set(req.exclude),
             min_score=req.min_score,
-            cross_session=pools, audiences=self._audiences() if pools else (),
+            cross_session=pools, audiences=audiences(self._reader(), acls) if pools else (),
         )
         own = [hit for hit in hits if hit.session == self.session][: req.k]  # what a session-only search finds
-        foreign = self._foreign_hits([hit.page_id for hit in hits if hit.session != self.session][: req.k])
+        foreign = self._foreign_hits([hit.page_id for hit in hits if hit.session != self.session][: req.k], acls)
         found = {h.page_id: h for h in foreign}
         for hit in own:
             # not another branch's page, nor this session's own pin, note or handoff (the card has them)
@@ -263,7 +264,7 @@ class Session:
         """Return the index audiences this session reads beside its own: its owner, its readable pools."""
         return audiences(self._reader(), self.store.pool_acls())
 
-    def _foreign_hits(self, page_ids: Sequence[int]) -> list[RecallHit]:
+    def _foreign_hits(self, page_ids: Sequence[int], acls: Mapping[str, Any] | None = None) -> list[RecallHit]:
         """Return the pages of other sessions among ``page_ids`` that this session may read now, with their source.
 
         Checked on the stored page, not only by the index: a page demoted or a
@@ -271,7 +272,8 @@ class Session:
         """
         if not page_ids:
             return []
-        reader, acls = self._reader(), self.store.pool_acls()
+        reader = self._reader()
+        acls = self.store.pool_acls() if acls is None else acls
         out = []
         for rec in self.store.load_pages(list(page_ids)):
             if rec.session == self.session or not can_read(rec, reader, acls):
