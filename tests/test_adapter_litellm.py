@@ -11,10 +11,8 @@ import pytest
 
 # litellm fetches a model price list from the internet at import unless told not to
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-litellm = pytest.importorskip("litellm")
 
 import pager  # noqa: E402
-from pager.adapters.litellm import PagerCallback  # noqa: E402
 from pager.proxy import ServerThread  # noqa: E402
 from proxy_upstream import make_upstream  # noqa: E402
 
@@ -45,6 +43,11 @@ async def _wait_usage(p: Any, n: int) -> list[dict[str, Any]]:
 
 
 def test_callback_pages_and_observes(tmp_path):
+    # imported here, not at module level: litellm takes seconds to import, and every
+    # pytest-xdist worker imports every test module before the first test runs
+    litellm = pytest.importorskip("litellm")
+    from pager.adapters.litellm import PagerCallback
+
     up = make_upstream()
     store = tmp_path / "ctx"
     saved = list(litellm.callbacks)
