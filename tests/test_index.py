@@ -445,3 +445,20 @@ def test_pending_counts_uncommitted() -> None:
     assert index.pending == 2
     index.commit()
     assert index.pending == 0
+
+
+def test_a_closed_index_leaves_its_folder_alone(tmp_path):
+    """close() frees tantivy's objects at once (no garbage collection needed): the folder can go right after."""
+    import shutil
+    import time
+
+    for i in range(10):
+        path = tmp_path / f"ix{i}"
+        ix = PageIndex(path)
+        ix.add([IndexDoc(page_id=1, session="s", step=0, kind="user", text="hello world")])
+        ix.commit(1)
+        assert ix.search("hello", session="s")
+        ix.close()
+        shutil.rmtree(path)
+    time.sleep(0.2)
+    assert list(tmp_path.iterdir()) == []  # nothing recreated a folder or a lock file
