@@ -9,9 +9,7 @@ new pages; the facade adds them to the index only after the store committed.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
-
-from typing import Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from pager.core.aside import aside_page
 from pager.core.history import History, hash_messages

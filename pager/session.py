@@ -19,6 +19,7 @@ import orjson
 
 from pager.core.heat import get_policy
 from pager.core.history import History
+from pager.core.messages import message_text
 from pager.core.plan import Layout, SlotKind
 from pager.core.pools import Reader, audiences, can_read
 from pager.core.terms import extract_terms
@@ -29,7 +30,6 @@ from pager.schedulers.paging import PagingCall, PagingScheduler, RecallRequest
 from pager.schedulers.rollover import SETTING_PREFIX, RolloverController
 from pager.storage.base import Store
 from pager.storage.indexing import IndexFeeder
-from pager.core.messages import message_text
 
 __all__ = ["Session", "open_store"]
 

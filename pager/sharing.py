@@ -8,9 +8,9 @@ indexed again under its new audiences in the same call.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any, Sequence
 
 import attrs
-from typing import TYPE_CHECKING, Any, Sequence
 
 from pager.core.pages import SCOPES, PageRecord
 from pager.core.pools import PoolAcl, can_read, can_write, widen

@@ -14,13 +14,12 @@ from typing import Any
 
 import orjson
 import pytest
+from helpers import assistant, call, system, user
 
 import pager
 from pager.cli import main as cli_main
-from pager.core.pools import PoolAcl, Reader, can_read
 from pager.core.pages import PageRecord
-
-from helpers import assistant, call, system, user
+from pager.core.pools import PoolAcl, Reader, can_read
 
 
 def secret(n: int, what: str = "page") -> str:

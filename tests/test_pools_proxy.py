@@ -18,9 +18,10 @@ import pytest
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-from pager.proxy import ProxyConfig, ServerThread, create_app  # noqa: E402
 from proxy_upstream import make_upstream  # noqa: E402
 from test_pools import COMBOS, cases, populate, secret  # noqa: E402
+
+from pager.proxy import ProxyConfig, ServerThread, create_app  # noqa: E402
 
 PROXY_READERS = [("s2", "alice"), ("s3", "bob"), ("s4", None)]
 

@@ -276,7 +276,8 @@ def test_cli_notes_skipped_and_sampled(sessions):
     _, out, err = run_cli(["--dry-run", "--grid", "high_watermark=10000,24000,32000",
                            "--grid", "low_watermark=8000,12000", "--max-points", "2"])
     assert err.count("skipped high_watermark=10000") == 1  # only with low_watermark=12000
-    assert "4 configurations, replaying a sample of 2"  # 24000/8000 is the base in err
+    # the base and the five valid grid points, two of them replayed
+    assert "2 configurations (a sample of the 6 valid ones, --max-points)" in err
     assert out.splitlines()[0] == "p01  defaults" and len(out.splitlines()) == 2
 
 

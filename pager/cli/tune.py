@@ -125,8 +125,8 @@ def build_grid(args: argparse.Namespace) -> list[dict[str, Any]] | None:
     return tune.expand_grid(grid) if grid else None
 
 
-def candidates(args: argparse.Namespace, err: TextIO) -> list[tune.Candidate]:
-    """Return the valid, capped configurations to replay; notes go to ``err``.
+def candidates(args: argparse.Namespace, err: TextIO) -> tuple[list[tune.Candidate], int]:
+    """Return the valid, capped configurations to replay and how many were valid; notes go to ``err``.
 
     A grid value valid in no combination is a ``ConfigError``.
     """
@@ -149,10 +149,7 @@ def candidates(args: argparse.Namespace, err: TextIO) -> list[tune.Candidate]:
     valid = tune.validate(combos, base, note=note, strict=strict)
     for line in notes:  # only once the grid is known to be usable
         print(line, file=err)
-    kept = tune.cap(valid, args.max_points, seed=args.seed)
-    if len(kept) < len(valid):
-        note(f"{len(valid)} configurations, replaying a sample of {len(kept)} (--max-points)")
-    return kept
+    return tune.cap(valid, args.max_points, seed=args.seed), len(valid)
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -236,11 +233,15 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
     when interrupted.
     """
     check_args(args)
-    cands = candidates(args, err)
+    cands, valid = candidates(args, err)
     if not cands:
         print("pager tune: no valid configuration to replay", file=err)
         return None
+    # said with the run's first line, so an argument error found later is still the only line
+    sampled = f" (a sample of the {valid} valid ones, --max-points)" if len(cands) < valid else ""
     if args.dry_run:
+        if sampled:
+            print(f"pager tune: {len(cands)} configurations{sampled}", file=err)
         for i, c in enumerate(cands):
             print(f"p{i + 1:02d}  {tune.label(c.changes)}", file=out)
         return None
@@ -262,7 +263,7 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
         "long_gap": args.long_gap,
     }
     log = tune.Log.resume(args.json, settings) if args.resume else tune.Log(settings=settings)
-    print(f"pager tune: {note}; {len(cands)} configurations", file=err)
+    print(f"pager tune: {note}; {len(cands)} configurations{sampled}", file=err)
     if not sessions:
         print("pager tune: nothing to replay", file=err)
         return None

@@ -24,13 +24,30 @@ import attrs
 import numpy as np
 
 from pager.core import pairing
-from pager.core.heat import HeatPolicy, PageTable
-from pager.core.l1guard import GuardResult, guard_card, items
-from pager.core.history import History
-from pager.core.messages import message_text
 from pager.core.compact import compact_line, index_block
-from pager.core.plan import CARD, FULL, INDEX, RECALL, STUB, Layout, PlanConfig, PlanInput, Slot, plan
-from pager.core.render import excerpt_span, line_range, recall_block, source_label, stub_message
+from pager.core.heat import HeatPolicy, PageTable
+from pager.core.history import History
+from pager.core.l1guard import GuardResult, guard_card, items
+from pager.core.messages import message_text
+from pager.core.plan import (
+    CARD,
+    FULL,
+    INDEX,
+    RECALL,
+    STUB,
+    Layout,
+    PlanConfig,
+    PlanInput,
+    Slot,
+    plan,
+)
+from pager.core.render import (
+    excerpt_span,
+    line_range,
+    recall_block,
+    source_label,
+    stub_message,
+)
 from pager.core.terms import term_weight
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter
 from pager.formats.base import RenderHints
