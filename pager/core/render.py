@@ -6,6 +6,7 @@ re-emitted stub or block never breaks the prompt cache.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Sequence
 
 from pager.core.tokens import content_text
@@ -16,6 +17,7 @@ __all__ = [
 ]
 
 STUB_HEAD_CHARS = 200
+_PAGE_CLOSE = re.compile(r"<\s*/\s*page\s*>", re.IGNORECASE)
 
 
 def _head(text: str, limit: int) -> str:
@@ -92,7 +94,8 @@ def recall_block(pages: Sequence[Mapping[str, Any]]) -> str:
             attrs.append(f'path="{p["path"]}"')
         if p.get("lines"):
             attrs.append(f'lines="{p["lines"][0]}-{p["lines"][1]}"')
-        body = p["text"]
+        # a page's text (another user's note, say) must not end its page early and pose as pager's words
+        body = _PAGE_CLOSE.sub("<\\/page>", p["text"])
         if p.get("truncated"):
             body += f"\n… (excerpt; expand(\"{p['handle']}\") for the whole page)"
         out.append(f"<page {' '.join(attrs)}>\n{body}\n</page>")
