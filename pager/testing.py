@@ -118,6 +118,7 @@ class StoreContract:
         assert (rec.kind, rec.seq, rec.scope, rec.owner, rec.pool) == ("note", 2, "project", "alice", "repo")
         assert store.page_by_handle("s", note.handle) == aside and aside in store.pages_by_handle(note.handle)
         assert [r.id for r, _ in store.iter_pages(ids[-1])] == [aside]  # the index is fed it like any page
+        assert store.aside_pages("s") == [aside] and store.aside_pages("t") == []
         assert store.count_pages("s") == 3
         _, (after,) = store.record("s", b, None, 2, [new_page(3)])
         assert store.branch_page_ids(b) == ids + [after]

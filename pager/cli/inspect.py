@@ -18,7 +18,6 @@ from typing import Any
 
 import orjson
 
-from pager.core.aside import ASIDE_KINDS
 from pager.core.messages import message_text
 from pager.core.pools import Reader, can_read
 from pager.errors import ConfigError
@@ -93,13 +92,10 @@ class _Visible:
         return can_read(page, self.reader, self.acls)
 
 
-def _aside_pages(store: Any) -> dict[str, list[tuple[Any, str]]]:
-    """Return every session's pins, notes and handoffs kept as pages, oldest first."""
-    out: dict[str, list[tuple[Any, str]]] = {}
-    for rec, msg in store.iter_pages(0):
-        if rec.kind in ASIDE_KINDS:
-            out.setdefault(rec.session, []).append((rec, message_text(msg)))
-    return out
+def _aside_pages(store: Any, session: str) -> list[tuple[Any, str]]:
+    """Return the session's pins, notes and handoffs kept as pages, oldest first, with their text."""
+    recs = store.load_pages(store.aside_pages(session))
+    return [(rec, message_text(store.message(rec.id)[1])) for rec in recs]
 
 
 def _export(store: Any, sessions: list[str], format: str) -> int:
@@ -146,12 +142,11 @@ def run(args: argparse.Namespace) -> int:
             if rec.get("type") == "assemble":
                 last[rec["session"]] = rec
         visible = _Visible(Reader(args.reader, args.owner), store.pool_acls()) if args.reader else None
-        aside = _aside_pages(store)
         if args.format:
             if visible is not None:
                 raise ConfigError("--format prints whole histories; it does not combine with --as")
             return _export(store, sessions, args.format)
-        out = [_summary(store, s, last.get(s), aside.get(s, []), visible) for s in sessions]
+        out = [_summary(store, s, last.get(s), _aside_pages(store, s), visible) for s in sessions]
         if visible is not None:
             out = [s for s in out if visible.own(s["session"]) or s["pages"] or s["aside"]]
     finally:

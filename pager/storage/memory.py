@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 import attrs
 import orjson
 
+from pager.core.aside import ASIDE_KINDS
 from pager.core.pools import PoolAcl
 from pager.errors import StoreError
 from pager.storage.base import (
@@ -221,6 +222,9 @@ class MemoryStore:
         if session is None:
             return len(self._pages)
         return sum(1 for r in self._pages.values() if r.session == session)
+
+    def aside_pages(self, session: str) -> list[int]:
+        return sorted(pid for pid, r in self._pages.items() if r.session == session and r.kind in ASIDE_KINDS)
 
     def pages_by_handle(self, handle: str) -> list[int]:
         return sorted((pid for pid, r in self._pages.items() if r.handle == handle), reverse=True)

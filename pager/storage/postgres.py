@@ -20,6 +20,7 @@ from typing import Any, Iterator, Sequence
 
 import orjson
 
+from pager.core.aside import ASIDE_KINDS
 from pager.core.pools import PoolAcl
 from pager.errors import ConfigError, StoreError
 from pager.storage.base import Branch, Event, NewPage, PageRecord, StatUpdate, TimelineEntry
@@ -247,6 +248,12 @@ class PostgresStore(PgConnection):
         """Return the newest page id with ``handle`` in ``session`` (None when unknown)."""
         rows = self._rows("SELECT max(id) FROM pager_pages WHERE handle = %s AND session = %s", (handle, session))
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def aside_pages(self, session: str) -> list[int]:
+        """Return the ids of the session's pins, notes and handoffs kept as pages, oldest first."""
+        rows = self._rows("SELECT id FROM pager_pages WHERE session = %s AND kind = ANY(%s) ORDER BY id",
+                          (session, list(ASIDE_KINDS)))
+        return [int(r[0]) for r in rows]
 
     def pages_by_handle(self, handle: str) -> list[int]:
         """Return the ids of the pages with ``handle`` in any session, newest first (callers check access)."""

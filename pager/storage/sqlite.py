@@ -27,6 +27,7 @@ from typing import Any, Iterator, Sequence
 import orjson
 
 from pager.errors import SchemaError, StoreError
+from pager.core.aside import ASIDE_KINDS
 from pager.core.pages import page_record
 from pager.core.pools import PoolAcl
 from pager.storage.base import (
@@ -354,6 +355,12 @@ class SQLiteStore:
         with self.transaction() as db:
             self._bump(db, session)
             return [_insert_page(db, session, seq, p) for p in pages]
+
+    def aside_pages(self, session: str) -> list[int]:
+        """Return the ids of the session's pins, notes and handoffs kept as pages, oldest first."""
+        marks = ",".join("?" * len(ASIDE_KINDS))
+        return [int(r[0]) for r in self._db.execute(
+            f"SELECT id FROM pages WHERE session=? AND kind IN ({marks}) ORDER BY id", (session, *ASIDE_KINDS))]
 
     def pages_by_handle(self, handle: str) -> list[int]:
         """Return the ids of pages with ``handle`` in any session, newest first."""
