@@ -34,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from pager import tools as agent_tools
 from pager.core.tokens import default_counter
 from pager.recording import record_aside
+from pager.sharing import readable_page
 from pager.options import Options
 
 __all__ = ["SessionTools", "build_server"]
@@ -76,20 +77,6 @@ class SessionTools:
             return self.index.search(query, session=self.session, k=k, cross_session=cross_session,
                                      audiences=audiences(self._reader(), self.store.pool_acls()))
 
-    def _readable_page(self, handle: str) -> int | None:
-        # the facade's rule (pager.sharing): its own page first, else one of a pool it may read;
-        # an unreadable handle answers like an unknown one
-        from pager.core.pools import can_read
-
-        pid = self.store.page_by_handle(self.session, handle)
-        if pid is not None:
-            return pid
-        reader, acls = self._reader(), self.store.pool_acls()
-        for other in self.store.pages_by_handle(handle):
-            if can_read(self.store.load_pages([other])[0], reader, acls):
-                return other
-        return None
-
     def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
         from pager.core import messages as messages_mod
         from pager.core.render import line_range
@@ -101,7 +88,7 @@ class SessionTools:
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ToolError(f"{name} must be a positive integer, got {v!r}")
         with self._lock:
-            pid = self._readable_page(handle)
+            pid = readable_page(self.store, self._reader(), handle)  # an unreadable one answers like unknown
             if pid is None:
                 raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")
             _session, msg = self.store.message(pid)

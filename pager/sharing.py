@@ -13,14 +13,27 @@ from typing import TYPE_CHECKING, Any, Sequence
 import attrs
 
 from pager.core.pages import SCOPES, PageRecord
-from pager.core.pools import PoolAcl, can_read, can_write, widen
+from pager.core.pools import PoolAcl, Reader, can_read, can_write, widen
 from pager.errors import ConfigError, HandleError
+from pager.storage.base import Store
 from pager.storage.indexing import index_doc
 
 if TYPE_CHECKING:  # pragma: no cover
     from pager.session import Session
 
-__all__ = ["Sharing"]
+__all__ = ["Sharing", "readable_page"]
+
+
+def readable_page(store: Store, reader: Reader, handle: str) -> int | None:
+    """Return the page ``handle`` names that ``reader`` may read (its own session's first), else None."""
+    pid = store.page_by_handle(reader.session, handle)
+    if pid is not None:
+        return pid
+    acls = store.pool_acls()
+    for other in store.pages_by_handle(handle):
+        if can_read(store.load_pages([other])[0], reader, acls):
+            return other
+    return None
 
 
 class Sharing:
@@ -39,14 +52,7 @@ class Sharing:
 
         An unreadable handle answers exactly like an unknown one: its existence does not leak.
         """
-        pid = self.store.page_by_handle(self.session, handle)
-        if pid is not None:
-            return pid
-        reader, acls = self._reader(), self.store.pool_acls()
-        for other in self.store.pages_by_handle(handle):
-            if can_read(self.store.load_pages([other])[0], reader, acls):
-                return other
-        return None
+        return readable_page(self.store, self._reader(), handle)
 
     def pools(self: "Session") -> dict[str, PoolAcl]:
         """Return the store's pool ACLs by pool name."""

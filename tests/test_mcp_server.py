@@ -77,8 +77,9 @@ def test_stdio_server_tools_against_an_open_harness(tmp_path):
 
 def test_a_note_written_through_mcp_reaches_the_open_harness(tmp_path):
     store = tmp_path / "ctx"
-    harness = pager.open(store, session="s1", context_window=32_000)
+    harness = pager.open(store, session="s1", context_window=32_000, scope="project", pool="repo")
     try:
+        harness.grant("repo", readers=["*"])
         msgs = _history()
         harness.assemble({"model": "m", "messages": msgs})
 
@@ -96,6 +97,10 @@ def test_a_note_written_through_mcp_reaches_the_open_harness(tmp_path):
             tools.close()
         out = harness.assemble({"model": "m", "messages": msgs + [{"role": "user", "content": "next?"}]})
         assert any("relink with -lzebra" in str(m.get("content")) for m in out["messages"])
+        # the note is a page of the session's pool too: another agent on the pool finds it
+        with pager.open(store, session="s2", owner="bob") as other:
+            hits = other.search("relink lzebra", cross_session=True)
+            assert [(h.session, h.kind, h.pool) for h in hits][:1] == [("s1", "note", "repo")]
     finally:
         harness.close()
 
