@@ -239,6 +239,19 @@ def loaded_note(sessions: Sequence[Session], loaded: int, paths: Sequence[Any], 
     return note
 
 
+def replay_inputs(
+    args: argparse.Namespace,
+) -> tuple[list[Session], list[tuple[str, str]], str, Pricing, FaultCost, int]:
+    """Return what ``bench`` and ``tune`` replay: the selected sessions, the files skipped, the note
+    saying so, the pricing, the fault cost and the number of processes."""
+    paths = args.paths or default_paths()
+    skipped: list[tuple[str, str]] = []
+    loaded = load(paths, skipped)
+    sessions = select(loaded, args.min_assistant)
+    note = loaded_note(sessions, len(loaded), paths, args.min_assistant, skipped)
+    return sessions, skipped, note, pricing_of(args), fault_of(args), jobs_of(args)
+
+
 def register(subparsers: Any) -> None:
     """Add the ``bench`` subcommand."""
     p = one_line_errors(subparsers.add_parser(
@@ -514,14 +527,7 @@ def run_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> BenchResult
     Every argument is checked first (``ConfigError``, nothing replayed).
     """
     check_args(args)
-    paths = args.paths or default_paths()
-    price = pricing_of(args)
-    fault = fault_of(args)
-    jobs = jobs_of(args)
-    skipped: list[tuple[str, str]] = []
-    loaded = load(paths, skipped)
-    sessions = select(loaded, args.min_assistant)
-    note = loaded_note(sessions, len(loaded), paths, args.min_assistant, skipped)
+    sessions, skipped, note, price, fault, jobs = replay_inputs(args)
     print(f"pager bench: {note}", file=err)
     if not sessions:
         print("pager bench: nothing to replay", file=err)

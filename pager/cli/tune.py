@@ -37,18 +37,14 @@ from pager.cli.bench import (
     add_progress,
     add_session_options,
     check_output,
-    default_paths,
     fault_of,
     fraction,
     glossary,
-    jobs_of,
-    load,
-    loaded_note,
     one_line_errors,
     positive_int,
     process_note,
     pricing_of,
-    select,
+    replay_inputs,
     table,
 )
 
@@ -248,14 +244,7 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
     if not pager_available():
         raise ConfigError("pager.open is not available; nothing to tune")
 
-    paths = args.paths or default_paths()
-    price = pricing_of(args)
-    fault = fault_of(args)
-    jobs = jobs_of(args)
-    skipped: list[tuple[str, str]] = []
-    loaded = load(paths, skipped)
-    sessions = select(loaded, args.min_assistant)
-    note = loaded_note(sessions, len(loaded), paths, args.min_assistant, skipped)
+    sessions, skipped, note, price, fault, jobs = replay_inputs(args)
     settings = {
         "sessions": [{"id": s.id, "digest": tune.session_digest(s)} for s in sessions],
         "pricing": attrs.asdict(price),
