@@ -67,7 +67,7 @@ BENCH_CASES = [
     (["--html", "{tmp}/missing/r.html"], ["--html", "no such directory"]),
     (["--html", "{tmp}/adir"], ["--html", "is a directory"]),
     (["--json", "{tmp}/missing/r.json"], ["--json", "no such directory"]),
-    (["--json", "{tmp}/r.x", "--html", "{tmp}/r.x"], ["same file"]),
+    (["--json", "{tmp}/r.x", "--html", "{tmp}/r.x"], ["--json and --html name the same file"]),
     (["--pager", "foo=1"], ["--pager foo=1", "unknown option"]),
     (["--pager", "high_watermark=-5"], ["--pager high_watermark=-5", "must be a positive"]),
     (["--pager", "policy=nosuch"], ["--pager policy=nosuch", "nosuch"]),
@@ -126,7 +126,7 @@ TUNE_CASES = [
     (["--resume"], ["--resume needs --json"]),
     (["--resume", "--json", "{tmp}/none.json"], ["--resume: no log"]),
     (["--write", "{tmp}/missing/t.json"], ["--write", "no such directory"]),
-    (["--write", "{tmp}/t.json", "--json", "{tmp}/t.json"], ["same file"]),
+    (["--write", "{tmp}/t.json", "--json", "{tmp}/t.json"], ["--write and --json name the same file"]),
     (["--objective", "cost"], ["--objective", "invalid choice"]),
 ]
 

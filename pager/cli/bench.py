@@ -175,6 +175,19 @@ def check_output(path: str | None, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: not writable")
 
 
+def check_outputs(**paths: str | None) -> None:
+    """Check each output file (keyed by its flag's name) and that no two flags name the same file."""
+    seen: dict[Path, str] = {}
+    for name, path in paths.items():
+        flag = "--" + name.replace("_", "-")
+        check_output(path, flag)
+        if path is None:
+            continue
+        other = seen.setdefault(Path(path).resolve(), flag)
+        if other != flag:
+            raise ConfigError(f"{other} and {flag} name the same file")
+
+
 def check_pager_options(options: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Return ``options`` if ``pager.open`` would take them, else raise ``ConfigError`` naming ``where``.
 
@@ -399,10 +412,7 @@ def check_args(args: argparse.Namespace) -> None:
     """Check every argument of ``pager bench`` before anything is replayed; raise ``ConfigError``."""
     pricing_of(args)
     fault_of(args)
-    check_output(args.json, "--json")
-    check_output(args.html, "--html")
-    if args.json and args.html and Path(args.json).resolve() == Path(args.html).resolve():
-        raise ConfigError("--json and --html name the same file")
+    check_outputs(json=args.json, html=args.html)
     variants(args)
     for path in args.paths:
         if not Path(path).exists():

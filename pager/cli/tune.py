@@ -36,7 +36,7 @@ from pager.cli.bench import (
     add_paths,
     add_progress,
     add_session_options,
-    check_output,
+    check_outputs,
     fault_of,
     fraction,
     glossary,
@@ -152,10 +152,7 @@ def check_args(args: argparse.Namespace) -> None:
     """Check the arguments that need no grid (pricing, outputs, paths, --resume)."""
     pricing_of(args)
     fault_of(args)
-    check_output(args.write, "--write")
-    check_output(args.json, "--json")
-    if args.write and args.json and Path(args.write).resolve() == Path(args.json).resolve():
-        raise ConfigError("--write and --json name the same file")
+    check_outputs(write=args.write, json=args.json)
     if args.resume:
         if not args.json:
             raise ConfigError("--resume needs --json FILE: the log to continue")
