@@ -44,3 +44,47 @@ def coding_session(steps: int, *, output_lines: int = 40, seed_text: str = "fix 
             msgs.append(assistant(f"Step {i}: run tests", call(cid, "bash", command=f"pytest -k test_{i}")))
         msgs.append(tool(cid, big_text(output_lines, tag=f"out{i}")))
     return msgs
+
+
+_TURN_WORKER = r"""
+import sys, pager
+sys.path.insert(0, {tests!r})
+from helpers import coding_session
+history = coding_session(int(sys.argv[3]))
+with pager.open(sys.argv[1], session=sys.argv[2], context_window=200_000, log_reports=False) as p:
+    for line in sys.stdin:
+        p.assemble({{"messages": history[: int(line)]}})
+        print("ok", len(p.history), flush=True)
+"""
+
+
+def take_turns(store: str, session: str, steps: int) -> list[dict[str, Any]]:
+    """Two worker processes (as two proxy processes would) take turns serving one conversation; return it.
+
+    Each call's reply must show the worker's mirror holding every message so far, the other's included.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    code = _TURN_WORKER.format(tests=str(tests))
+    history = coding_session(steps)
+    workers = [
+        subprocess.Popen([sys.executable, "-c", code, store, session, str(steps)], cwd=tests.parent,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        for n in range(3, len(history) + 1):
+            w = workers[n % 2]
+            assert w.stdin is not None and w.stdout is not None and w.stderr is not None
+            w.stdin.write(f"{n}\n")
+            w.stdin.flush()
+            assert w.stdout.readline().split() == ["ok", str(n)], w.stderr.read()[-2000:]
+    finally:
+        for w in workers:
+            if w.stdin is not None:
+                w.stdin.close()
+            w.wait(timeout=60)
+    return history

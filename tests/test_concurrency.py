@@ -11,7 +11,7 @@ import pytest
 
 import pager
 
-from helpers import coding_session
+from helpers import coding_session, take_turns
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,39 +41,9 @@ def _run_writers(store: Path, jobs: list[tuple[str, int, int]]) -> None:
         assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
 
 
-SERVER = r"""
-import sys, pager
-sys.path.insert(0, {tests!r})
-from helpers import coding_session
-history = coding_session(int(sys.argv[3]))
-with pager.open(sys.argv[1], session=sys.argv[2], context_window=200_000, log_reports=False) as p:
-    for line in sys.stdin:
-        p.assemble({{"messages": history[: int(line)]}})
-        print("ok", len(p.history), flush=True)
-"""
-
-
 def test_two_processes_serving_one_session_record_each_message_once(tmp_path):
     """Two workers (as two proxy processes would) take turns serving one conversation."""
-    steps = 12
-    history = coding_session(steps)
-    code = SERVER.format(tests=str(ROOT / "tests"))
-    workers = [
-        subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "ctx"), "same", str(steps)], cwd=ROOT,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    try:
-        for n in range(3, len(history) + 1):
-            w = workers[n % 2]
-            w.stdin.write(f"{n}\n")
-            w.stdin.flush()
-            reply = w.stdout.readline().split()
-            assert reply == ["ok", str(n)], w.stderr.read()[-2000:]  # its mirror holds the other's pages too
-    finally:
-        for w in workers:
-            w.stdin.close()
-            w.wait(timeout=60)
+    history = take_turns(str(tmp_path / "ctx"), "same", 12)
     with pager.open(tmp_path / "ctx", session="same") as p:
         assert p.store.count_pages("same") == len(history)  # each message once
         assert len(p.store.branches("same")) == 1  # and no spurious branch

@@ -362,41 +362,10 @@ def test_words_on_most_pages_are_dropped_from_big_queries(store, plan):
 
 def test_two_processes_serving_one_session_on_postgresql(pg_dsn):
     """Two proxy-like processes take turns on one conversation: each message recorded once."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     import pager
-    from helpers import coding_session
+    from helpers import take_turns
 
-    root = Path(__file__).resolve().parents[1]
-    code = (
-        "import sys, pager\n"
-        f"sys.path.insert(0, {str(root / 'tests')!r})\n"
-        "from helpers import coding_session\n"
-        "history = coding_session(int(sys.argv[3]))\n"
-        "with pager.open(sys.argv[1], session=sys.argv[2], context_window=200_000, log_reports=False) as p:\n"
-        "    for line in sys.stdin:\n"
-        "        p.assemble({'messages': history[: int(line)]})\n"
-        "        print('ok', len(p.history), flush=True)\n"
-    )
-    steps = 10
-    history = coding_session(steps)
-    workers = [
-        subprocess.Popen([sys.executable, "-c", code, pg_dsn, "same", str(steps)], cwd=root,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    try:
-        for n in range(3, len(history) + 1):
-            w = workers[n % 2]
-            w.stdin.write(f"{n}\n")
-            w.stdin.flush()
-            assert w.stdout.readline().split() == ["ok", str(n)], w.stderr.read()[-2000:]
-    finally:
-        for w in workers:
-            w.stdin.close()
-            w.wait(timeout=60)
+    history = take_turns(pg_dsn, "same", 10)
     with pager.open(pg_dsn, session="same") as p:
         assert p.store.count_pages("same") == len(history) and len(p.store.branches("same")) == 1
 
