@@ -6,9 +6,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+import pager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pager.core.pools import owner_audience, pool_audience
 from pager.errors import RecallIndexError
 from pager.storage.index import Hit, IndexDoc, PageIndex
 
@@ -112,8 +115,25 @@ def test_labels_are_searchable() -> None:
 
 def test_session_scoped_by_default(ix: PageIndex) -> None:
     assert {h.session for h in ix.search("retry", session="A", k=10)} == {"A"}
-    assert set(ids(ix.search("retry", session="B", k=10))) == {5, 6, 7}
+    assert set(ids(ix.search("retry", session="B", k=10))) == {5, 7}
+    # B's private page (no owner: owned by identity "B") is read through its owner's audience
+    assert set(ids(ix.search("retry", session="B", k=10, audiences=[owner_audience("B")]))) == {5, 6, 7}
     assert ix.search("retry", session="C") == []
+
+
+def test_a_session_named_like_an_owner_or_a_pool_reads_neither() -> None:
+    """Session names, owners and pools are typed audiences: no name crosses from one kind to another."""
+    index = PageIndex()
+    index.add([doc(1, "quokka private", session="alice/a", owner="alice", scope="private"),
+               doc(2, "quokka pooled", session="w", scope="project", pool="repo"),
+               doc(3, "quokka own", session="pool:repo")])
+    index.commit()
+    assert ids(index.search("quokka", session="alice", cross_session=True)) == []
+    assert ids(index.search("quokka", session="pool:repo", cross_session=True)) == [3]
+    assert ids(index.search("quokka", session="x", audiences=[owner_audience("alice")])) == [1]
+    assert ids(index.search("quokka", session="x", audiences=[pool_audience("repo")])) == [2]
+    with pytest.raises(pager.InputError):
+        index.search("quokka", session="x", audiences=["pool:repo"])  # a bare name is refused
 
 
 def test_cross_session_labels_session_and_respects_private(ix: PageIndex) -> None:
@@ -135,8 +155,8 @@ def test_owner_other_than_session() -> None:
     )
     index.commit()
     assert ids(index.search("pool", session="pool", k=5)) == [1]  # alice's private page: alice only
-    assert set(ids(index.search("pool", session="pool", k=5, audiences=["alice"]))) == {1, 2}
-    assert ids(index.search("pool", session="other", audiences=["alice"])) == [2]  # any of alice's sessions
+    assert set(ids(index.search("pool", session="pool", k=5, audiences=[owner_audience("alice")]))) == {1, 2}
+    assert ids(index.search("pool", session="other", audiences=[owner_audience("alice")])) == [2]  # any of alice's sessions
     assert index.search("pool", session="bob", cross_session=True) == []
 
 
@@ -146,9 +166,9 @@ def test_project_pool_pages_are_read_through_the_pool() -> None:
                doc(2, "deploy secret", session="s1")])
     index.commit()
     assert ids(index.search("deploy", session="s2")) == []
-    assert ids(index.search("deploy", session="s2", audiences=["pool:repo"])) == [1]
-    assert ids(index.search("deploy", session="s2", audiences=["pool:other"])) == []
-    hit = index.search("deploy", session="s2", audiences=["pool:repo"])[0]
+    assert ids(index.search("deploy", session="s2", audiences=[pool_audience("repo")])) == [1]
+    assert ids(index.search("deploy", session="s2", audiences=[pool_audience("other")])) == []
+    hit = index.search("deploy", session="s2", audiences=[pool_audience("repo")])[0]
     assert (hit.session, hit.pool, hit.scope) == ("s1", "repo", "project")
 
 

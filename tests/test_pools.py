@@ -30,7 +30,9 @@ def secret(n: int, what: str = "page") -> str:
     return f"5eed{n:04d}{'ca' if what == 'page' else 'da'}fe"
 
 
-READERS = [("w0", "alice"), ("w4", "alice"), ("s2", "alice"), ("s3", "bob"), ("s4", None)]
+READERS = [("w0", "alice"), ("w4", "alice"), ("s2", "alice"), ("s3", "bob"), ("s4", None),
+           # names chosen to collide with an owner or a pool (issue 20): a session is only ever a session
+           ("alice", "mallory"), ("pool:repo6", "mallory"), ("pool:repo8", "mallory")]
 ACLS = {
     "none": None,
     "open": (["*"], ["alice"]),

@@ -96,3 +96,27 @@ def test_through_the_proxy_the_visible_set_is_exactly_the_specified_one(upstream
         finally:
             server.stop()
     assert checked == len(PROXY_READERS) * len(COMBOS) * 2
+
+
+@pytest.mark.parametrize("session", ["pool:repo6", "pool:repo8", "alice"])
+def test_a_session_named_like_a_pool_or_an_owner_reads_neither_through_the_proxy(upstream, shared_store, session):
+    """Issue 20: on a proxy run as ``--owner mallory``, ``x-pager-session: pool:repo8`` is only a session name."""
+    app_up, url = upstream
+    where, handles = shared_store
+    server = _proxy(where, url, "mallory")
+    base = server.start()
+    try:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0, timeout=30)
+        for n, _reader, want in cases([(session, "mallory")]):
+            for what, handle in zip(("page", "note"), handles[n]):
+                app_up.state.seen.clear()
+                client.chat.completions.create(
+                    model="recall-user", messages=[{"role": "system", "content": "agent"},
+                                                   {"role": "user", "content": secret(n, what)}],
+                    extra_headers={"x-pager-session": session})
+                sent = [b for p, _h, b in app_up.state.seen if p == "/v1/chat/completions"]
+                answer = sent[-1]["messages"][-1]
+                assert answer["role"] == "tool"
+                assert (handle in answer["content"]) == want, (*COMBOS[n], session, what)
+    finally:
+        server.stop()

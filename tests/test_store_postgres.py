@@ -9,6 +9,7 @@ import threading
 import psycopg
 import pytest
 
+from pager.core.pools import owner_audience, pool_audience
 from pager.errors import RecallIndexError, SchemaError, StoreError
 from pager.storage import pg_index
 from pager.storage.base import RecallIndex, StatUpdate
@@ -231,7 +232,10 @@ def test_visibility_sessions_private_and_shared(store, plan):
     assert [h.page_id for h in index.search("quokka", session="a")] == [pa]
     assert {h.page_id for h in index.search("quokka", session="a", cross_session=True)} == {pa, shared}
     assert [h.page_id for h in index.search("quokka", session="b")] == [shared]  # carol's page is not b's
-    assert {h.page_id for h in index.search("quokka", session="carol", cross_session=True)} == {shared, private}
+    assert {h.page_id for h in index.search("quokka", session="carol", cross_session=True,
+                                                audiences=[owner_audience("carol")])} == {shared, private}
+    # a session named like the owner holds the session's audience, not the owner's
+    assert {h.page_id for h in index.search("quokka", session="carol", cross_session=True)} == {shared}
 
 
 def test_a_pool_hit_carries_its_pool_owner_and_scope(store, plan):
@@ -240,7 +244,7 @@ def test_a_pool_hit_carries_its_pool_owner_and_scope(store, plan):
         _text_page(1, "capybara notes for the team", scope="project", pool="repo", owner="alice")])
     _, (own,) = store.record("b", b, None, 0, [_text_page(2, "capybara in session b")])
     index = store.open_index()
-    hits = {h.page_id: h for h in index.search("capybara", session="b", audiences=["pool:repo"])}
+    hits = {h.page_id: h for h in index.search("capybara", session="b", audiences=[pool_audience("repo")])}
     assert set(hits) == {pooled, own}
     assert (hits[pooled].session, hits[pooled].pool, hits[pooled].owner, hits[pooled].scope) == (
         "a", "repo", "alice", "project")

@@ -16,8 +16,23 @@ closed: its pages stay visible to their own session only. Promotion
 one; both need write access to where the page is and where it goes
 (``can_write``). Nothing is promoted automatically.
 
-The recall index enforces reading by audience keys (``audiences``); ``expand``
-and ``inspect`` check ``can_read`` on the stored page. Both read the rules here.
+Audiences
+---------
+Who may see a page is one rule, stated once here: a page is visible to a set
+of *audiences* (``page_audiences``), a reader holds a set of audiences
+(``reader_audiences``), and the reader sees the page when the two meet.
+``can_read`` (``expand``, ``inspect``, the facade's checks) is exactly that
+intersection, and the recall indexes (search, the ``recall`` tool, automatic
+recall) index each page under its audiences and query a reader's: the two
+checks cannot disagree.
+
+An audience is typed: ``"s:" + session``, ``"o:" + owner``, ``"p:" + pool``,
+or ``SHARED``. Session names, owner names and pool names are chosen by
+different people (a proxy client picks its session name in a header), so
+each kind has its own key space: a session *named* ``pool:repo`` or
+``alice`` holds ``s:pool:repo`` or ``s:alice``, never ``p:repo`` or
+``o:alice``. (Until 2026-12 the three shared one key space and such a session
+read the pool's or the owner's pages through search and recall.)
 """
 
 from __future__ import annotations
@@ -28,9 +43,62 @@ import attrs
 
 from pager.core.pages import SCOPES, PageRecord
 
-__all__ = ["ANYONE", "PoolAcl", "Reader", "audiences", "can_read", "can_write", "widen"]
+__all__ = [
+    "ANYONE",
+    "SHARED",
+    "PoolAcl",
+    "Reader",
+    "audiences",
+    "can_read",
+    "can_write",
+    "is_audience",
+    "owner_audience",
+    "page_audiences",
+    "pool_audience",
+    "reader_audiences",
+    "session_audience",
+    "widen",
+]
 
 ANYONE = "*"
+SHARED = "*"  # the audience of shared pages: every session that reads across sessions
+_KINDS = ("s:", "o:", "p:")
+
+
+def session_audience(session: str) -> str:
+    """Return the audience of session ``session``'s own pages."""
+    return "s:" + session
+
+
+def owner_audience(owner: str) -> str:
+    """Return the audience of owner ``owner``'s private pages."""
+    return "o:" + owner
+
+
+def pool_audience(pool: str) -> str:
+    """Return the audience of project pool ``pool``'s pages."""
+    return "p:" + pool
+
+
+def is_audience(value: object) -> bool:
+    """Whether ``value`` is a typed audience (``s:``, ``o:``, ``p:`` or ``SHARED``), not a bare name."""
+    return isinstance(value, str) and (value == SHARED or value[:2] in _KINDS)
+
+
+def page_audiences(scope: str, session: str, owner: str | None, pool: str | None) -> tuple[str, ...]:
+    """Return who may see a page, by scope: the one rule every check and index reads.
+
+    ``private``: its owner (its session's name when it has none); ``project``:
+    its session and its pool; ``shared``: its session and ``SHARED``;
+    ``session`` (and a ``project`` page without a pool): its session.
+    """
+    if scope == "private":
+        return (owner_audience(owner or session),)
+    if scope == "project" and pool:
+        return (session_audience(session), pool_audience(pool))
+    if scope == "shared":
+        return (session_audience(session), SHARED)
+    return (session_audience(session),)
 
 
 def _names(value: object) -> frozenset[str]:
@@ -70,22 +138,25 @@ class Reader:
 
 
 def audiences(reader: Reader, acls: Mapping[str, PoolAcl]) -> tuple[str, ...]:
-    """Return the index audiences ``reader`` may query beside its session: its owner, its readable pools."""
-    out = [reader.identity]
-    out.extend(f"pool:{name}" for name, acl in sorted(acls.items()) if acl.allows(reader.names))
+    """Return the typed audiences ``reader`` may query beside its session: its owner, its readable pools.
+
+    A pool nobody configured is closed: it is in no ACL, so its pages stay in their session.
+    """
+    out = [owner_audience(reader.identity)]
+    out.extend(pool_audience(name) for name, acl in sorted(acls.items()) if acl.allows(reader.names))
     return tuple(out)
 
 
+def reader_audiences(reader: Reader, acls: Mapping[str, PoolAcl], *, cross_session: bool = True) -> tuple[str, ...]:
+    """Return every audience ``reader`` holds: its session, ``audiences`` and (cross-session) ``SHARED``."""
+    out = (session_audience(reader.session), *audiences(reader, acls))
+    return (*out, SHARED) if cross_session else out
+
+
 def can_read(page: PageRecord, reader: Reader, acls: Mapping[str, PoolAcl]) -> bool:
-    """Whether ``reader`` may see ``page`` (search, recall, expand, inspect)."""
-    owner = page.owner or page.session
-    if page.scope == "private":
-        return owner == reader.identity
-    if page.session == reader.session or page.scope == "shared":
-        return True
-    if page.scope == "project" and page.pool and page.pool in acls:
-        return acls[page.pool].allows(reader.names)
-    return False  # a pool nobody configured is closed: its pages stay in their session
+    """Whether ``reader`` may see ``page`` (search, recall, expand, inspect): their audiences meet."""
+    mine = reader_audiences(reader, acls)
+    return any(a in mine for a in page_audiences(page.scope, page.session, page.owner, page.pool))
 
 
 def _may_write(scope: str, pool: str | None, page: PageRecord, who: Reader, acls: Mapping[str, PoolAcl]) -> bool:

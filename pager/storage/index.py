@@ -40,21 +40,22 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import tantivy
 from tantivy import Query
 
-from pager.errors import RecallIndexError
+from pager.core.pools import page_audiences
+from pager.errors import PagerError, RecallIndexError
 from pager.storage.index_schema import (
     _KEY_ANALYZER,
     _META,
     _SCHEMA,
-    _SHARED,
     _TEXT_ANALYZER,
+    INDEX_FORMAT,
     MAX_KEY_CHARS,
-    POOL_PREFIX,
     SCOPES,
     STORED_TEXT_CHARS,
     Hit,
@@ -63,11 +64,21 @@ from pager.storage.index_schema import (
     _bigrams,
     _clean,
 )
+from pager.storage.index_files import IndexDamage, is_damage, move_aside, verify
 from pager.storage.index_search import SearchMixin
 
 __all__ = ["Hit", "IndexDoc", "PageIndex", "SCOPES", "shared_index"]
 
 log = logging.getLogger("pager.index")
+_T = TypeVar("_T")
+
+
+class _Damaged(RecallIndexError):
+    """The index on disk is damaged: set it aside and rebuild it (callers see ``RecallIndexError``)."""
+
+
+class _StaleFormat(Exception):
+    """The index was written under another ``INDEX_FORMAT``: rebuild it."""
 # Another process holding Tantivy's writer lock is waited for this long (it holds it only while
 # it commits) before the commit fails with RecallIndexError.
 WRITER_WAIT_SECONDS = 30.0
@@ -94,21 +105,22 @@ class PageIndex(SearchMixin):
         self._deletes: set[int] = set()
         self._pending: set[int] = set()  # ids added since the last commit
         self._pending_max = 0
-        self._index = self._open()
+        self._sources: list[Any] = []  # what rebuilds this index and knows its pages (IndexFeeder binds them)
+        self._checked: set[tuple[str, int]] = set()  # committed files whose checksum was found good
+        self._healing = False
+        self.set_aside = 0  # damaged folders this object moved aside (a test and the chaos harness read it)
+        self._searcher: tantivy.Searcher = None  # type: ignore[assignment]
+        if self._path is None:
+            self._index = tantivy.Index(_SCHEMA)
+            self._start()
+            return
         try:
-            self._start()
-        except RecallIndexError as e:
-            if self._path is None:
-                raise
-            # damage that opening did not notice (a segment file missing or cut short) shows on
-            # the first read: derived data, so start it again
-            log.warning("recall index at %s is damaged (%s); starting it again", self._path, e)
-            self._index = self._searcher = None  # type: ignore[assignment]
-            self._wipe()
-            self._index = self._open_disk()
-            self._start()
+            self._open_disk()
+        except _Damaged as e:
+            self._set_aside(e)  # the feeder that opened us rebuilds it from the store (it reads 0 indexed)
 
     def _start(self) -> None:
+        """Register the analyzers, load a searcher and read the meta document (any failure is damage)."""
         try:
             self._index.register_tokenizer("pg_text", _TEXT_ANALYZER)
             self._index.register_tokenizer("pg_key", _KEY_ANALYZER)
@@ -116,52 +128,153 @@ class PageIndex(SearchMixin):
             self._index.reload()
             self._searcher = self._index.searcher()
             self._upto, self._max_id, self._has_meta = self._read_meta()
-        except (ValueError, OSError, RuntimeError) as e:
-            raise RecallIndexError(f"cannot read the recall index: {e}") from e
+        except _StaleFormat:
+            raise
+        except BaseException as e:
+            if not is_damage(e):
+                raise
+            raise _Damaged(f"cannot read the recall index: {e}") from e
 
-    # -- opening -------------------------------------------------------------
+    # -- opening, and healing ------------------------------------------------
 
-    def _open(self) -> tantivy.Index:
-        """Open or create the index; recreate it if its schema or format is stale, or it is damaged."""
-        if self._path is None:
-            return tantivy.Index(_SCHEMA)
-        try:
-            return self._open_disk()
-        except RecallIndexError as e:
-            # derived data: a damaged index (a crash mid-commit, a stray file) is rebuilt, never fatal
-            log.warning("recall index at %s is damaged (%s); starting it again", self._path, e)
-            self._wipe()
-            return self._open_disk()
-
-    def _open_disk(self) -> tantivy.Index:
+    def _open_disk(self) -> None:
+        """Open or create the index at ``self._path``; a stale format starts again; ``_Damaged`` otherwise."""
         assert self._path is not None
+        p = self._path
         try:
-            self._path.mkdir(parents=True, exist_ok=True)
-            p = str(self._path)
-            if tantivy.Index.exists(p) and not tantivy.Index.is_compatible(p):
+            if os.path.lexists(p) and not p.is_dir():
+                raise IndexDamage(f"{p} is not a folder")
+            p.mkdir(mode=0o700, parents=True, exist_ok=True)
+            verify(p, self._checked)
+            where = str(p)
+            if tantivy.Index.exists(where) and not tantivy.Index.is_compatible(where):
                 self._wipe()
             try:
-                return tantivy.Index(_SCHEMA, p, reuse=True)
+                self._index = tantivy.Index(_SCHEMA, where, reuse=True)
             except ValueError as e:
                 if "schema does not match" not in str(e):
                     raise
                 # Written by another pager version: derived data, so start over;
                 # indexed_upto() will read 0 and the store re-feeds everything.
                 self._wipe()
-                return tantivy.Index(_SCHEMA, p, reuse=True)
-        except (ValueError, OSError) as e:
-            raise RecallIndexError(f"cannot open the recall index at {self._path}: {e}") from e
+                self._index = tantivy.Index(_SCHEMA, where, reuse=True)
+            try:
+                self._start()
+            except _StaleFormat:
+                log.info("recall index at %s has an older format; rebuilding it from the store", p)
+                self._drop()
+                self._wipe()
+                self._index = tantivy.Index(_SCHEMA, where, reuse=True)
+                self._start()
+        except _Damaged:
+            raise
+        except BaseException as e:
+            if not is_damage(e):
+                raise
+            raise _Damaged(f"cannot open the recall index at {p}: {e}") from e
+
+    def _drop(self) -> None:
+        """Let go of Tantivy's objects (the writer's lock first) before the folder is moved or removed."""
+        w, self._writer = self._writer, None
+        if w is not None:
+            try:
+                w.rollback()
+            except BaseException as e:
+                if not is_damage(e):
+                    raise
+            del w
+        self._searcher = None  # type: ignore[assignment]
+        self._index = None  # type: ignore[assignment]
+
+    def _set_aside(self, why: BaseException) -> None:
+        """Move the damaged folder aside and start an empty index in its place (never the store)."""
+        assert self._path is not None
+        self._drop()
+        where = move_aside(self._path)
+        log.warning("recall index at %s is damaged (%s); moved aside to %s, rebuilding it from the store",
+                    self._path, why, where)
+        self.set_aside += 1
+        self._checked.clear()
+        self._buffer.clear()
+        self._deletes.clear()
+        self._pending.clear()
+        self._pending_max = 0
+        try:
+            self._open_disk()
+        except _Damaged as e:
+            raise RecallIndexError(f"cannot start a new recall index at {self._path}: {e}") from e
+
+    def bind_source(self, source: Any) -> None:
+        """Register what can rebuild this index (``source.rebuild(index)``) and knows its pages (``present``)."""
+        with self._lock:
+            self._sources.append(source)
+
+    def unbind_source(self, source: Any) -> None:
+        with self._lock:
+            if source in self._sources:
+                self._sources.remove(source)
+
+    def _heal(self, why: BaseException) -> bool:
+        """Set the damaged index aside and rebuild it from a bound store; False when that is not possible."""
+        if self._path is None or self._healing or not self._sources:
+            return False
+        self._healing = True
+        try:
+            self._set_aside(why)
+            self._sources[-1].rebuild(self)
+        finally:
+            self._healing = False
+        return True
+
+    def _present(self, page_ids: list[int]) -> set[int] | None:
+        """Return which of ``page_ids`` the store has (None when no store is bound: all are taken)."""
+        if not self._sources or not page_ids:
+            return None
+        try:
+            return self._sources[-1].present(page_ids)
+        except PagerError as e:  # the store cannot say now: show the hits rather than none
+            log.warning("recall index: cannot check hits against the store: %s", e)
+            return None
+
+    def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:
+        """Run ``fn`` (Tantivy calls); on damage heal and run it once more; every failure is typed."""
+        with self._lock:
+            try:
+                return fn()
+            except RecallIndexError as e:
+                if not isinstance(e, _Damaged) or not self._heal(e):
+                    raise RecallIndexError(str(e)) from e
+            except PagerError:
+                raise  # the caller's error (a bad argument), or the store's: not the index's damage
+            except BaseException as e:
+                if not is_damage(e):
+                    raise
+                if not self._heal(e):
+                    raise RecallIndexError(f"{what}: {e}") from e
+            try:
+                return fn()
+            except PagerError as e:
+                if not isinstance(e, RecallIndexError):
+                    raise
+                raise RecallIndexError(f"{what}, even after a rebuild: {e}") from e
+            except BaseException as e:
+                if not is_damage(e):
+                    raise
+                raise RecallIndexError(f"{what}, even after a rebuild: {e}") from e
 
     def _wipe(self) -> None:
         assert self._path is not None
         shutil.rmtree(self._path, ignore_errors=True)
-        self._path.mkdir(parents=True, exist_ok=True)
+        self._path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._checked.clear()
 
     def _read_meta(self) -> tuple[int, int, bool]:
         hits = self._searcher.search(Query.term_query(_SCHEMA, "meta", _META), 1).hits
         if not hits:
             return 0, 0, False
         doc = self._searcher.doc(hits[0][1])
+        if int(doc.get_first("format") or 0) != INDEX_FORMAT:
+            raise _StaleFormat()
         return int(doc.get_first("upto") or 0), int(doc.get_first("max_id") or 0), True
 
     def _w(self) -> tantivy.IndexWriter:
@@ -190,7 +303,9 @@ class PageIndex(SearchMixin):
         if w is not None:
             try:
                 w.wait_merging_threads()
-            except (ValueError, OSError, RuntimeError) as e:
+            except BaseException as e:
+                if not is_damage(e):
+                    raise
                 log.warning("recall index: waiting for merges failed: %s", e)
 
     # -- writing -------------------------------------------------------------
@@ -212,7 +327,9 @@ class PageIndex(SearchMixin):
                     if pid > self._pending_max:
                         self._pending_max = pid
                     n += 1
-            except (ValueError, OSError, RuntimeError) as e:
+            except BaseException as e:
+                if not is_damage(e):
+                    raise
                 raise RecallIndexError(f"cannot add to the recall index: {e}") from e
         return n
 
@@ -220,16 +337,8 @@ class PageIndex(SearchMixin):
     def _to_doc(d: IndexDoc) -> tantivy.Document:
         session = _clean(d.session)
         owner = _clean(d.owner) if d.owner else session
-        home, own = _audience(session), _audience(owner)
-        # who may read it: its session; its owner only; its session and a project pool; everyone
-        if d.scope == "private":
-            audiences = [own]
-        elif d.scope == "project" and d.pool:
-            audiences = [home, _audience(POOL_PREFIX + _clean(d.pool))]
-        elif d.scope == "shared":
-            audiences = [home, _SHARED]
-        else:
-            audiences = [home]
+        # who may read it: the one rule of pager.core.pools, as typed audience keys
+        audiences = [_audience(a) for a in page_audiences(d.scope, d.session, d.owner or None, d.pool)]
         text = _clean(d.text)
         labels = [_clean(x) for x in d.labels]
         words = [text, *labels]
@@ -273,7 +382,11 @@ class PageIndex(SearchMixin):
 
         ``upto_page_id`` is the highest store page id the index now covers;
         ``None`` keeps the larger of the recorded value and the highest id added.
+        A damaged index is set aside and rebuilt from the store first.
         """
+        self._guarded("cannot commit the recall index", lambda: self._commit(upto_page_id))
+
+    def _commit(self, upto_page_id: int | None) -> None:
         with self._lock:
             w = self._w()
             try:
@@ -296,14 +409,18 @@ class PageIndex(SearchMixin):
                 meta.add_text("meta", _META)
                 meta.add_integer("upto", upto)
                 meta.add_integer("max_id", max_id)
+                meta.add_integer("format", INDEX_FORMAT)
                 w.add_document(meta)
                 w.commit()
-            except (ValueError, OSError, RuntimeError) as e:
+            except BaseException as e:
+                if not is_damage(e):
+                    self._rollback()
+                    raise
                 self._rollback()
                 # the traceback keeps this frame alive: a writer left in it would hold Tantivy's
                 # lock, and the caller's rebuild (in its except block) would wait for it in vain
                 w = None
-                raise RecallIndexError(f"cannot commit the recall index: {e}") from e
+                raise _Damaged(f"cannot commit the recall index: {e}") from e
             finally:
                 self._release()
             self._upto, self._max_id, self._has_meta = upto, max_id, True
@@ -321,21 +438,23 @@ class PageIndex(SearchMixin):
         if self._writer is not None:
             try:
                 self._writer.rollback()
-            except (ValueError, OSError, RuntimeError):
-                pass
+            except BaseException as e:
+                if not is_damage(e):
+                    raise
             self._writer = None  # a fresh writer starts from the last commit
 
     def refresh(self) -> None:
         """See what other processes committed since (a reader that never writes calls this)."""
-        with self._lock:
-            self._reload()
+        self._guarded("cannot reload the recall index", self._reload)
 
     def _reload(self) -> None:
         try:
             self._index.reload()
             self._searcher = self._index.searcher()
-        except (ValueError, OSError, RuntimeError) as e:
-            raise RecallIndexError(f"cannot reload the recall index: {e}") from e
+        except BaseException as e:
+            if not is_damage(e):
+                raise
+            raise _Damaged(f"cannot reload the recall index: {e}") from e
 
     @property
     def pending(self) -> int:
@@ -360,16 +479,30 @@ class PageIndex(SearchMixin):
                 self._deletes.add(pid)
 
     def clear(self) -> None:
-        """Drop every page and reset ``indexed_upto`` to 0 (a rebuild starts here)."""
+        """Drop every page and reset ``indexed_upto`` to 0 (a rebuild starts here).
+
+        A damaged index is set aside instead: a new empty one is as clear.
+        """
+        with self._lock:
+            try:
+                self._clear()
+            except _Damaged as e:
+                if self._path is None:
+                    raise RecallIndexError(str(e)) from e
+                self._set_aside(e)
+
+    def _clear(self) -> None:
         with self._lock:
             w = self._w()
             try:
                 w.delete_all_documents()
                 w.commit()
-            except (ValueError, OSError, RuntimeError) as e:
+            except BaseException as e:
                 self._rollback()
                 w = None  # as in commit: no writer may outlive the call in a traceback
-                raise RecallIndexError(f"cannot clear the recall index: {e}") from e
+                if not is_damage(e):
+                    raise
+                raise _Damaged(f"cannot clear the recall index: {e}") from e
             finally:
                 self._release()
             self._upto = self._max_id = 0
@@ -389,8 +522,10 @@ class PageIndex(SearchMixin):
             try:
                 w.rollback()
                 w.wait_merging_threads()
-            except (ValueError, OSError, RuntimeError) as e:
-                raise RecallIndexError(f"cannot close the recall index: {e}") from e
+            except BaseException as e:
+                if not is_damage(e):
+                    raise
+                log.warning("recall index at %s: closing its writer failed: %s", self._path, e)
             finally:
                 del w
         # drop the searcher and index too: tantivy's reader keeps a thread that
@@ -409,11 +544,21 @@ class PageIndex(SearchMixin):
 
     def __len__(self) -> int:
         """Return the number of committed pages."""
-        with self._lock:
+        return self._guarded("cannot read the recall index", self._len)
+
+    def _len(self) -> int:
+        try:
             return self._searcher.num_docs - (1 if self._has_meta else 0)
+        except BaseException as e:
+            if not is_damage(e):
+                raise
+            raise _Damaged(f"cannot read the recall index: {e}") from e
 
     def page_ids(self) -> set[int]:
         """Return the ids of every committed page (a consistency check reads them; O(pages))."""
+        return self._guarded("cannot read the recall index", self._page_ids)
+
+    def _page_ids(self) -> set[int]:
         with self._lock:
             self._reload()
             try:
@@ -427,8 +572,10 @@ class PageIndex(SearchMixin):
                     if pid is not None:
                         out.add(int(pid))
                 return out
-            except (ValueError, OSError, RuntimeError) as e:
-                raise RecallIndexError(f"cannot read the recall index: {e}") from e
+            except BaseException as e:
+                if not is_damage(e):
+                    raise
+                raise _Damaged(f"cannot read the recall index: {e}") from e
 
 # -- one index per folder per process ------------------------------------------------
 

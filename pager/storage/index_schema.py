@@ -14,6 +14,8 @@ import attrs
 import tantivy
 
 from pager.core.pages import SCOPES
+from pager.core.pools import SHARED, is_audience, session_audience
+from pager.errors import InputError
 
 __all__ = ["Hit", "IndexDoc", "SCOPES", "analyze_terms"]
 
@@ -30,8 +32,11 @@ KEY_BOOST = 2.0
 PRUNE_SHARE = 0.2
 PRUNE_MIN_DF = 2000
 PRUNE_KEEP = 3
-_SHARED = "shared"  # audience key of shared pages; session keys start with "h"
-POOL_PREFIX = "pool:"  # a project pool's audience is the hash of "pool:<name>"
+_SHARED = "shared"  # the JSON key of the SHARED audience; every other key starts with "h"
+# The index's format: documents written under another one are rebuilt from the store on open.
+# 2 (2026-12): audience keys are typed (pager.core.pools: s:/o:/p:), no longer bare names
+# that a session could share with an owner or a "pool:<name>".
+INDEX_FORMAT = 2
 _META = "upto"
 _OVERFETCH = 8  # extra candidates so ties at the cut are broken by page_id, not doc order
 
@@ -105,9 +110,45 @@ def _bigrams(text: str) -> list[str]:
     return out
 
 
-def _audience(name: str) -> str:
-    """Return the JSON key for a session or owner, hashed so dots cannot break the path."""
-    return "h" + hashlib.blake2b(name.encode("utf-8", "replace"), digest_size=8).hexdigest()
+def _audience(audience: str) -> str:
+    """Return the JSON key of a typed audience (``pager.core.pools``), hashed so dots cannot break the path."""
+    if audience == SHARED:
+        return _SHARED
+    return "h" + hashlib.blake2b(_clean(audience).encode("utf-8"), digest_size=8).hexdigest()
+
+
+def split_audiences(session: str, audiences: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
+    """Return the sessions, owners and pools a query from ``session`` reads (typed audiences only)."""
+    sessions, owners, pools = [_clean(session)], [], []
+    for a in audiences:
+        if not is_audience(a) or a == SHARED:
+            if a == SHARED:
+                continue  # cross_session says that
+            raise InputError(
+                f"recall audience {a!r} is not typed; build it with pager.core.pools "
+                "(owner_audience, pool_audience)"
+            )
+        {"s:": sessions, "o:": owners, "p:": pools}[a[:2]].append(_clean(a[2:]))
+    return list(dict.fromkeys(sessions)), list(dict.fromkeys(owners)), list(dict.fromkeys(pools))
+
+
+def reader_keys(session: str, audiences: Iterable[str], cross_session: bool) -> list[str]:
+    """Return the JSON keys a query reads: its session's, each typed audience's, and shared ones.
+
+    A bare name (not ``s:``, ``o:``, ``p:``) is refused: it could be a session
+    that happens to be called like an owner or a pool.
+    """
+    out = [_audience(session_audience(session))]
+    for a in audiences:
+        if not is_audience(a):
+            raise InputError(
+                f"recall audience {a!r} is not typed; build it with pager.core.pools "
+                "(owner_audience, pool_audience)"
+            )
+        out.append(_audience(a))
+    if cross_session:
+        out.append(_SHARED)
+    return list(dict.fromkeys(out))
 
 
 def _build_schema() -> tantivy.Schema:
@@ -130,6 +171,7 @@ def _build_schema() -> tantivy.Schema:
     sb.add_text_field("meta", tokenizer_name="raw", index_option="basic")
     sb.add_integer_field("upto", stored=True)
     sb.add_integer_field("max_id", stored=True)
+    sb.add_integer_field("format", stored=True)  # INDEX_FORMAT, on the meta document
     return sb.build()
 
 

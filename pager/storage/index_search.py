@@ -7,12 +7,12 @@ under ``self._lock`` and never writes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
+from typing import TypeVar
 
 import tantivy
 from tantivy import Occur, Query
 
-from pager.errors import RecallIndexError
 from pager.storage.index_schema import (
     analyze_terms,
     Hit,
@@ -28,15 +28,16 @@ from pager.storage.index_schema import (
     _CHUNK_STRIP,
     _OVERFETCH,
     _SCHEMA,
-    _SHARED,
     _STOPWORDS,
     _TEXT_ANALYZER,
-    _audience,
     _bigrams,
     _clean,
+    reader_keys,
 )
 
 __all__ = ["SearchMixin"]
+
+_T = TypeVar("_T")
 
 
 class SearchMixin:
@@ -46,6 +47,12 @@ class SearchMixin:
     _searcher: tantivy.Searcher
 
     def _reload(self) -> None:  # provided by PageIndex
+        raise NotImplementedError
+
+    def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:  # provided by PageIndex
+        raise NotImplementedError
+
+    def _present(self, page_ids: list[int]) -> set[int] | None:  # provided by PageIndex
         raise NotImplementedError
 
     def search(
@@ -62,19 +69,20 @@ class SearchMixin:
     ) -> list[Hit]:
         """Return up to ``k`` pages matching free text ``query``, best first.
 
-        A query reads its session's pages, plus the pages of each name in
-        ``audiences`` (an owner's private pages, ``"pool:<name>"`` for a project
-        pool), plus shared pages with ``cross_session``.
+        A query reads its session's pages, plus the pages of each typed
+        audience in ``audiences`` (``pager.core.pools``: ``owner_audience``
+        for an owner's private pages, ``pool_audience`` for a project pool),
+        plus shared pages with ``cross_session``. A bare name there is an
+        ``InputError``.
 
         Never raises on odd input: syntax characters, empty, huge, emoji or
         CJK queries are all fine (huge ones are cut to 4 KB / 64 terms).
         """
         q = _clean(query[:MAX_QUERY_CHARS])
-        with self._lock:
-            self._reload()  # a person or the agent asked: see what other writers committed
+        # a person or the agent asked: see what other writers committed (reload=True)
         return self._run(
             _TEXT_ANALYZER.analyze(q), _bigrams(q), q.split(),
-            session, k, exclude, kinds, cross_session, min_score, audiences,
+            session, k, exclude, kinds, cross_session, min_score, audiences, reload=True,
         )  # fmt: skip
 
     def search_terms(
@@ -109,6 +117,7 @@ class SearchMixin:
         cross_session: bool,
         min_score: float,
         audiences: Collection[str] = (),
+        reload: bool = False,
     ) -> list[Hit]:
         if k <= 0:
             return []
@@ -120,31 +129,28 @@ class SearchMixin:
         keys = list(dict.fromkeys("=" + c[:MAX_KEY_CHARS] for c in keys if c))
         if not words and not grams:
             return []
-        try:
-            with self._lock:
-                return self._query(
-                    words, grams, keys, session, k, exclude, kinds, cross_session, min_score, audiences
-                )
-        except (ValueError, OSError, RuntimeError) as e:
-            raise RecallIndexError(f"recall query failed: {e}") from e
+        readers = reader_keys(session, audiences, cross_session)  # a bare name is the caller's InputError
+
+        def query() -> list[Hit]:
+            if reload:
+                self._reload()
+            return self._query(words, grams, keys, readers, k, exclude, kinds, min_score)
+
+        # every Tantivy failure is typed; a damaged index is set aside, rebuilt and asked again
+        return self._guarded("recall query failed", query)
 
     def _query(
         self,
         words: list[str],
         grams: list[str],
         keys: list[str],
-        session: str,
+        readers: list[str],
         k: int,
         exclude: Collection[int],
         kinds: Collection[str] | None,
-        cross_session: bool,
         min_score: float,
-        audiences: Collection[str] = (),
     ) -> list[Hit]:
-        home = _audience(_clean(session))
-        readers = [home] + [_audience(_clean(a)) for a in audiences if a]
-        readers += [_SHARED] if cross_session else []
-        paths = [f"{{}}.{r}" for r in dict.fromkeys(readers)]
+        paths = [f"{{}}.{r}" for r in readers]
 
         def term(field: str, value: str) -> Query:
             qs = [Query.term_query(_SCHEMA, p.format(field), value) for p in paths]
@@ -179,7 +185,13 @@ class SearchMixin:
                 if pid not in excluded and score > 0.0 and score >= min_score
             ),
             key=lambda r: (-r[0], -r[1]),
-        )[:k]
+        )
+        # a document whose page the store does not have (its writer was killed between the
+        # index's commit and the store's) is never a hit; the next open removes it
+        present = self._present([pid for _, pid, _ in ranked])
+        if present is not None:
+            ranked = [r for r in ranked if r[1] in present]
+        ranked = ranked[:k]
         needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
         return [self._hit(s.doc(addr), pid, score, needles) for score, pid, addr in ranked]
 

@@ -15,12 +15,12 @@ import logging
 from typing import Any, Sequence
 
 from pager.core.messages import message_text
-from pager.errors import RecallIndexError
+from pager.errors import RecallIndexError, StoreError
 from pager.core.pages import PageRecord
 from pager.storage.base import RecallIndex, Store
 from pager.storage.index import IndexDoc
 
-__all__ = ["COMMIT_EVERY", "IndexFeeder", "feed_index", "heal_index", "index_doc"]
+__all__ = ["COMMIT_EVERY", "IndexFeeder", "feed_index", "heal_index", "index_doc", "present_pages"]
 
 log = logging.getLogger("pager.index")
 
@@ -64,27 +64,65 @@ def feed_index(store: Store, index: RecallIndex, after: int = 0, progress: Any =
 
 
 def heal_index(store: Store, index: RecallIndex, progress: Any = None) -> int:
-    """Bring ``index`` in line with ``store``: catch up from its watermark, then fill any gap.
+    """Bring ``index`` in line with ``store``: catch up from its watermark, fill any gap, drop phantoms.
 
     The watermark is the highest page id a commit covered; with several
     writers, a page below it may still be missing (its writer died before its
     own commit). When the index holds fewer pages than the store, the missing
-    ones are found by id and indexed. Returns how many pages were indexed.
+    ones are found by id and indexed. When it holds more, the extra ones are
+    *phantoms*: documents committed by a writer killed before its store
+    transaction committed (no page behind them); they are deleted. Returns how
+    many pages were indexed.
     """
     done = 0
     upto = index.indexed_upto()
     if upto < store.max_page_id():
         done += feed_index(store, index, upto, progress)
     total = store.count_pages()
-    if len(index) < total:
-        have = index.page_ids() if hasattr(index, "page_ids") else set()
+    if len(index) != total and hasattr(index, "page_ids"):
+        have = index.page_ids()
+        stored = present_pages(store, sorted(have))
+        phantoms = have - stored
         batch = [index_doc(rec, msg) for rec, msg in store.iter_pages(0) if rec.id not in have]
+        if phantoms:
+            log.warning("recall index: %d documents had no page behind them (a writer killed mid-commit); "
+                        "removing them", len(phantoms))
+            index.delete(sorted(phantoms))
         if batch:
             log.info("recall index: %d pages were missing below the watermark; indexing them", len(batch))
             index.add(batch)
-            index.commit()
             done += len(batch)
+        if phantoms or batch:
+            index.commit()
     return done
+
+
+def present_pages(store: Store, page_ids: Sequence[int]) -> set[int]:
+    """Return which of ``page_ids`` ``store`` holds (one query where the store offers ``present_pages``)."""
+    fn = getattr(store, "present_pages", None)
+    if fn is not None:
+        return set(fn(page_ids))
+    out = set()
+    for pid in page_ids:
+        try:
+            store.load_pages([pid])
+        except StoreError:
+            continue
+        out.add(pid)
+    return out
+
+
+class _Source:
+    """What a ``PageIndex`` needs of its store to heal itself: a rebuild, and which hits are real pages."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def rebuild(self, index: RecallIndex) -> int:
+        return feed_index(self.store, index, 0)
+
+    def present(self, page_ids: Sequence[int]) -> set[int]:
+        return present_pages(self.store, page_ids)
 
 
 class IndexFeeder:
@@ -95,6 +133,10 @@ class IndexFeeder:
         self.index = store.open_index()
         self._pending = 0
         self._upto = 0
+        self._source = _Source(store)
+        bind = getattr(self.index, "bind_source", None)
+        if bind is not None:
+            bind(self._source)  # a damaged index rebuilds itself from this store, at any call
         try:
             # derived data: bring it up to date with the store (it may be missing,
             # behind after a crash between the two commits, or damaged)
@@ -105,11 +147,18 @@ class IndexFeeder:
                 self.index.clear()
                 feed_index(store, self.index, 0)
             except BaseException:
+                self._unbind()
                 self.index.close()
                 raise
         except BaseException:
+            self._unbind()
             self.index.close()
             raise
+
+    def _unbind(self) -> None:
+        unbind = getattr(self.index, "unbind_source", None)
+        if unbind is not None:
+            unbind(self._source)
 
     def add(self, docs: Sequence[IndexDoc]) -> None:
         """Add documents of pages the store has committed; commit every ``COMMIT_EVERY``."""
@@ -151,4 +200,5 @@ class IndexFeeder:
         try:
             self.flush()
         finally:
+            self._unbind()
             self.index.close()

@@ -229,6 +229,9 @@ class MemoryStore:
     def pages_by_handle(self, handle: str) -> list[int]:
         return sorted((pid for pid, r in self._pages.items() if r.handle == handle), reverse=True)
 
+    def present_pages(self, page_ids: Sequence[int]) -> set[int]:
+        return {pid for pid in page_ids if pid in self._pages}
+
     def set_scope(self, page_id: int, scope: str, pool: str | None) -> None:
         with self.transaction():
             rec = self._pages.get(page_id)

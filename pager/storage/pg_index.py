@@ -77,11 +77,11 @@ from pager.storage.index_schema import (  # the Tantivy index's analysis, shared
     MAX_KEY_CHUNKS,
     MAX_QUERY_CHARS,
     MAX_QUERY_TERMS,
-    POOL_PREFIX,
     Hit,
     IndexDoc,
     _bigrams,
     _clean,
+    split_audiences,
 )
 from pager.storage.index_search import _snippet
 
@@ -205,22 +205,22 @@ _AUD_COUNT = (
     " WHERE ({near}) AND ({vis})"
 )
 _AUD_GIVEN = "SELECT %(n)s::float8 AS n, %(avgdl)s::float8 AS avgdl"
-# Who reads a page, by scope (as the Tantivy index's audiences): ``private`` its
-# owner (its session when it has none); ``project`` its session and readers of
-# its pool ("pool:<name>"); ``shared`` its session, and everyone cross-session;
-# ``session`` its session. %(readers)s is the session and the caller's audiences.
-# The session's own pages come first: they are most of what a query reads.
+# Who reads a page, by scope (pager.core.pools.page_audiences, as the Tantivy index's
+# audience keys): ``private`` its owner (its session when it has none); ``project``
+# its session and readers of its pool; ``shared`` its session, and everyone
+# cross-session; ``session`` its session. Sessions, owners and pools are three typed
+# lists, never one: a session named like an owner or "pool:<name>" reads neither.
 _VISIBLE = (
-    "(p.session = %(s)s AND p.scope <> 'private')"
-    " OR (p.scope = 'private' AND coalesce(p.owner, p.session) = ANY(%(readers)s))"
-    " OR (p.scope = 'project' AND 'pool:' || p.pool = ANY(%(readers)s))"
+    "(p.session = ANY(%(sessions)s) AND p.scope <> 'private')"
+    " OR (p.scope = 'private' AND coalesce(p.owner, p.session) = ANY(%(owners)s))"
+    " OR (p.scope = 'project' AND p.pool = ANY(%(pools)s))"
 )
 _HOME = _VISIBLE
 _CROSS = _VISIBLE + " OR p.scope = 'shared'"
 # A superset of the visible pages that indexes can find (BitmapOr of the
 # session, owner, pool and shared indexes): checked with the visibility clause,
 # it lets a small audience in a big database skip the other sessions' rows.
-_NEAR_HOME = "p.session = ANY(%(readers)s) OR p.owner = ANY(%(readers)s) OR p.pool = ANY(%(pools)s)"
+_NEAR_HOME = "p.session = ANY(%(near)s) OR p.owner = ANY(%(owners)s) OR p.pool = ANY(%(pools)s)"
 _NEAR_CROSS = _NEAR_HOME + " OR p.scope = 'shared'"
 
 
@@ -395,9 +395,9 @@ class PgIndex:
     ) -> list[Hit]:
         """Return up to ``k`` pages matching free text ``query``, best first (never a syntax error).
 
-        A query reads its session's pages, the pages of each name in
-        ``audiences`` (an owner's private pages, ``"pool:<name>"`` for a
-        project pool), and shared pages with ``cross_session``.
+        A query reads its session's pages, the pages of each typed audience in
+        ``audiences`` (``pager.core.pools``: an owner's private pages, a
+        project pool's), and shared pages with ``cross_session``.
         """
         q = _clean(query[:MAX_QUERY_CHARS])
         return self._run(_TEXT_ANALYZER.analyze(q), _bigrams(q), q.split(), session, k, exclude, kinds,
@@ -434,17 +434,16 @@ class PgIndex:
         lexemes = [x for x in dict.fromkeys([*words, *grams, *keys]) if _fits(x)]
         terms = [_quote(x) for x in lexemes]
         vis, near = (_CROSS, _NEAR_CROSS) if cross_session else (_HOME, _NEAR_HOME)
-        readers = [_clean(session), *(_clean(a) for a in audiences if a)]
+        sessions, owners, pools = split_audiences(session, audiences)
         params: dict[str, Any] = {
             "terms": terms, "keys": [x.startswith("=") for x in lexemes], "any": " | ".join(terms),
             "boost": KEY_BOOST, "k1": BM25_K1, "b": BM25_B, "tfmax": float(MAX_POSITIONS + 1),
-            "s": readers[0], "readers": readers,
-            "pools": [r[len(POOL_PREFIX):] for r in readers if r.startswith(POOL_PREFIX)],
+            "sessions": sessions, "owners": owners, "pools": pools, "near": [*sessions, *owners],
             "limit": k, "first": max(EXACT_FIRST, k), "more": EXACT_MORE,
             "min_score": float(min_score), "exclude": sorted(set(exclude)),
             "kinds": None if kinds is None else [_clean(x) for x in kinds], "n": None, "avgdl": None,
         }
-        audience = (cross_session, *readers)
+        audience = (cross_session, tuple(sessions), tuple(owners), tuple(pools))
         count = _AUD_COUNT.format(near=near, vis=vis)
         try:
             if audience not in self._sizes:  # once per audience: its size picks the plan

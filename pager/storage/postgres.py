@@ -260,6 +260,13 @@ class PostgresStore(PgConnection):
         return [int(r[0]) for r in self._rows(
             "SELECT id FROM pager_pages WHERE handle = %s ORDER BY id DESC", (handle,))]
 
+    def present_pages(self, page_ids: Sequence[int]) -> set[int]:
+        """Return which of ``page_ids`` are stored pages (one query)."""
+        if not page_ids:
+            return set()
+        return {int(r[0]) for r in self._rows(
+            "SELECT id FROM pager_pages WHERE id = ANY(%s)", ([int(i) for i in page_ids],))}
+
     def set_scope(self, page_id: int, scope: str, pool: str | None) -> None:
         """Move a page to another scope and pool (its session's version rises)."""
         def write(conn: psycopg.Connection[Any]) -> None:

@@ -367,6 +367,16 @@ class SQLiteStore:
         return [int(r[0]) for r in self._db.execute(
             "SELECT id FROM pages WHERE handle=? ORDER BY id DESC", (handle,))]
 
+    def present_pages(self, page_ids: Sequence[int]) -> set[int]:
+        """Return which of ``page_ids`` are stored pages (a recall hit without one is a phantom)."""
+        out: set[int] = set()
+        ids = list(page_ids)
+        for i in range(0, len(ids), 900):
+            chunk = ids[i : i + 900]
+            marks = ",".join("?" * len(chunk))
+            out.update(int(r[0]) for r in self._db.execute(f"SELECT id FROM pages WHERE id IN ({marks})", chunk))
+        return out
+
     def set_scope(self, page_id: int, scope: str, pool: str | None) -> None:
         """Move a page to another scope (and pool); the page's session version rises."""
         with self.transaction() as db:
