@@ -79,21 +79,26 @@ def heal_index(store: Store, index: RecallIndex, progress: Any = None) -> int:
     if upto < store.max_page_id():
         done += feed_index(store, index, upto, progress)
     total = store.count_pages()
-    if len(index) != total and hasattr(index, "page_ids"):
+    if len(index) < total and hasattr(index, "page_ids"):
         have = index.page_ids()
-        stored = present_pages(store, sorted(have))
-        phantoms = have - stored
         batch = [index_doc(rec, msg) for rec, msg in store.iter_pages(0) if rec.id not in have]
-        if phantoms:
-            log.warning("recall index: %d documents had no page behind them (a writer killed mid-commit); "
-                        "removing them", len(phantoms))
-            index.delete(sorted(phantoms))
         if batch:
             log.info("recall index: %d pages were missing below the watermark; indexing them", len(batch))
             index.add(batch)
-            done += len(batch)
-        if phantoms or batch:
             index.commit()
+            done += len(batch)
+    if len(index) > store.count_pages() and hasattr(index, "page_ids"):
+        # Under the store's write lock: another writer's pages whose index commit came before its
+        # store commit (a large assemble commits the index every COMMIT_EVERY pages) are committed
+        # by the time we hold it, so whatever is still missing from the store is a phantom.
+        with store.transaction():
+            have = index.page_ids()
+            phantoms = have - present_pages(store, sorted(have))
+            if phantoms:
+                log.warning("recall index: %d documents had no page behind them (a writer killed "
+                            "mid-commit); removing them", len(phantoms))
+                index.delete(sorted(phantoms))
+                index.commit()
     return done
 
 
