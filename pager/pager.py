@@ -29,6 +29,7 @@ from pager.core.messages import message_text, validate
 from pager.core.render import line_range
 from pager.core.tokens import TokenCounter, ToolTokens, default_counter
 from pager.errors import HandleError, InputError, ToolError
+from pager.options import Options, load_config
 from pager.formats.base import WireFormat, detect, get_format
 from pager.recording import Recorder, record_aside
 from pager.report import Report, ReportLog
@@ -75,7 +76,14 @@ def open(  # noqa: A001 - the public verb is open(), like shelve.open
     keyword options override it. A reopened session keeps the options it was
     last opened with unless new ones are given.
     """
+    _check_options(config, context_window, options)  # before any connection: a bad option fails at once
     return Pager(path, session, context_window, config=config, counter=counter, **options)
+
+
+def _check_options(config: Any, context_window: int | None, options: Mapping[str, Any]) -> None:
+    """Raise ``ConfigError`` for options ``open`` would refuse, before the store is opened (issue 20)."""
+    given = {k: v for k, v in options.items() if not (k == "policy" and v is not None and not isinstance(v, str))}
+    Options.build(load_config(config), context_window=context_window, **given)
 
 
 class Pager(Sharing, Session):

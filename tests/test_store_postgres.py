@@ -9,6 +9,8 @@ import threading
 import psycopg
 import pytest
 
+import pager
+
 from pager.core.pools import owner_audience, pool_audience
 from pager.errors import RecallIndexError, SchemaError, StoreError
 from pager.storage import pg_index
@@ -151,6 +153,53 @@ def test_a_newer_schema_is_refused(pg_dsn):
 def test_unreachable_server_is_a_store_error():
     with pytest.raises(StoreError):
         PostgresStore("postgresql://pager@127.0.0.1:1/none?connect_timeout=1", timeout=1)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # bound then closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_closed_port_is_a_store_error_from_the_first_attempt():
+    """Issue 20: the pool's retries are skipped; the error names libpq's reason (it waited 30 s before)."""
+    with pytest.raises(StoreError, match="refused|failed"):
+        pager.open(f"postgresql://pager@127.0.0.1:{_closed_port()}/none")
+
+
+def test_a_bad_option_is_refused_before_connecting():
+    """Options are checked first: against a server that is not there, a bad option is a ConfigError."""
+    where = f"postgresql://pager@127.0.0.1:{_closed_port()}/none"
+    with pytest.raises(pager.ConfigError, match="unknown option"):
+        pager.open(where, no_such_option=1)
+    with pytest.raises(pager.ConfigError):
+        pager.open(where, context_window="big")
+    with pytest.raises(pager.ConfigError, match="connect_timeout"):
+        PostgresStore(where, connect_timeout=-1)
+    with pytest.raises(pager.ConfigError, match="connect_timeout"):
+        PostgresStore(where + "?connect_timeout=soon")
+
+
+def _timeouts(store: PostgresStore) -> set[str]:
+    with store._pool.connection() as conn:
+        return {conn.info.get_parameters().get("connect_timeout") or
+                psycopg.conninfo.conninfo_to_dict(conn.info.dsn).get("connect_timeout")}
+
+
+def test_the_connect_timeout_reaches_psycopg_and_the_dsn_wins(pg_dsn, monkeypatch):
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    with PostgresStore(pg_dsn, max_size=1) as s:
+        assert s.connect_timeout == 5 and _timeouts(s) == {"5"}  # the default
+    with PostgresStore(pg_dsn, max_size=1, connect_timeout=7.5) as s:
+        assert s.connect_timeout == 8 and _timeouts(s) == {"8"}  # whole seconds, rounded up
+    sep = "&" if "?" in pg_dsn else "?"
+    with PostgresStore(pg_dsn + sep + "connect_timeout=3", max_size=1, connect_timeout=7) as s:
+        assert s.connect_timeout == 3 and _timeouts(s) == {"3"}  # the DSN's own wins
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "11")
+    with PostgresStore(pg_dsn, max_size=1) as s:
+        assert _timeouts(s) == {"11"}
 
 
 def test_database_errors_are_translated(store):

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
+import os
 import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
@@ -41,31 +43,72 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the PostgreSQL store needs psycopg 3 and its pool: pip install 'llm-context-pager[postgres]'"
     ) from exc
 
-from pager.errors import SchemaError, StoreError
+from pager.errors import ConfigError, SchemaError, StoreError
 from pager.storage.pg_schema import _RETRYABLE, MIGRATIONS, SCHEMA_VERSION, lock_key, redact, translate
 
-__all__ = ["PgConnection"]
+__all__ = ["CONNECT_TIMEOUT", "PgConnection", "resolve_connect_timeout"]
 
+# Seconds to wait for the server to answer a connection, unless the DSN's own
+# ``connect_timeout`` (libpq's parameter) or the ``connect_timeout`` keyword says
+# otherwise, or ``PGCONNECT_TIMEOUT`` is set. libpq's default is to wait forever,
+# and the pool then retried for its whole 30 s timeout: an unreachable server
+# blocked ``pager.open`` 30-34 s before the error.
+CONNECT_TIMEOUT = 5.0
 _RETRIES = 8
 _RECENT_MAX = 100_000
 _T = TypeVar("_T")
 
 
-class PgConnection:
-    """A pool of connections to one database, with the store's transactions (see the module docstring)."""
+def resolve_connect_timeout(dsn: str, given: float | None = None) -> int:
+    """Return the connect timeout (whole seconds) for ``dsn``: its own, else ``given``, else the environment's, else 5.
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0) -> None:
+    Checked before any connection: a bad DSN or timeout is a ``ConfigError``.
+    """
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        raise ConfigError(f"not a PostgreSQL connection string {redact(dsn)}: {exc}") from None
+    for source, value in (("the DSN's connect_timeout", info.get("connect_timeout")),
+                          ("connect_timeout", given),
+                          ("PGCONNECT_TIMEOUT", os.environ.get("PGCONNECT_TIMEOUT") or None)):
+        if value is None:
+            continue
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source} must be a number of seconds, got {value!r}") from None
+        if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+            raise ConfigError(f"{source} must be a positive number of seconds, got {value!r}")
+        return max(1, math.ceil(seconds))  # libpq reads whole seconds
+    return int(CONNECT_TIMEOUT)
+
+
+class PgConnection:
+    """A pool of connections to one database, with the store's transactions (see the module docstring).
+
+    ``connect_timeout`` (seconds) bounds each connection attempt; a
+    ``connect_timeout`` in the DSN wins over it, and ``PGCONNECT_TIMEOUT``
+    applies when neither is given (default ``CONNECT_TIMEOUT``, 5 s).
+    """
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0,
+                 connect_timeout: float | None = None) -> None:
         self.dsn = dsn
         self._local = threading.local()
         # ids this process recorded (with their vectors), so the index's add() skips a query
         self._recent: collections.OrderedDict[int, None] = collections.OrderedDict()
         self._recent_lock = threading.Lock()
+        self.connect_timeout = seconds = resolve_connect_timeout(dsn, connect_timeout)
+        kwargs = {"autocommit": True, "connect_timeout": seconds}
         try:
+            # one connection first, bounded by the connect timeout: an unreachable server is
+            # reported at once with libpq's reason, not after the pool's retries
+            psycopg.connect(dsn, **kwargs).close()
             self._pool = ConnectionPool(
                 dsn, min_size=min_size, max_size=max(min_size, max_size), timeout=timeout,
                 # no check on checkout: it costs a round trip per statement; the pool
                 # already drops connections returned broken, and a dead one fails loudly
-                kwargs={"autocommit": True}, open=False,
+                kwargs=kwargs, open=False,
                 name="pager",
             )
             self._pool.open(wait=True, timeout=timeout)

@@ -41,13 +41,17 @@ class PostgresStore(PgConnection):
     ``index`` picks what ``open_index`` returns (see ``INDEXES``).
     ``min_size`` / ``max_size`` bound the connection pool: one connection per
     thread that writes at once is enough (a transaction holds one for its
-    length). ``timeout`` is how long a caller waits for a free connection.
+    length). ``timeout`` is how long a caller waits for a free connection;
+    ``connect_timeout`` how long one connection attempt may take (default 5 s;
+    a ``connect_timeout`` in the DSN wins, ``PGCONNECT_TIMEOUT`` applies when
+    neither is given).
     Tables live in the connection's ``search_path`` schema (``public``
     unless the DSN says ``options=-csearch_path=...``).
     """
 
     def __init__(
-        self, dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0, index: str = "postgres"
+        self, dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0, index: str = "postgres",
+        connect_timeout: float | None = None,
     ) -> None:
         from pager.storage.pg_index import page_vector  # the index builds the tsv column
 
@@ -57,7 +61,7 @@ class PostgresStore(PgConnection):
         self._follower: Any = None
         self.path = None  # not a folder on this host: per-store files (report logs) have no home
         self._vector = page_vector
-        super().__init__(dsn, min_size=min_size, max_size=max_size, timeout=timeout)
+        super().__init__(dsn, min_size=min_size, max_size=max_size, timeout=timeout, connect_timeout=connect_timeout)
 
     def close(self) -> None:
         """Close the index follower, if any, and the pool (idempotent)."""
