@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 import attrs
 import orjson
+
+from pager.stateio import open_private
 
 __all__ = ["Report", "ReportLog"]
 
@@ -55,6 +59,9 @@ class Report:
         return attrs.asdict(self)
 
 
+log = logging.getLogger("pager.report")
+
+
 class ReportLog:
     """Append reports as JSON lines to ``reports.jsonl`` in the store folder.
 
@@ -82,11 +89,15 @@ class ReportLog:
         try:
             if self.path.exists() and self.path.stat().st_size + len(line) > self.max_bytes:
                 self._rotate()
-            # one write call per line: a crash leaves at most one torn last line, which readers skip
-            with open(self.path, "ab") as fh:
+            # one write call per line: a crash leaves at most one torn last line, which readers skip;
+            # created 0600 and never through a symlink (it holds what the agent saw)
+            fd = open_private(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            with os.fdopen(fd, "ab") as fh:
                 fh.write(line)
-        except OSError:
-            pass  # reports are observability: a full disk must not fail the call that produced one
+        except OSError as exc:
+            # reports are observability: a full disk must not fail the call that produced one
+            if exc.errno == errno.ELOOP:
+                log.warning("%s is a symlink; pager never writes reports through one", self.path)
 
     def _rotate(self) -> None:
         assert self.path is not None

@@ -29,12 +29,30 @@ from typing import Iterator
 
 from pager.errors import StateFileError
 
-__all__ = ["StateDirFd"]
+__all__ = ["PRIVATE_DIR", "PRIVATE_FILE", "StateDirFd", "open_private", "refuse_symlinks"]
+
+# What a store holds (every message the agent saw: source, secrets in tool outputs) is its owner's
+# alone: folders are created 0700 and files 0600, whatever the umask.
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _HAVE_DIR_FD = os.open in os.supports_dir_fd and bool(_NOFOLLOW)
+
+
+def refuse_symlinks(folder: Path, names: Iterator[str] | tuple[str, ...]) -> str | None:
+    """Return the first of ``names`` in ``folder`` that is a symlink (None when none is)."""
+    for name in names:
+        if os.path.islink(folder / name):
+            return name
+    return None
+
+
+def open_private(path: Path, flags: int) -> int:
+    """Open ``path`` never through a symlink (``OSError`` ELOOP), creating it 0600 with ``O_CREAT``."""
+    return os.open(path, flags | _NOFOLLOW | _CLOEXEC, PRIVATE_FILE)
 
 
 class StateDirFd:
@@ -50,7 +68,7 @@ class StateDirFd:
         if self.path.exists() and not self.path.is_dir():
             raise StateFileError(f"{self.path} exists and is not a directory")
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
             self.fd = os.open(self.path, os.O_RDONLY | _DIRECTORY | _CLOEXEC) if _HAVE_DIR_FD else -1
         except OSError as exc:
             raise StateFileError(f"cannot open state directory {self.path}: {exc.strerror or exc}") from exc
@@ -68,7 +86,7 @@ class StateDirFd:
 
     # -- low level ------------------------------------------------------------------------
 
-    def _open(self, name: str, flags: int, mode: int = 0o644) -> int:
+    def _open(self, name: str, flags: int, mode: int = PRIVATE_FILE) -> int:
         if "/" in name or name in ("", ".", ".."):
             raise StateFileError(f"{name!r} is not a file name inside the state directory")
         try:

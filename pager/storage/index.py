@@ -64,7 +64,7 @@ from pager.storage.index_schema import (
     _bigrams,
     _clean,
 )
-from pager.storage.index_files import IndexDamage, is_damage, move_aside, verify
+from pager.storage.index_files import IndexDamage, is_damage, move_aside, tighten, verify
 from pager.storage.index_search import SearchMixin
 
 __all__ = ["Hit", "IndexDoc", "PageIndex", "SCOPES", "shared_index"]
@@ -166,6 +166,7 @@ class PageIndex(SearchMixin):
                 self._wipe()
                 self._index = tantivy.Index(_SCHEMA, where, reuse=True)
                 self._start()
+            tighten(p)
         except _Damaged:
             raise
         except BaseException as e:
@@ -423,6 +424,8 @@ class PageIndex(SearchMixin):
                 raise _Damaged(f"cannot commit the recall index: {e}") from e
             finally:
                 self._release()
+            if self._path is not None:
+                tighten(self._path)  # the new segment's files: 0600, as the store's
             self._upto, self._max_id, self._has_meta = upto, max_id, True
             self._buffer.clear()
             self._deletes.clear()

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import orjson
 
-__all__ = ["KEEP_ASIDE", "IndexDamage", "is_damage", "move_aside", "verify"]
+__all__ = ["KEEP_ASIDE", "IndexDamage", "is_damage", "move_aside", "tighten", "verify"]
 
 log = logging.getLogger("pager.index")
 
@@ -156,3 +156,22 @@ def move_aside(path: Path) -> Path | None:
         else:
             stale.unlink(missing_ok=True)
     return target
+
+
+def tighten(path: Path) -> None:
+    """Make the index's files 0600 (Tantivy creates its segments under the umask, 0644 by default).
+
+    The folder itself is created 0700, which already keeps others out; this
+    keeps a copied or re-permissioned folder from exposing what the agent saw.
+    A scan of one folder (tens of files) after a commit that costs tens of ms.
+    """
+    try:
+        with os.scandir(path) as entries:
+            for e in entries:
+                if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mode & 0o077:
+                    try:
+                        os.chmod(e.path, 0o600)  # a regular file, just seen: not a symlink
+                    except FileNotFoundError:
+                        pass  # removed by a merge meanwhile
+    except OSError as exc:
+        log.warning("recall index at %s: cannot tighten file modes: %s", path, exc)

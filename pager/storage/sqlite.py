@@ -27,6 +27,7 @@ from typing import Any, Iterator, Sequence
 import orjson
 
 from pager.errors import SchemaError, StoreError
+from pager.stateio import PRIVATE_DIR, open_private, refuse_symlinks
 from pager.core.aside import ASIDE_KINDS
 from pager.core.pages import page_record
 from pager.core.pools import PoolAcl
@@ -95,6 +96,22 @@ _MIGRATIONS = {
 }
 
 
+# Files of the store folder that pager opens by name: never through a symlink (someone who can
+# write the folder could point pager.db or reports.jsonl anywhere the agent's user may write).
+STORE_FILES = (DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", "reports.jsonl")
+
+
+def _private_db(folder: Path) -> None:
+    """Refuse symlinked store files; create a new ``pager.db`` 0600 (SQLite gives -wal/-shm its mode)."""
+    planted = refuse_symlinks(folder, STORE_FILES)
+    if planted is not None:
+        raise StoreError(f"{folder / planted} is a symlink; pager never opens its store files through one")
+    try:
+        os.close(open_private(folder / DB_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        pass  # an existing store (or another process created it just now) keeps its mode
+
+
 def _record(row: Sequence[Any]) -> PageRecord:
     return page_record(dict(zip(PAGE_COLUMNS, row)))
 
@@ -109,7 +126,8 @@ class SQLiteStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+            _private_db(self.path)
             self._db = sqlite3.connect(
                 self.path / DB_NAME, isolation_level=None, timeout=30.0, check_same_thread=False
             )
