@@ -17,6 +17,10 @@ caller would reach for, so ``except ValueError`` still works::
     └── StateFileError(PagerError, ValueError)     checkpoint files cannot be written as asked
         └── InvariantRewriteError(StateFileError)  an export would rewrite the append-only invariants
 
+One warning, not an error (the store still opens, with what it has)::
+
+    LostWritesWarning(UserWarning)                 acknowledged writes are gone (a lost or cut SQLite WAL)
+
 Third-party errors (sqlite3, tantivy, orjson) are translated at the module
 that talks to them; they never escape pager's public API untranslated.
 """
@@ -30,6 +34,7 @@ __all__ = [
     "HistoryConflictError",
     "InputError",
     "InvariantRewriteError",
+    "LostWritesWarning",
     "MessageError",
     "PagerError",
     "RecallIndexError",
@@ -124,3 +129,17 @@ class StateFileError(PagerError, ValueError):
 
 class InvariantRewriteError(StateFileError):
     """An export would drop or alter an entry of the append-only invariants file."""
+
+
+class LostWritesWarning(UserWarning):
+    """Writes the store acknowledged are gone: its write-ahead log was lost or cut short.
+
+    ``lost`` (a ``pager.storage.acked.LostWrites``) says how many pages and,
+    per session, how many versions and pages. Escalate it with
+    ``warnings.simplefilter("error", pager.LostWritesWarning)`` to refuse such
+    a store instead.
+    """
+
+    def __init__(self, message: str, lost: object = None) -> None:
+        super().__init__(message)
+        self.lost = lost

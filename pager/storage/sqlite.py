@@ -28,6 +28,7 @@ import orjson
 
 from pager.errors import SchemaError, StoreError
 from pager.stateio import PRIVATE_DIR, open_private, refuse_symlinks
+from pager.storage.acked import ACKED_NAME, AckedMark, LostWrites, check_acked, mark_acked
 from pager.core.aside import ASIDE_KINDS
 from pager.core.pages import page_record
 from pager.core.pools import PoolAcl
@@ -98,7 +99,7 @@ _MIGRATIONS = {
 
 # Files of the store folder that pager opens by name: never through a symlink (someone who can
 # write the folder could point pager.db or reports.jsonl anywhere the agent's user may write).
-STORE_FILES = (DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", "reports.jsonl")
+STORE_FILES = (DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", "reports.jsonl", ACKED_NAME)
 
 
 def _private_db(folder: Path) -> None:
@@ -135,6 +136,9 @@ class SQLiteStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=OFF")
             self._depth = 0
+            self._touched: dict[str, tuple[int, int] | None] = {}  # sessions this transaction wrote
+            self._acked = AckedMark(self.path)
+            self.lost_writes: LostWrites | None = None
             with self.transaction():
                 row = self._db.execute(
                     "SELECT name FROM sqlite_master WHERE type='table' AND name='settings'"
@@ -158,6 +162,7 @@ class SQLiteStore:
                 self._db.execute(
                     "INSERT OR REPLACE INTO settings VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
                 )
+            self._check_acked()
         except StoreError:
             raise
         except sqlite3.DatabaseError as exc:
@@ -192,10 +197,12 @@ class SQLiteStore:
         else:  # pragma: no cover - needs a writer holding the lock for minutes
             raise StoreError(f"store {self.path} stayed locked; another process is writing")
         self._depth = 1
+        self._touched.clear()
         try:
             yield self._db
         except BaseException as exc:
             self._depth = 0
+            self._touched.clear()
             self._db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.DatabaseError):
                 raise StoreError(f"store {self.path}: {exc}") from exc
@@ -205,7 +212,28 @@ class SQLiteStore:
             try:
                 self._db.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
+                self._touched.clear()
                 raise StoreError(f"store {self.path}: commit failed: {exc}") from exc
+            if self._touched:
+                self._mark_acked()
+
+    # -- what was acknowledged (pager.storage.acked) ----------------------------------------
+
+    def _touch(self, session: str, ids: Sequence[int] = ()) -> None:
+        span = self._touched.get(session)
+        if ids:
+            lo, hi = min(ids), max(ids)
+            span = (min(lo, span[0]), max(hi, span[1])) if span else (lo, hi)
+        self._touched[session] = span
+
+    def _mark_acked(self) -> None:
+        """Record, after the commit, what it acknowledged (outside the WAL, so a lost WAL shows)."""
+        touched, self._touched = self._touched, {}
+        mark_acked(self._db, self._acked, touched)
+
+    def _check_acked(self) -> None:
+        """Warn when the database no longer holds writes it acknowledged (a lost or cut WAL)."""
+        self.lost_writes = check_acked(self._db, self._acked, str(self.path), self.transaction)
 
     def close(self) -> None:
         self._db.close()
@@ -275,6 +303,7 @@ class SQLiteStore:
 
     def _bump(self, db: sqlite3.Connection, session: str) -> None:
         db.execute("UPDATE sessions SET version=version+1 WHERE name=?", (session,))
+        self._touch(session)
 
     def load_state(self, session: str) -> Any:
         row = self._db.execute("SELECT state FROM sessions WHERE name=?", (session,)).fetchone()
@@ -366,13 +395,16 @@ class SQLiteStore:
                 pid = _insert_page(db, session, start_seq + offset, p)
                 ids.append(pid)
                 db.execute("INSERT INTO branch_pages VALUES (?, ?, ?)", (branch, start_seq + offset, pid))
+            self._touch(session, ids)
         return branch, ids
 
     def record_aside(self, session: str, seq: int, pages: Sequence[NewPage]) -> list[int]:
         """Record pages outside every branch (pins, notes, handoffs); return their ids."""
         with self.transaction() as db:
             self._bump(db, session)
-            return [_insert_page(db, session, seq, p) for p in pages]
+            ids = [_insert_page(db, session, seq, p) for p in pages]
+            self._touch(session, ids)
+            return ids
 
     def aside_pages(self, session: str) -> list[int]:
         """Return the ids of the session's pins, notes and handoffs kept as pages, oldest first."""
@@ -428,6 +460,7 @@ class SQLiteStore:
     def save_state(self, session: str, state: Any) -> None:
         with self.transaction() as db:
             db.execute("UPDATE sessions SET state=?, version=version+1 WHERE name=?", (orjson.dumps(state), session))
+            self._touch(session)
 
     # -- notes, pins, events --------------------------------------------------------------
 
