@@ -137,6 +137,9 @@ def _round(base: Path, work: Path, messages: int, damage: Callable[[Path], str |
     try:
         _probe(work, messages)
         out["first_open_ok"] += 1
+        if list(work.glob("index.damaged-*")):
+            out["moved_aside"] += 1  # found damaged (checksum, Tantivy error) and rebuilt
+            out[f"moved_aside{label}"] += 1
     except pager.PagerError as exc:
         out["typed_errors"] += 1
         failures.append({"type": label, "what": what, "typed": f"{type(exc).__name__}: {exc}"[:300]})
@@ -211,7 +214,8 @@ def campaign(per_type: int = 12, seed: int = 0, messages: int = 120, workdir: Pa
     failures: list[dict[str, Any]] = []
     try:
         base = tmp / "base"
-        build_base(base, messages)
+        counts = build_base(base, messages)
+        out["base_pages"] = sum(counts.values())
         work = tmp / "work"
         for kind in FILE_TYPES:
             for _ in range(per_type):

@@ -23,32 +23,38 @@ Visibility is built into the terms, not checked by a filter: each page's
 words are indexed under one JSON key per *audience* allowed to see it, so a
 query walks only the posting lists of what its reader may see. That is what
 keeps a query near 0.2 ms at 100k pages where a session filter over global
-posting lists cost 2 ms. The audiences of a page, by scope: ``session`` its
-session; ``private`` its owner only (the owner defaults to the session);
-``project`` its session and its pool (``"pool:<name>"``); ``shared`` its
-session and everyone (``shared``). A query from session ``S`` reads key ``S``,
-the keys of the ``audiences`` it names (its owner, the pools it may read:
-the facade decides from the pools' ACLs, ``pager.core.pools``) and, with
+posting lists cost 2 ms. The audiences of a page are the one rule of
+``pager.core.pools.page_audiences``, typed so that no name crosses kinds:
+``session`` its session (``s:S``); ``private`` its owner only (``o:O``, the
+owner defaulting to the session's name); ``project`` its session and its pool
+(``p:P``); ``shared`` its session and everyone (``shared``). A query from
+session ``S`` reads ``s:S``, the typed ``audiences`` it names (its owner, the
+pools it may read: the facade decides from the pools' ACLs) and, with
 ``cross_session=True``, ``shared``; per word the best of those scores counts,
-not their sum.
+not their sum. The keys are hashes of the typed audiences.
+
+Damage (``pager.storage.index_files``): on open every committed file is
+checked against its checksum; any Tantivy failure at open or at a call is
+damage, and the folder is moved aside, started again and rebuilt from the
+store the feeder bound (``bind_source``), then the call runs once more. Hits
+whose page the store lacks (phantoms) are dropped from results.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import tantivy
 from tantivy import Query
 
 from pager.core.pools import page_audiences
-from pager.errors import PagerError, RecallIndexError
+from pager.errors import RecallIndexError
 from pager.storage.index_schema import (
     _KEY_ANALYZER,
     _META,
@@ -64,28 +70,19 @@ from pager.storage.index_schema import (
     _bigrams,
     _clean,
 )
-from pager.storage.index_files import IndexDamage, is_damage, move_aside, tighten, verify
+from pager.storage.index_disk import DiskMixin, _Damaged, _StaleFormat
+from pager.storage.index_files import is_damage, tighten
 from pager.storage.index_search import SearchMixin
 
 __all__ = ["Hit", "IndexDoc", "PageIndex", "SCOPES", "shared_index"]
 
 log = logging.getLogger("pager.index")
-_T = TypeVar("_T")
-
-
-class _Damaged(RecallIndexError):
-    """The index on disk is damaged: set it aside and rebuild it (callers see ``RecallIndexError``)."""
-
-
-class _StaleFormat(Exception):
-    """The index was written under another ``INDEX_FORMAT``: rebuild it."""
 # Another process holding Tantivy's writer lock is waited for this long (it holds it only while
 # it commits) before the commit fails with RecallIndexError.
 WRITER_WAIT_SECONDS = 30.0
 WRITER_HEAP = 64_000_000
 
-
-class PageIndex(SearchMixin):
+class PageIndex(DiskMixin, SearchMixin):
     """A Tantivy index of pages, searched for page-fault recall.
 
     ``path=None`` keeps the index in RAM (tests). Added pages are buffered
@@ -134,140 +131,6 @@ class PageIndex(SearchMixin):
             if not is_damage(e):
                 raise
             raise _Damaged(f"cannot read the recall index: {e}") from e
-
-    # -- opening, and healing ------------------------------------------------
-
-    def _open_disk(self) -> None:
-        """Open or create the index at ``self._path``; a stale format starts again; ``_Damaged`` otherwise."""
-        assert self._path is not None
-        p = self._path
-        try:
-            if os.path.lexists(p) and not p.is_dir():
-                raise IndexDamage(f"{p} is not a folder")
-            p.mkdir(mode=0o700, parents=True, exist_ok=True)
-            verify(p, self._checked)
-            where = str(p)
-            if tantivy.Index.exists(where) and not tantivy.Index.is_compatible(where):
-                self._wipe()
-            try:
-                self._index = tantivy.Index(_SCHEMA, where, reuse=True)
-            except ValueError as e:
-                if "schema does not match" not in str(e):
-                    raise
-                # Written by another pager version: derived data, so start over;
-                # indexed_upto() will read 0 and the store re-feeds everything.
-                self._wipe()
-                self._index = tantivy.Index(_SCHEMA, where, reuse=True)
-            try:
-                self._start()
-            except _StaleFormat:
-                log.info("recall index at %s has an older format; rebuilding it from the store", p)
-                self._drop()
-                self._wipe()
-                self._index = tantivy.Index(_SCHEMA, where, reuse=True)
-                self._start()
-            tighten(p)
-        except _Damaged:
-            raise
-        except BaseException as e:
-            if not is_damage(e):
-                raise
-            raise _Damaged(f"cannot open the recall index at {p}: {e}") from e
-
-    def _drop(self) -> None:
-        """Let go of Tantivy's objects (the writer's lock first) before the folder is moved or removed."""
-        w, self._writer = self._writer, None
-        if w is not None:
-            try:
-                w.rollback()
-            except BaseException as e:
-                if not is_damage(e):
-                    raise
-            del w
-        self._searcher = None  # type: ignore[assignment]
-        self._index = None  # type: ignore[assignment]
-
-    def _set_aside(self, why: BaseException) -> None:
-        """Move the damaged folder aside and start an empty index in its place (never the store)."""
-        assert self._path is not None
-        self._drop()
-        where = move_aside(self._path)
-        log.warning("recall index at %s is damaged (%s); moved aside to %s, rebuilding it from the store",
-                    self._path, why, where)
-        self.set_aside += 1
-        self._checked.clear()
-        self._buffer.clear()
-        self._deletes.clear()
-        self._pending.clear()
-        self._pending_max = 0
-        try:
-            self._open_disk()
-        except _Damaged as e:
-            raise RecallIndexError(f"cannot start a new recall index at {self._path}: {e}") from e
-
-    def bind_source(self, source: Any) -> None:
-        """Register what can rebuild this index (``source.rebuild(index)``) and knows its pages (``present``)."""
-        with self._lock:
-            self._sources.append(source)
-
-    def unbind_source(self, source: Any) -> None:
-        with self._lock:
-            if source in self._sources:
-                self._sources.remove(source)
-
-    def _heal(self, why: BaseException) -> bool:
-        """Set the damaged index aside and rebuild it from a bound store; False when that is not possible."""
-        if self._path is None or self._healing or not self._sources:
-            return False
-        self._healing = True
-        try:
-            self._set_aside(why)
-            self._sources[-1].rebuild(self)
-        finally:
-            self._healing = False
-        return True
-
-    def _present(self, page_ids: list[int]) -> set[int] | None:
-        """Return which of ``page_ids`` the store has (None when no store is bound: all are taken)."""
-        if not self._sources or not page_ids:
-            return None
-        try:
-            return self._sources[-1].present(page_ids)
-        except PagerError as e:  # the store cannot say now: show the hits rather than none
-            log.warning("recall index: cannot check hits against the store: %s", e)
-            return None
-
-    def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:
-        """Run ``fn`` (Tantivy calls); on damage heal and run it once more; every failure is typed."""
-        with self._lock:
-            try:
-                return fn()
-            except RecallIndexError as e:
-                if not isinstance(e, _Damaged) or not self._heal(e):
-                    raise RecallIndexError(str(e)) from e
-            except PagerError:
-                raise  # the caller's error (a bad argument), or the store's: not the index's damage
-            except BaseException as e:
-                if not is_damage(e):
-                    raise
-                if not self._heal(e):
-                    raise RecallIndexError(f"{what}: {e}") from e
-            try:
-                return fn()
-            except PagerError as e:
-                if not isinstance(e, RecallIndexError):
-                    raise
-                raise RecallIndexError(f"{what}, even after a rebuild: {e}") from e
-            except BaseException as e:
-                if not is_damage(e):
-                    raise
-                raise RecallIndexError(f"{what}, even after a rebuild: {e}") from e
-
-    def _wipe(self) -> None:
-        assert self._path is not None
-        shutil.rmtree(self._path, ignore_errors=True)
-        self._path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._checked.clear()
 
     def _read_meta(self) -> tuple[int, int, bool]:
         hits = self._searcher.search(Query.term_query(_SCHEMA, "meta", _META), 1).hits
