@@ -32,7 +32,7 @@ def secret(n: int, what: str = "page") -> str:
 
 READERS = [("w0", "alice"), ("w4", "alice"), ("s2", "alice"), ("s3", "bob"), ("s4", None),
            # names chosen to collide with an owner or a pool (issue 20): a session is only ever a session
-           ("alice", "mallory"), ("pool:repo6", "mallory"), ("pool:repo8", "mallory")]
+           ("alice", "mallory"), ("bob", "mallory"), ("pool:repo6", "mallory"), ("pool:repo8", "mallory")]
 ACLS = {
     "none": None,
     "open": (["*"], ["alice"]),
@@ -91,6 +91,18 @@ def cases(readers: list[tuple[str, str | None]] = READERS):
     for reader in readers:
         for n, (scope, acl_name) in enumerate(COMBOS):
             yield n, reader, expected(scope, ACLS[acl_name], (f"w{n}", WRITER_OWNER), reader, f"repo{n}")
+
+
+def test_an_acl_admits_a_reader_by_its_identity_not_by_its_session_name():
+    """Issue 20: a session opened as mallory but named bob is mallory; a pool granted to bob stays closed."""
+    rec = PageRecord(id=1, session="w", hash="h", kind="user", role="user", seq=0, step=0, tokens=1,
+                     stub_tokens=1, chars=1, call_id=None, call_ids=(), tool_name=None, path=None, stale=False,
+                     labels=(), last_ref=0, ref_count=0, scope="project", handle="pg:0-a", owner="alice",
+                     pool="repo")
+    acls = {"repo": PoolAcl(["bob"], ["alice"])}
+    assert can_read(rec, Reader("s3", "bob"), acls)
+    assert can_read(rec, Reader("bob"), acls)  # no owner: the session's name is the identity
+    assert not can_read(rec, Reader("bob", "mallory"), acls)
 
 
 def _expands(p: Any, handle: str) -> bool:

@@ -9,8 +9,10 @@ when none was given) and a scope, narrowest first:
              repository) lets read;
 ``shared``   every session of the store.
 
-A pool's ACL lists readers and writers by identity (an owner or a session
-name; ``"*"`` is anyone); writers may read. A pool nobody configured is
+A pool's ACL lists readers and writers by identity (``"*"`` is anyone);
+writers may read. A reader's identity is the owner it was opened with, else
+its session's name: a session opened with an owner is admitted by that owner
+only, never by its session's name (which a proxy client picks in a header). A pool nobody configured is
 closed: its pages stay visible to their own session only. Promotion
 (``Pager.promote``) moves a page to a wider scope, demotion to a narrower
 one; both need write access to where the page is and where it goes
@@ -134,7 +136,12 @@ class Reader:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return (self.identity, self.session)
+        """Return the names an ACL admits this reader by: its identity only.
+
+        Until 2026-12 its session's name counted too, so a session opened as
+        ``mallory`` but *named* ``bob`` passed an ACL granting ``bob`` (issue 20).
+        """
+        return (self.identity,)
 
 
 def audiences(reader: Reader, acls: Mapping[str, PoolAcl]) -> tuple[str, ...]:
