@@ -115,3 +115,32 @@ def test_a_whole_session_lost_with_the_wal_is_named(tmp_path):
         SQLiteStore(store).close()
     (agent,) = got[0].message.lost.sessions
     assert agent.missing and agent.pages == acked
+
+
+_BUSY_WRITER = """
+import sys
+sys.path.insert(0, sys.argv[3])
+import pager
+msgs = [{"role": "system", "content": "agent"}, {"role": "user", "content": "start"}]
+with pager.open(sys.argv[1], session="busy", log_reports=False) as p:
+    for i in range(int(sys.argv[2])):
+        msgs += [{"role": "assistant", "content": f"step {i}"}, {"role": "user", "content": f"result {i}"}]
+        p.assemble({"messages": msgs})
+"""
+
+
+def test_opening_while_another_process_writes_raises_no_alarm(tmp_path):
+    """The mark is compared under its lock with what the database holds then: a busy writer is no loss."""
+    store = tmp_path / "ctx"
+    SQLiteStore(store).close()
+    writer = subprocess.Popen([sys.executable, "-c", _BUSY_WRITER, str(store), "40", str(ROOT)])
+    opens = 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pager.LostWritesWarning)
+            while writer.poll() is None or opens == 0:
+                SQLiteStore(store).close()
+                opens += 1
+    finally:
+        writer.wait(timeout=120)
+    assert writer.returncode == 0 and opens > 0

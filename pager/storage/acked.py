@@ -156,17 +156,20 @@ class AckedMark:
             if exc.errno == errno.ELOOP:
                 log.warning("%s is a symlink; pager never writes through one", self.path)
 
-    def check(self, max_page: int, versions: Callable[[list[str]], dict[str, int]]) -> LostWrites | None:
+    def check(self, top: Callable[[], int], versions: Callable[[list[str]], dict[str, int]]) -> LostWrites | None:
         """Return what the database lost against the sidecar (None when nothing), and reset the sidecar.
 
-        ``max_page`` is the database's highest page id; ``versions(names)``
-        returns its version of each of ``names`` that exists.
+        ``top()`` returns the database's highest page id and ``versions(names)``
+        its version of each of ``names`` that exists. Both are read under the
+        sidecar's lock: a writer records its commit only after it committed, so
+        whatever the sidecar holds then is visible in the database, unless lost.
         """
         found: list[LostWrites] = []
 
         def compare(data: dict[str, Any]) -> dict[str, Any] | None:
             if not data:
                 return None
+            max_page = top()
             acked_max = int(data.get("max_page") or 0)
             known: dict[str, int] = data.get("versions") or {}
             pages: dict[str, int] = {}
@@ -217,8 +220,8 @@ def mark_acked(db: sqlite3.Connection, mark: AckedMark, touched: Mapping[str, tu
 def check_acked(db: sqlite3.Connection, mark: AckedMark, where: str,
                 transaction: Callable[[], Any]) -> LostWrites | None:
     """Compare the database with the mark; on a loss warn, record ``lost-writes`` events, return it."""
-    top = int(db.execute("SELECT MAX(id) FROM pages").fetchone()[0] or 0)
-    lost = mark.check(top, lambda names: _versions(db, names))
+    lost = mark.check(lambda: int(db.execute("SELECT MAX(id) FROM pages").fetchone()[0] or 0),
+                      lambda names: _versions(db, names))
     if lost is None:
         return None
     warn_lost(where, lost)
