@@ -33,6 +33,8 @@ from pager.formats.base import WireFormat, detect, get_format
 from pager.recording import Recorder, record_aside
 from pager.report import Report, ReportLog
 from pager.schedulers.base import ScheduleResult
+from pager.schedulers.paging import PagingCall
+from pager.schedulers.rollover import RolloverController
 from pager.schedulers.window import handoff_from_events, task_state
 from pager.session import Session, open_store
 from pager.sharing import Sharing
@@ -97,10 +99,6 @@ class Pager(Sharing, Session):
         self._count_tools = ToolTokens(self.counter)
         self._recorder = Recorder(self.session, self.history, self.options.scope, self.options.owner,
                                   self.options.pool)
-        if len(self.history):
-            # rows found at open may be another writer's (a proxy process started while another served
-            # the session): a shorter copy of them is a stale request, not a rewind to fork at
-            self._recorder.foreign_from = 0
         self.reports = ReportLog(self.store.path, enabled=self.options.log_reports)
         self.last_report: Report | None = None
         self._state_dir = attach_state_dir(self)  # live checkpoint files (a no-op without state_dir)
@@ -124,6 +122,13 @@ class Pager(Sharing, Session):
         is recorded; other keys pass through untouched (pager's tools are
         appended to ``tools`` when ``expose_tools``). ``format`` names the
         wire format instead of detecting it.
+
+        A history that is a strict prefix of what the session recorded (a
+        request overtaken by a newer one of the same conversation: threads
+        sharing this ``Pager``, concurrent proxy requests, another writer
+        ahead) is planned on the recorded prefix and changes nothing: no page,
+        no branch, no layout; the report's ``behind`` says by how many rows.
+        A history that diverges from the recorded one forks a new branch.
         """
         with self._lock:
             self._check_open()
@@ -150,24 +155,31 @@ class Pager(Sharing, Session):
                 with self._writing():
                     if getattr(self, "_generation", 0) != generation:
                         known = 0  # another writer's pages were loaded: match the whole history again
-                    new_pages, docs = self._recorder.record(self.store, messages, known)
+                    recorded = self._recorder.record(self.store, messages, known)
+                    docs = recorded.docs
                     # indexed before scheduling: a page committed by the feeder's batch is recallable now
                     self._feeder.add(docs)
-                    result = self._schedule(messages, tools, tools_tokens)
                     self._calls += 1
-                    self._persist(result)
+                    if recorded.behind:
+                        result = self._schedule_behind(messages, tools, tools_tokens)
+                        self.store.save_state(self.session, self._state())  # the call count only
+                    else:
+                        result = self._schedule(messages, tools, tools_tokens)
+                        self._persist(result)
             except BaseException:
                 # the store rolled back (and _writing reloaded the mirror): drop the index's copies too
                 self._feeder.forget([d.page_id for d in docs])
                 raise
-            self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
-            if result.flush_index:
-                self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
-            self._prev_out = result.messages
+            if not recorded.behind:
+                self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
+                if result.flush_index:
+                    self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
+                self._prev_out = result.messages
             hints = attrs.evolve(result.hints, cache_marks=self.options.cache_marks)
             out = fmt.render(request, result.messages, tools=result.tools if result.tools is not None else (
                 tools if expose else None), hints=hints)
-            self._report(result, len(messages), new_pages, (time.perf_counter() - t0) * 1000.0)
+            self._report(result, len(messages), recorded.pages, (time.perf_counter() - t0) * 1000.0,
+                         recorded.behind)
             return out
 
     def _schedule(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int) -> ScheduleResult:
@@ -176,6 +188,26 @@ class Pager(Sharing, Session):
         req = self._paging.recall_request(self.history, self._layout)
         hits = self._search_recall(req) if req is not None else []
         return self._paging.schedule(self._paging_call(messages, tools_tokens, hits))
+
+    def _schedule_behind(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int
+                         ) -> ScheduleResult:
+        """Plan a request behind the recorded branch on its prefix; the result is shown, never persisted.
+
+        The layout, the previous prompt and the rollover window stay the newer
+        request's, so the conversation's cached prefix is what it was.
+        """
+        view = self.history.prefix(len(messages))
+        if self._rollover is not None:
+            window = RolloverController(self.options, self.counter, self.session, self._rollover.to_state())
+            window.state_text = self._rollover.state_text
+            return window.assemble(view, messages, tools, self._pins, self._notes)
+        req = self._paging.recall_request(view, self._layout)
+        hits = self._search_recall(req, view) if req is not None else []
+        return self._paging.schedule(PagingCall(
+            history=view, messages=messages, pins=self._pins, notes=self._notes, pin_terms=self._pin_terms,
+            tools_tokens=tools_tokens, prev=self._layout, prev_out=self._prev_out, hits=hits,
+            demoted=frozenset(self._demoted), kept=self._kept_foreign(),
+        ))
 
     def _persist(self, result: ScheduleResult) -> None:
         """Apply a result to the session's counters and save them with its state and events."""
@@ -188,7 +220,7 @@ class Pager(Sharing, Session):
             self._layout = self._layout_from(result.state)
         self._save(result)
 
-    def _report(self, result: ScheduleResult, n_in: int, new_pages: int, elapsed: float) -> None:
+    def _report(self, result: ScheduleResult, n_in: int, new_pages: int, elapsed: float, behind: int = 0) -> None:
         self._recall_useful = self._recorder.recall_useful
         report = Report(
             session=self.session, call=self._calls, step=self.history.clock, messages_in=n_in,
@@ -199,7 +231,7 @@ class Pager(Sharing, Session):
             prefix_kept=result.changed_from is None, changed_from=result.changed_from, faults=self._faults,
             recall_hits=self._recall_hits,
             recall_precision=(round(self._recall_useful / self._recall_hits, 4) if self._recall_hits else None),
-            elapsed_ms=round(elapsed, 3), mode=self.options.mode, notices=result.notices,
+            elapsed_ms=round(elapsed, 3), mode=self.options.mode, notices=result.notices, behind=behind,
         )
         self.last_report = report
         self.reports.append({"type": "assemble", **report.to_dict()})

@@ -193,12 +193,7 @@ class Session:
             self._pin_terms = frozenset().union(*(extract_terms(p) for p in self._pins))
             self._prev_out = None
             return
-        mine = len(self.history)
         self._reload()
-        recorder = getattr(self, "_recorder", None)
-        if recorder is not None:
-            # rows past what this writer had came from another writer of the session
-            recorder.foreign_from = min(mine, recorder.foreign_from if recorder.foreign_from is not None else mine)
 
     def _reload(self) -> None:
         """Rebuild the in-memory state from the store (after a rollback, or another writer's pages)."""
@@ -234,7 +229,7 @@ class Session:
 
     # -- scheduler inputs -------------------------------------------------------------------
 
-    def _search_recall(self, req: RecallRequest) -> list[RecallHit]:
+    def _search_recall(self, req: RecallRequest, history: History | None = None) -> list[RecallHit]:
         # no index flush here: a tantivy commit costs ~100 ms, and pages not yet
         # committed are the newest ones, which are in the prompt anyway
         pools = self.options.recall_pools
@@ -253,7 +248,7 @@ class Session:
         found = {h.page_id: h for h in foreign}
         for hit in own:
             # not another branch's page, nor this session's own pin, note or handoff (the card has them)
-            if hit.page_id in self.history.row_of:
+            if hit.page_id in (history or self.history).row_of:
                 found[hit.page_id] = RecallHit(hit.page_id, message_text(self.store.message(hit.page_id)[1]))
         return [found[hit.page_id] for hit in hits if hit.page_id in found]  # best first, as the index ranked them
 

@@ -35,23 +35,25 @@ def test_sigkills_lose_nothing_duplicate_nothing_and_leave_a_store_that_opens(tm
 
 
 def test_processes_and_threads_on_mixed_sessions_keep_exact_counts(tmp_path):
-    counts = chaos_load.run(2.0, processes=3, threads=2, seed=11, workdir=str(tmp_path))
+    # a number of operations per thread, not a time: a loaded machine makes this slower, never different
+    counts = chaos_load.run(ops=30, processes=3, threads=2, seed=11, workdir=str(tmp_path))
     assert counts["dead_workers"] == 0
     assert counts["errors"] == 0, counts["error_samples"]
-    assert counts["assembles"] > 0
-    assert counts["illegit_conflicts"] == 0  # a conflict only for a request overtaken by a later one
+    assert counts["calls"] == 3 * 2 * 30 and counts["assembles"] > 0
+    assert counts["illegit_behind"] == 0  # read-only only for a request overtaken by a later one
     assert counts["lost"] == counts["duplicates"] == counts["wrong_content"] == 0
     assert counts["page_count_mismatch"] == 0 and counts["missing_from_index"] == 0
 
 
-def test_a_stale_request_to_a_pager_opened_after_another_writer_recorded_is_refused(tmp_path):
+def test_a_stale_request_to_a_pager_opened_after_another_writer_recorded_records_nothing(tmp_path):
     """A proxy process started while another served the session gets an overtaken request."""
     history = coding_session(6)
     with pager.open(tmp_path / "ctx", session="s") as first:
         first.assemble({"messages": history})
         with pager.open(tmp_path / "ctx", session="s") as late:
-            with pytest.raises(pager.HistoryConflictError):
-                late.assemble({"messages": history[:6]})
+            late.assemble({"messages": history[:6]})  # behind: planned read-only
+            assert late.last_report.behind == len(history) - 6
+            assert late.store.count_pages("s") == len(history) and len(late.store.branches("s")) == 1
             late.assemble({"messages": history})  # the whole history: nothing new, nothing twice
             assert late.store.count_pages("s") == len(history) and len(late.store.branches("s")) == 1
             # a history that diverges (new messages after a shorter prefix) still forks a branch
