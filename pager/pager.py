@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import attrs
 
 from pager import tools as agent_tools
+from pager.core.describe import brief
 from pager.core.handoff import parse_handoff, render_handoff
 from pager.core.l1guard import item_text as l1_item_text
 from pager.core.l1guard import l1_hits
@@ -289,15 +290,15 @@ class Pager(Sharing, Session):
             self._check_open()
             for name, v in (("start_line", start_line), ("end_line", end_line)):
                 if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                    raise ToolError(f"{name} must be a positive integer, got {v!r}")
+                    raise ToolError(f"{name} must be a positive integer, got {brief(v)}")
             moved = l1_item_text(handle, self._pins, self._notes)  # the L1 guard's pointers: pin:N / note:N
             if moved is not None:
                 return line_range(moved, start_line, end_line)
             if not isinstance(handle, str) or not handle.startswith("pg:"):
-                raise HandleError(f"{handle!r} is not a pager handle (they look like pg:12-a1b2c3)")
+                raise HandleError(f"{brief(handle)} is not a pager handle (they look like pg:12-a1b2c3)")
             pid = self._readable_page(handle)  # its own session's, or a readable pool's
             if pid is None:
-                raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")
+                raise HandleError(f"unknown handle {brief(handle)} in session {self.session!r}")
             _session, msg = self.store.message(pid)
             if pid in self._demoted:
                 self._faults += 1
@@ -317,7 +318,7 @@ class Pager(Sharing, Session):
             if not isinstance(query, str):
                 raise InputError(f"query must be a string, got {type(query).__name__}")
             if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_K:
-                raise InputError(f"k must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}")
+                raise InputError(f"k must be an integer from 1 to {MAX_SEARCH_K}, got {brief(k)}")
             self._feeder.flush()
             # this session's own pins and notes come from l1_hits, under the card's pin:N / note:N
             # names and only when outside the card: fetch enough to drop their pages

@@ -17,6 +17,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import orjson
 
+from pager.core.describe import encode_problem
 from pager.core.heat import get_policy
 from pager.core.history import History
 from pager.core.messages import message_text
@@ -120,7 +121,11 @@ class Session:
         self.options = Options.build(base, context_window=context_window, **options)
         # validate the policy before persisting: a bad option must not poison later reopens
         self.policy = get_policy(self.options.policy, **dict(self.options.policy_params))
-        self.store.set_setting(f"options:{self.session}", orjson.dumps(self.options.to_dict()).decode())
+        try:
+            saved_options = orjson.dumps(self.options.to_dict()).decode()
+        except orjson.JSONEncodeError as exc:  # a lone surrogate in a path or name option
+            raise ConfigError(f"the options cannot be saved with the session: {encode_problem(exc)}") from None
+        self.store.set_setting(f"options:{self.session}", saved_options)
         self._calls = self._faults = self._recall_hits = self._recall_useful = self._expanded = 0
         self._handles: set[str] = set()
         self._demoted: set[int] = set()

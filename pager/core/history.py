@@ -19,6 +19,7 @@ import attrs
 
 from pager.core import terms as terms_mod
 from pager.core.compact import compact_line
+from pager.core.describe import encode_problem
 from pager.core.tasks import detect_task, task_of
 from pager.core.messages import Classified, message_text, tool_calls
 from pager.core.pages import KIND_CODE, TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
@@ -52,7 +53,7 @@ def hash_messages(
         try:
             raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError as exc:
-            raise MessageError(i + offset, f"cannot be encoded ({exc}); lone surrogates are not valid text") from exc
+            raise MessageError(i + offset, f"cannot be encoded: {encode_problem(exc)}") from None
         hashes.append(hash_bytes(raw))
         raws.append(raw)
     return hashes, raws
