@@ -78,18 +78,21 @@ def test_an_index_missing_a_segment_file_is_rebuilt_at_open(tmp_path, suffix):
 def test_a_session_created_by_another_connection_meanwhile_is_taken_not_created_twice(tmp_path):
     """Two processes opening one new session at once: the second sees the first's row, no UNIQUE error."""
     import threading
-    import time
 
     from pager.storage.sqlite import SQLiteStore
 
     a, b = SQLiteStore(tmp_path / "ctx"), SQLiteStore(tmp_path / "ctx")
     got: list[object] = []
+    locking = threading.Event()
+    # a's statement trace: its BEGIN IMMEDIATE starts only after its first read found no row
+    a._db.set_trace_callback(lambda sql: locking.set() if sql.startswith("BEGIN IMMEDIATE") else None)
     with b.transaction():
         created = b.ensure_session("new")  # not committed yet: a reads no row, then waits for the lock
         t = threading.Thread(target=lambda: got.append(_try(a.ensure_session, "new")))
         t.start()
-        time.sleep(0.5)
+        assert locking.wait(60)  # a read no row and goes for the lock; b commits now
     t.join()
+    a._db.set_trace_callback(None)
     assert got == [created] and a.sessions() == ["new"]
     a.close()
     b.close()
