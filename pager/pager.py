@@ -34,8 +34,6 @@ from pager.formats.base import WireFormat, detect, get_format
 from pager.recording import Recorder, record_aside
 from pager.report import Report, ReportLog
 from pager.schedulers.base import ScheduleResult
-from pager.schedulers.paging import PagingCall
-from pager.schedulers.rollover import RolloverController
 from pager.schedulers.window import handoff_from_events, task_state
 from pager.session import Session, open_store
 from pager.sharing import Sharing
@@ -189,26 +187,6 @@ class Pager(Sharing, Session):
         req = self._paging.recall_request(self.history, self._layout)
         hits = self._search_recall(req) if req is not None else []
         return self._paging.schedule(self._paging_call(messages, tools_tokens, hits))
-
-    def _schedule_behind(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int
-                         ) -> ScheduleResult:
-        """Plan a request behind the recorded branch on its prefix; the result is shown, never persisted.
-
-        The layout, the previous prompt and the rollover window stay the newer
-        request's, so the conversation's cached prefix is what it was.
-        """
-        view = self.history.prefix(len(messages))
-        if self._rollover is not None:
-            window = RolloverController(self.options, self.counter, self.session, self._rollover.to_state())
-            window.state_text = self._rollover.state_text
-            return window.assemble(view, messages, tools, self._pins, self._notes)
-        req = self._paging.recall_request(view, self._layout)
-        hits = self._search_recall(req, view) if req is not None else []
-        return self._paging.schedule(PagingCall(
-            history=view, messages=messages, pins=self._pins, notes=self._notes, pin_terms=self._pin_terms,
-            tools_tokens=tools_tokens, prev=self._layout, prev_out=self._prev_out, hits=hits,
-            demoted=frozenset(self._demoted), kept=self._kept_foreign(),
-        ))
 
     def _persist(self, result: ScheduleResult) -> None:
         """Apply a result to the session's counters and save them with its state and events."""

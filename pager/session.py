@@ -299,12 +299,29 @@ class Session:
         except StoreError:
             return []  # a page gone from the store: the planner rebuilds without its block
 
-    def _paging_call(self, messages: Sequence[Mapping[str, Any]], tools_tokens: int, hits: list[RecallHit]) -> PagingCall:
+    def _paging_call(self, messages: Sequence[Mapping[str, Any]], tools_tokens: int, hits: list[RecallHit],
+                     history: History | None = None) -> PagingCall:
         return PagingCall(
-            history=self.history, messages=messages, pins=self._pins, notes=self._notes,
+            history=history or self.history, messages=messages, pins=self._pins, notes=self._notes,
             pin_terms=self._pin_terms, tools_tokens=tools_tokens, prev=self._layout, prev_out=self._prev_out,
             hits=hits, demoted=frozenset(self._demoted), kept=self._kept_foreign(),
         )
+
+    def _schedule_behind(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int
+                         ) -> ScheduleResult:
+        """Plan a request behind the recorded branch on its prefix; the result is shown, never persisted.
+
+        The layout, the previous prompt and the rollover window stay the newer
+        request's, so the conversation's cached prefix is what it was.
+        """
+        view = self.history.prefix(len(messages))
+        if self._rollover is not None:
+            window = RolloverController(self.options, self.counter, self.session, self._rollover.to_state())
+            window.state_text = self._rollover.state_text
+            return window.assemble(view, messages, tools, self._pins, self._notes)
+        req = self._paging.recall_request(view, self._layout)
+        hits = self._search_recall(req, view) if req is not None else []
+        return self._paging.schedule(self._paging_call(messages, tools_tokens, hits, view))
 
     def _add_pin(self, text: str) -> None:
         self._pins.append(text)

@@ -7,7 +7,6 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
 
 import pager
 
