@@ -7,7 +7,6 @@ import sys
 import threading
 from pathlib import Path
 
-
 import pager
 
 from helpers import coding_session, take_turns
