@@ -253,7 +253,7 @@ class Session:
         found = {h.page_id: h for h in foreign}
         for hit in own:
             # not another branch's page, nor this session's own pin, note or handoff (the card has them)
-            if hit.page_id in (history or self.history).row_of:
+            if hit.page_id in (history if history is not None else self.history).row_of:
                 found[hit.page_id] = RecallHit(hit.page_id, message_text(self.store.message(hit.page_id)[1]))
         return [found[hit.page_id] for hit in hits if hit.page_id in found]  # best first, as the index ranked them
 
@@ -302,7 +302,8 @@ class Session:
     def _paging_call(self, messages: Sequence[Mapping[str, Any]], tools_tokens: int, hits: list[RecallHit],
                      history: History | None = None) -> PagingCall:
         return PagingCall(
-            history=history or self.history, messages=messages, pins=self._pins, notes=self._notes,
+            history=history if history is not None else self.history, messages=messages, pins=self._pins,
+            notes=self._notes,
             pin_terms=self._pin_terms, tools_tokens=tools_tokens, prev=self._layout, prev_out=self._prev_out,
             hits=hits, demoted=frozenset(self._demoted), kept=self._kept_foreign(),
         )

@@ -95,6 +95,15 @@ def test_a_request_behind_changes_no_layout_and_a_diverging_one_still_forks(wher
         assert len(p.store.branches("s")) == 2 and p.store.count_pages("s") == len(history) + 1
 
 
+def test_an_empty_history_after_a_recorded_one_is_behind_too(tmp_path):
+    history = coding_session(3)
+    with pager.open(tmp_path / "ctx", session="s", log_reports=False) as p:
+        p.assemble({"messages": history})
+        out = p.assemble({"messages": []})
+        assert p.last_report.behind == len(history) and out["messages"] == []
+        assert p.store.count_pages("s") == len(history) and len(p.store.branches("s")) == 1
+
+
 def test_two_writers_one_behind_the_other_record_nothing_twice(where):
     history = coding_session(6)
     with pager.open(where, session="s", log_reports=False) as a, pager.open(where, session="s",
