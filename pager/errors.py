@@ -7,7 +7,7 @@ caller would reach for, so ``except ValueError`` still works::
     ├── ConfigError(PagerError, ValueError)        bad option to open() / a policy / a config file
     ├── InputError(PagerError, ValueError)         a request pager cannot schedule
     │   ├── MessageError(InputError)               one message is malformed; ``.index`` names it
-    │   └── HistoryConflictError(InputError)       a history behind what another writer of the session recorded
+    │   └── HistoryConflictError(InputError)       kept for callers; assemble plans a history behind read-only
     ├── BudgetError(PagerError, ValueError)        L1 alone does not fit; ``.over_by`` says by how much
     ├── StoreError(PagerError, OSError)            the SQLite store cannot be opened or written
     │   └── SchemaError(StoreError)                the store was written by an incompatible version
@@ -70,12 +70,12 @@ class MessageError(InputError):
 
 
 class HistoryConflictError(InputError):
-    """The request's history is a shorter copy of what another writer of the session recorded.
+    """A request's history conflicts with what the session recorded. No longer raised by ``assemble``.
 
-    Two writers share a session (two processes, two ``Pager`` objects); the
-    other one already recorded messages this request lacks. A single writer
-    that shortens its history rewinds it (a new branch); a second writer that
-    is behind gets this error instead of forking the session.
+    It was raised for a history that is a shorter copy of what another writer
+    recorded. Since issue 20 any history behind the recorded branch (whoever
+    recorded the rest) is planned read-only and records nothing; the class is
+    kept so code that catches it still imports.
     """
 
 

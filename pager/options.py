@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import attrs
 import orjson
 
+from pager.core.describe import brief
 from pager.core.pages import SCOPES
 from pager.errors import ConfigError
 
@@ -26,12 +27,12 @@ CACHE_MARKS = ("pager", "merge", "caller")  # pager.formats.breakpoints.MODES
 def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
     # options are persisted as JSON, which holds 64-bit integers only
     if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**63:
-        raise ConfigError(f"{attribute.name} must be a positive 64-bit integer, got {value!r}")
+        raise ConfigError(f"{attribute.name} must be a positive 64-bit integer, got {brief(value)}")
 
 
 def _non_negative(_inst: Any, attribute: attrs.Attribute, value: int | float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**63:
-        raise ConfigError(f"{attribute.name} must be a non-negative number, got {value!r}")
+        raise ConfigError(f"{attribute.name} must be a non-negative number, got {brief(value)}")
 
 
 def _path_or_none(value: Any) -> Any:
@@ -46,10 +47,10 @@ def _path_or_none(value: Any) -> Any:
 
 def _int_tuple(value: Any) -> tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise ConfigError(f"expected a list of integers, got {value!r}")
+        raise ConfigError(f"expected a list of integers, got {brief(value)}")
     out = tuple(value)
     if any(not isinstance(v, int) or isinstance(v, bool) for v in out):
-        raise ConfigError(f"expected a list of integers, got {value!r}")
+        raise ConfigError(f"expected a list of integers, got {brief(value)}")
     return out
 
 
@@ -115,17 +116,17 @@ class Options:
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
+            raise ConfigError(f"mode must be one of {MODES}, got {brief(self.mode)}")
         if self.scope not in SCOPES:
-            raise ConfigError(f"scope must be one of {SCOPES}, got {self.scope!r}")
+            raise ConfigError(f"scope must be one of {SCOPES}, got {brief(self.scope)}")
         if self.scope == "project" and not self.pool:
             raise ConfigError("scope='project' needs pool=<name> (the project pool the pages go to)")
         for name in ("owner", "pool"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ConfigError(f"{name} must be a non-empty string or None, got {value!r}")
+                raise ConfigError(f"{name} must be a non-empty string or None, got {brief(value)}")
         if self.cache_marks not in CACHE_MARKS:
-            raise ConfigError(f"cache_marks must be one of {list(CACHE_MARKS)}, got {self.cache_marks!r}")
+            raise ConfigError(f"cache_marks must be one of {list(CACHE_MARKS)}, got {brief(self.cache_marks)}")
         if self.low_watermark > self.high_watermark:
             raise ConfigError(
                 f"low_watermark ({self.low_watermark}) must not exceed high_watermark ({self.high_watermark})"
@@ -142,7 +143,7 @@ class Options:
             raise ConfigError(f"auto_compact_ratio must be in (0, 1], got {self.auto_compact_ratio}")
         if self.state_dir is not None and (not isinstance(self.state_dir, str) or not self.state_dir
                                            or "\x00" in self.state_dir):
-            raise ConfigError(f"state_dir must be a directory path, got {self.state_dir!r}")
+            raise ConfigError(f"state_dir must be a directory path, got {brief(self.state_dir)}")
         if self.output_reserve is not None and not (0 <= self.output_reserve < self.context_window):
             raise ConfigError(
                 f"output_reserve must be in [0, context_window), got {self.output_reserve} "

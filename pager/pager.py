@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import attrs
 
 from pager import tools as agent_tools
+from pager.core.describe import brief
 from pager.core.handoff import parse_handoff, render_handoff
 from pager.core.l1guard import item_text as l1_item_text
 from pager.core.l1guard import l1_hits
@@ -105,10 +106,6 @@ class Pager(Sharing, Session):
         self._count_tools = ToolTokens(self.counter)
         self._recorder = Recorder(self.session, self.history, self.options.scope, self.options.owner,
                                   self.options.pool)
-        if len(self.history):
-            # rows found at open may be another writer's (a proxy process started while another served
-            # the session): a shorter copy of them is a stale request, not a rewind to fork at
-            self._recorder.foreign_from = 0
         self.reports = ReportLog(self.store.path, enabled=self.options.log_reports)
         self.last_report: Report | None = None
         self._state_dir = attach_state_dir(self)  # live checkpoint files (a no-op without state_dir)
@@ -132,6 +129,13 @@ class Pager(Sharing, Session):
         is recorded; other keys pass through untouched (pager's tools are
         appended to ``tools`` when ``expose_tools``). ``format`` names the
         wire format instead of detecting it.
+
+        A history that is a strict prefix of what the session recorded (a
+        request overtaken by a newer one of the same conversation: threads
+        sharing this ``Pager``, concurrent proxy requests, another writer
+        ahead) is planned on the recorded prefix and changes nothing: no page,
+        no branch, no layout; the report's ``behind`` says by how many rows.
+        A history that diverges from the recorded one forks a new branch.
         """
         with self._lock:
             self._check_open()
@@ -158,24 +162,31 @@ class Pager(Sharing, Session):
                 with self._writing():
                     if getattr(self, "_generation", 0) != generation:
                         known = 0  # another writer's pages were loaded: match the whole history again
-                    new_pages, docs = self._recorder.record(self.store, messages, known)
+                    recorded = self._recorder.record(self.store, messages, known)
+                    docs = recorded.docs
                     # indexed before scheduling: a page committed by the feeder's batch is recallable now
                     self._feeder.add(docs)
-                    result = self._schedule(messages, tools, tools_tokens)
                     self._calls += 1
-                    self._persist(result)
+                    if recorded.behind:
+                        result = self._schedule_behind(messages, tools, tools_tokens)
+                        self.store.save_state(self.session, self._state())  # the call count only
+                    else:
+                        result = self._schedule(messages, tools, tools_tokens)
+                        self._persist(result)
             except BaseException:
                 # the store rolled back (and _writing reloaded the mirror): drop the index's copies too
                 self._feeder.forget([d.page_id for d in docs])
                 raise
-            self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
-            if result.flush_index:
-                self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
-            self._prev_out = result.messages
+            if not recorded.behind:
+                self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
+                if result.flush_index:
+                    self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
+                self._prev_out = result.messages
             hints = attrs.evolve(result.hints, cache_marks=self.options.cache_marks)
             out = fmt.render(request, result.messages, tools=result.tools if result.tools is not None else (
                 tools if expose else None), hints=hints)
-            self._report(result, len(messages), new_pages, (time.perf_counter() - t0) * 1000.0)
+            self._report(result, len(messages), recorded.pages, (time.perf_counter() - t0) * 1000.0,
+                         recorded.behind)
             return out
 
     def _schedule(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int) -> ScheduleResult:
@@ -196,7 +207,7 @@ class Pager(Sharing, Session):
             self._layout = self._layout_from(result.state)
         self._save(result)
 
-    def _report(self, result: ScheduleResult, n_in: int, new_pages: int, elapsed: float) -> None:
+    def _report(self, result: ScheduleResult, n_in: int, new_pages: int, elapsed: float, behind: int = 0) -> None:
         self._recall_useful = self._recorder.recall_useful
         report = Report(
             session=self.session, call=self._calls, step=self.history.clock, messages_in=n_in,
@@ -207,7 +218,7 @@ class Pager(Sharing, Session):
             prefix_kept=result.changed_from is None, changed_from=result.changed_from, faults=self._faults,
             recall_hits=self._recall_hits,
             recall_precision=(round(self._recall_useful / self._recall_hits, 4) if self._recall_hits else None),
-            elapsed_ms=round(elapsed, 3), mode=self.options.mode, notices=result.notices,
+            elapsed_ms=round(elapsed, 3), mode=self.options.mode, notices=result.notices, behind=behind,
         )
         self.last_report = report
         self.reports.append({"type": "assemble", **report.to_dict()})
@@ -265,15 +276,15 @@ class Pager(Sharing, Session):
             self._check_open()
             for name, v in (("start_line", start_line), ("end_line", end_line)):
                 if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                    raise ToolError(f"{name} must be a positive integer, got {v!r}")
+                    raise ToolError(f"{name} must be a positive integer, got {brief(v)}")
             moved = l1_item_text(handle, self._pins, self._notes)  # the L1 guard's pointers: pin:N / note:N
             if moved is not None:
                 return line_range(moved, start_line, end_line)
             if not isinstance(handle, str) or not handle.startswith("pg:"):
-                raise HandleError(f"{handle!r} is not a pager handle (they look like pg:12-a1b2c3)")
+                raise HandleError(f"{brief(handle)} is not a pager handle (they look like pg:12-a1b2c3)")
             pid = self._readable_page(handle)  # its own session's, or a readable pool's
             if pid is None:
-                raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")
+                raise HandleError(f"unknown handle {brief(handle)} in session {self.session!r}")
             _session, msg = self.store.message(pid)
             if pid in self._demoted:
                 self._faults += 1
@@ -293,7 +304,7 @@ class Pager(Sharing, Session):
             if not isinstance(query, str):
                 raise InputError(f"query must be a string, got {type(query).__name__}")
             if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_K:
-                raise InputError(f"k must be an integer from 1 to {MAX_SEARCH_K}, got {k!r}")
+                raise InputError(f"k must be an integer from 1 to {MAX_SEARCH_K}, got {brief(k)}")
             self._feeder.flush()
             # this session's own pins and notes come from l1_hits, under the card's pin:N / note:N
             # names and only when outside the card: fetch enough to drop their pages

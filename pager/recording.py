@@ -5,21 +5,46 @@ stops matching what was recorded (by object identity first, then by content
 hash), forks a branch when it diverged, and records the rest through the
 store, inside the facade's transaction. It returns the index documents of the
 new pages; the facade adds them to the index only after the store committed.
+
+Matching a history against the recorded branch (the head branch, as the
+mirror holds it, after catching up with any other writer):
+
+- it extends the branch (the recorded rows, then new ones): the new ones are
+  recorded;
+- it equals the branch: nothing is recorded;
+- it is a strict prefix of the branch (a request overtaken by a newer one of
+  the same conversation: threads sharing a ``Pager``, concurrent requests
+  through the proxy, another writer ahead): nothing is recorded and nothing
+  forks; the facade plans this one call on the recorded prefix (``behind``
+  says how many recorded rows lie past it);
+- it diverges (a message differs from the recorded one at the same place: an
+  edited or rewound conversation with new messages): a new branch forks at
+  the first difference and the rest is recorded on it; the old branch is kept.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+import attrs
+
 from pager.core.aside import aside_page
 from pager.core.history import History, hash_messages
 from pager.core.messages import classify, tool_calls
-from pager.errors import HistoryConflictError
 from pager.storage.base import Store
 from pager.storage.index import IndexDoc
 from pager.storage.indexing import index_doc
 
-__all__ = ["Recorder", "record_aside"]
+__all__ = ["Recorded", "Recorder", "record_aside"]
+
+
+@attrs.frozen(slots=True)
+class Recorded:
+    """What one ``Recorder.record`` did: the pages added, their index documents, how far behind the request was."""
+
+    pages: int
+    docs: list[IndexDoc]
+    behind: int = 0  # recorded rows past the request's history (> 0: a strict prefix, nothing recorded)
 
 
 def record_aside(
@@ -55,8 +80,6 @@ class Recorder:
         self._ident: list[tuple[Any, Any, Any]] = []  # (message, content, tool_calls) per recorded row
         self.recalled_pending: set[int] = set()
         self.recall_useful = 0
-        # rows from here on were recorded by another writer of the session (None: all are ours)
-        self.foreign_from: int | None = None
 
     def reset(self, history: History) -> None:
         """Follow a mirror rebuilt from the store (after a rolled-back transaction)."""
@@ -86,8 +109,8 @@ class Recorder:
             k += 1
         return k
 
-    def record(self, store: Store, messages: Sequence[Mapping[str, Any]], known: int = 0) -> tuple[int, list[IndexDoc]]:
-        """Record what is new in ``messages``; return how many pages were added and their index documents."""
+    def record(self, store: Store, messages: Sequence[Mapping[str, Any]], known: int = 0) -> Recorded:
+        """Record what is new in ``messages``; see the module docstring for how it is matched."""
         h = self.history
         new_hashes, raws = hash_messages(messages[known:], offset=known)
         hashes = h.hash[:known] + new_hashes
@@ -96,23 +119,19 @@ class Recorder:
         limit = min(len(h.hash), len(hashes))
         while common < limit and h.hash[common] == hashes[common]:
             common += 1
+        if common == len(hashes) < len(h.hash):
+            # behind the branch, not a rewind: forking here would record the newer rows again when the
+            # newer request comes back (issue 20). The identity rows are kept for that request too.
+            return Recorded(0, [], len(h.hash) - common)
         fork: tuple[int, int] | None = None
-        if common == len(hashes) < len(h.hash) and self.foreign_from is not None and common >= self.foreign_from:
-            # a shorter copy of what another writer already recorded: a stale request, not a rewind
-            raise HistoryConflictError(
-                f"session {self.session!r}: this history has {len(hashes)} messages but another writer "
-                f"already recorded {len(h.hash)}; send the whole history (or use one Pager per session)"
-            )
         if common < len(h.hash):
             # the caller's history diverged from the recorded one: a new branch
             fork = (h.branch, common)
             h.truncate(common)
         del self._ident[common:]
         self._ident.extend((m, m.get("content"), m.get("tool_calls")) for m in messages[len(self._ident):])
-        if common >= len(h.hash):
-            self.foreign_from = None  # the caller's history includes every recorded row now
         if common == len(hashes) and fork is None:
-            return 0, []
+            return Recorded(0, [])
         classified = classify(messages, common, h.calls)
         for msg in messages[common:]:
             for call in tool_calls(msg):
@@ -134,4 +153,4 @@ class Recorder:
             )
             for p, pid in zip(prepared, ids)
         ]
-        return len(prepared), docs
+        return Recorded(len(prepared), docs)

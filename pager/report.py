@@ -27,7 +27,9 @@ class Report:
     prefix was kept: the prompt only grew at the tail). ``faults`` (demoted
     pages needed again), ``recall_hits`` (pages recalled so far) and
     ``recall_precision`` (the share of them the next message referred to)
-    count over the session.
+    count over the session. ``behind`` is how many recorded rows lay past
+    the request's history (a request overtaken by a newer one): such a call
+    recorded nothing and changed no layout.
     """
 
     session: str
@@ -54,6 +56,7 @@ class Report:
     recall_precision: float | None = None
     mode: str = "paging"
     notices: tuple[str, ...] = ()
+    behind: int = 0  # recorded rows past this request's history: > 0, it was planned read-only
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)

@@ -17,6 +17,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import orjson
 
+from pager.core.describe import encode_problem
 from pager.core.heat import get_policy
 from pager.core.history import History
 from pager.core.messages import message_text
@@ -120,7 +121,11 @@ class Session:
         self.options = Options.build(base, context_window=context_window, **options)
         # validate the policy before persisting: a bad option must not poison later reopens
         self.policy = get_policy(self.options.policy, **dict(self.options.policy_params))
-        self.store.set_setting(f"options:{self.session}", orjson.dumps(self.options.to_dict()).decode())
+        try:
+            saved_options = orjson.dumps(self.options.to_dict()).decode()
+        except orjson.JSONEncodeError as exc:  # a lone surrogate in a path or name option
+            raise ConfigError(f"the options cannot be saved with the session: {encode_problem(exc)}") from None
+        self.store.set_setting(f"options:{self.session}", saved_options)
         self._calls = self._faults = self._recall_hits = self._recall_useful = self._expanded = 0
         self._handles: set[str] = set()
         self._demoted: set[int] = set()
@@ -193,12 +198,7 @@ class Session:
             self._pin_terms = frozenset().union(*(extract_terms(p) for p in self._pins))
             self._prev_out = None
             return
-        mine = len(self.history)
         self._reload()
-        recorder = getattr(self, "_recorder", None)
-        if recorder is not None:
-            # rows past what this writer had came from another writer of the session
-            recorder.foreign_from = min(mine, recorder.foreign_from if recorder.foreign_from is not None else mine)
 
     def _reload(self) -> None:
         """Rebuild the in-memory state from the store (after a rollback, or another writer's pages)."""
@@ -234,7 +234,7 @@ class Session:
 
     # -- scheduler inputs -------------------------------------------------------------------
 
-    def _search_recall(self, req: RecallRequest) -> list[RecallHit]:
+    def _search_recall(self, req: RecallRequest, history: History | None = None) -> list[RecallHit]:
         # no index flush here: a tantivy commit costs ~100 ms, and pages not yet
         # committed are the newest ones, which are in the prompt anyway
         pools = self.options.recall_pools
@@ -253,7 +253,7 @@ class Session:
         found = {h.page_id: h for h in foreign}
         for hit in own:
             # not another branch's page, nor this session's own pin, note or handoff (the card has them)
-            if hit.page_id in self.history.row_of:
+            if hit.page_id in (history if history is not None else self.history).row_of:
                 found[hit.page_id] = RecallHit(hit.page_id, message_text(self.store.message(hit.page_id)[1]))
         return [found[hit.page_id] for hit in hits if hit.page_id in found]  # best first, as the index ranked them
 
@@ -299,12 +299,30 @@ class Session:
         except StoreError:
             return []  # a page gone from the store: the planner rebuilds without its block
 
-    def _paging_call(self, messages: Sequence[Mapping[str, Any]], tools_tokens: int, hits: list[RecallHit]) -> PagingCall:
+    def _paging_call(self, messages: Sequence[Mapping[str, Any]], tools_tokens: int, hits: list[RecallHit],
+                     history: History | None = None) -> PagingCall:
         return PagingCall(
-            history=self.history, messages=messages, pins=self._pins, notes=self._notes,
+            history=history if history is not None else self.history, messages=messages, pins=self._pins,
+            notes=self._notes,
             pin_terms=self._pin_terms, tools_tokens=tools_tokens, prev=self._layout, prev_out=self._prev_out,
             hits=hits, demoted=frozenset(self._demoted), kept=self._kept_foreign(),
         )
+
+    def _schedule_behind(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int
+                         ) -> ScheduleResult:
+        """Plan a request behind the recorded branch on its prefix; the result is shown, never persisted.
+
+        The layout, the previous prompt and the rollover window stay the newer
+        request's, so the conversation's cached prefix is what it was.
+        """
+        view = self.history.prefix(len(messages))
+        if self._rollover is not None:
+            window = RolloverController(self.options, self.counter, self.session, self._rollover.to_state())
+            window.state_text = self._rollover.state_text
+            return window.assemble(view, messages, tools, self._pins, self._notes)
+        req = self._paging.recall_request(view, self._layout)
+        hits = self._search_recall(req, view) if req is not None else []
+        return self._paging.schedule(self._paging_call(messages, tools_tokens, hits, view))
 
     def _add_pin(self, text: str) -> None:
         self._pins.append(text)

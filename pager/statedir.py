@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -46,9 +47,10 @@ from pager.statefiles import (
     write_state,
     git_state,
 )
+from pager.errors import ConfigError, StateFileError
 from pager.stateio import StateDirFd
 
-__all__ = ["NullStateDir", "StateDir", "attach_state_dir", "store_mark"]
+__all__ = ["NullStateDir", "StateDir", "attach_state_dir", "checked_path", "store_mark"]
 
 _MARK_RE = re.compile(r" mark=(p\d+\.n\d+\.e\d+)")
 
@@ -180,6 +182,44 @@ class StateDir:
         return reopened
 
 
+def checked_path(where: str | os.PathLike[str]) -> Path:
+    """Return ``where`` made absolute; ``ConfigError`` for a path no file system can hold.
+
+    Over-long paths (a component past ``NAME_MAX`` bytes or the whole past
+    ``PATH_MAX``) and names that are not valid Unicode are refused up front,
+    before anything is created.
+    """
+    path = Path(where).absolute()
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError:
+        raise ConfigError(f"state_dir {str(path)[:200]!r} is not valid Unicode (a lone surrogate)") from None
+    name_max, path_max = _limits(path)
+    if len(raw) >= path_max:
+        raise ConfigError(f"state_dir is {len(raw)} bytes long; this file system takes paths under {path_max}")
+    for part in path.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise ConfigError(f"state_dir has a {len(os.fsencode(part))}-byte name {part[:40]!r}...; this file "
+                              f"system takes names of at most {name_max} bytes")
+    return path
+
+
+def _limits(path: Path) -> tuple[int, int]:
+    """Return ``(NAME_MAX, PATH_MAX)`` for the nearest existing ancestor of ``path`` (255 / 4096 if unknown)."""
+    probe = path
+    while probe != probe.parent:
+        try:
+            if probe.is_dir():
+                break
+        except OSError:  # too long to even look at: its parents say what the file system takes
+            pass
+        probe = probe.parent
+    try:
+        return os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255, 4096
+
+
 def attach_state_dir(host: Any) -> StateDir | NullStateDir:
     """Return the live checkpoint directory of a facade (a no-op without ``state_dir``).
 
@@ -191,10 +231,13 @@ def attach_state_dir(host: Any) -> StateDir | NullStateDir:
     where = host.options.state_dir
     if not where:
         return NullStateDir()
-    # absolute now: a harness that changes directory later must not move the checkpoint files
-    sd = StateDir(host, Path(where).absolute(), wal_max_bytes=host.options.wal_max_bytes)
     try:
+        # absolute now: a harness that changes directory later must not move the checkpoint files
+        sd = StateDir(host, checked_path(where), wal_max_bytes=host.options.wal_max_bytes)
         reopened = sd.open()
+    except OSError as exc:  # the file system refused it (permissions, a full disk): typed, with the reason
+        host.close()
+        raise StateFileError(f"cannot use state_dir {str(where)[:200]!r}: {exc.strerror or exc}") from exc
     except BaseException:
         host.close()  # a refused directory (a symlink, a rewritten invariants file) must not leak the store
         raise

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Protocol, Sequence
 import orjson
 
 from pager.core.budget import ROLLOVER_TOOL
+from pager.core.describe import brief
 from pager.core.handoff import NEW_CONTEXT_TOOL
 from pager.errors import PagerError, ToolError
 from pager.formats.base import WireFormat
@@ -166,7 +167,7 @@ def call(host: ToolHost, fmt: WireFormat, tool_call: Any) -> dict[str, Any]:
         if name == ROLLOVER_TOOL and host.options.mode == "rollover":
             return fmt.tool_result(cid, host.declare_rollover(args, cid))
         offered = [s["function"]["name"] for s in tool_specs(host.options)]
-        raise ToolError(f"unknown pager tool {name!r}; pager offers: {offered}")
+        raise ToolError(f"unknown pager tool {brief(name)}; pager offers: {offered}")
     except PagerError as exc:
         return fmt.tool_result(cid, f"Error: {exc}", is_error=True)
 

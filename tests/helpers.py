@@ -88,3 +88,49 @@ def take_turns(store: str, session: str, steps: int) -> list[dict[str, Any]]:
                 w.stdin.close()
             w.wait(timeout=60)
     return history
+
+
+def python_lines(fn: Any, *args: Any, **kwargs: Any) -> int:
+    """Return how many lines of Python ``fn(*args, **kwargs)`` executed.
+
+    A count of work that a loaded machine cannot change, for tests that would
+    otherwise time a call: a per-item Python loop shows as lines growing with
+    the input; vectorised or C-level work does not.
+    """
+    import sys
+
+    count = 0
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        if event == "line":
+            count += 1
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        fn(*args, **kwargs)
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+def native_threads() -> int:
+    """Return the threads of this process as the OS counts them (tantivy's are not Python threads)."""
+    import os
+
+    return len(os.listdir("/proc/self/task"))
+
+
+def wait_until(condition: Any, what: str, limit: float = 120.0) -> None:
+    """Block until ``condition()`` is true: a state to reach, not a delay (``limit`` only guards a hang)."""
+    import threading
+    import time
+
+    tick = threading.Event()
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never reached: {what}")
+        tick.wait(0.005)  # the OS has no event for "a native thread exited": look again shortly

@@ -35,23 +35,25 @@ def test_sigkills_lose_nothing_duplicate_nothing_and_leave_a_store_that_opens(tm
 
 
 def test_processes_and_threads_on_mixed_sessions_keep_exact_counts(tmp_path):
-    counts = chaos_load.run(2.0, processes=3, threads=2, seed=11, workdir=str(tmp_path))
+    # a number of operations per thread, not a time: a loaded machine makes this slower, never different
+    counts = chaos_load.run(ops=30, processes=3, threads=2, seed=11, workdir=str(tmp_path))
     assert counts["dead_workers"] == 0
     assert counts["errors"] == 0, counts["error_samples"]
-    assert counts["assembles"] > 0
-    assert counts["illegit_conflicts"] == 0  # a conflict only for a request overtaken by a later one
+    assert counts["calls"] == 3 * 2 * 30 and counts["assembles"] > 0
+    assert counts["illegit_behind"] == 0  # read-only only for a request overtaken by a later one
     assert counts["lost"] == counts["duplicates"] == counts["wrong_content"] == 0
     assert counts["page_count_mismatch"] == 0 and counts["missing_from_index"] == 0
 
 
-def test_a_stale_request_to_a_pager_opened_after_another_writer_recorded_is_refused(tmp_path):
+def test_a_stale_request_to_a_pager_opened_after_another_writer_recorded_records_nothing(tmp_path):
     """A proxy process started while another served the session gets an overtaken request."""
     history = coding_session(6)
     with pager.open(tmp_path / "ctx", session="s") as first:
         first.assemble({"messages": history})
         with pager.open(tmp_path / "ctx", session="s") as late:
-            with pytest.raises(pager.HistoryConflictError):
-                late.assemble({"messages": history[:6]})
+            late.assemble({"messages": history[:6]})  # behind: planned read-only
+            assert late.last_report.behind == len(history) - 6
+            assert late.store.count_pages("s") == len(history) and len(late.store.branches("s")) == 1
             late.assemble({"messages": history})  # the whole history: nothing new, nothing twice
             assert late.store.count_pages("s") == len(history) and len(late.store.branches("s")) == 1
             # a history that diverges (new messages after a shorter prefix) still forks a branch
@@ -76,18 +78,21 @@ def test_an_index_missing_a_segment_file_is_rebuilt_at_open(tmp_path, suffix):
 def test_a_session_created_by_another_connection_meanwhile_is_taken_not_created_twice(tmp_path):
     """Two processes opening one new session at once: the second sees the first's row, no UNIQUE error."""
     import threading
-    import time
 
     from pager.storage.sqlite import SQLiteStore
 
     a, b = SQLiteStore(tmp_path / "ctx"), SQLiteStore(tmp_path / "ctx")
     got: list[object] = []
+    locking = threading.Event()
+    # a's statement trace: its BEGIN IMMEDIATE starts only after its first read found no row
+    a._db.set_trace_callback(lambda sql: locking.set() if sql.startswith("BEGIN IMMEDIATE") else None)
     with b.transaction():
         created = b.ensure_session("new")  # not committed yet: a reads no row, then waits for the lock
         t = threading.Thread(target=lambda: got.append(_try(a.ensure_session, "new")))
         t.start()
-        time.sleep(0.5)
+        assert locking.wait(60)  # a read no row and goes for the lock; b commits now
     t.join()
+    a._db.set_trace_callback(None)
     assert got == [created] and a.sessions() == ["new"]
     a.close()
     b.close()

@@ -470,8 +470,10 @@ def test_pending_counts_uncommitted() -> None:
 def test_a_closed_index_leaves_its_folder_alone(tmp_path):
     """close() frees tantivy's objects at once (no garbage collection needed): the folder can go right after."""
     import shutil
-    import time
 
+    from helpers import native_threads, wait_until
+
+    before = native_threads()
     for i in range(10):
         path = tmp_path / f"ix{i}"
         ix = PageIndex(path)
@@ -480,5 +482,6 @@ def test_a_closed_index_leaves_its_folder_alone(tmp_path):
         assert ix.search("hello", session="s")
         ix.close()
         shutil.rmtree(path)
-    time.sleep(0.2)
+    # once tantivy's threads are gone nothing can write again: wait for that state, not for a time
+    wait_until(lambda: native_threads() <= before, "the closed indexes' threads exited")
     assert list(tmp_path.iterdir()) == []  # nothing recreated a folder or a lock file

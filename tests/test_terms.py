@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import python_lines
+from pager.core import terms
 from pager.core.terms import (
+    MAX_SCAN_CHARS,
     MAX_TERM_CHARS,
     MIN_STRENGTH,
     TermIndex,
@@ -153,12 +154,36 @@ def test_blobs_dropped() -> None:
     assert all(len(t) <= MAX_TERM_CHARS for t in extract_terms("a/" * 10_000 + " ok_name"))
 
 
-@pytest.mark.parametrize("pattern", ["-", "+", "/", "a/", "1.", "a.", "_", "a-", "~/", "a", "9"])
+@pytest.mark.parametrize("pattern", ["-", "+", "/", "a/", "1.", "a.", "_", "a-", "~/", "a", "9", "ab_c ", "x/y.py ",
+                                     "to be "])
 def test_huge_text_is_linear(pattern: str) -> None:
-    text = pattern * (400_000 // len(pattern))
-    start = time.perf_counter()
-    extract_terms(text)
-    assert time.perf_counter() - start < 2.0
+    """Work is counted in Python lines run, not timed: twice the text, at most about twice the work."""
+    small = python_lines(extract_terms, pattern * (50_000 // len(pattern)), limit=10**9)
+    large = python_lines(extract_terms, pattern * (100_000 // len(pattern)), limit=10**9)
+    assert large <= 2.1 * small + 200, (small, large)
+
+
+def test_a_huge_text_is_scanned_only_in_its_head_and_tail(monkeypatch) -> None:
+    """A 50 MB body of short words cost 96 s of term scanning (issue 20): now the scan is bounded."""
+    scanned: list[int] = []
+    real = terms._scan
+    monkeypatch.setattr(terms, "_scan", lambda text: (scanned.append(len(text)), real(text))[1])
+    def body(n: int) -> str:
+        return ("fix parse_config now " + "to be or not " * (MAX_SCAN_CHARS // 13) + "middle_identifier_xyz "
+                + "a b c " * n + "FAILED tests/test_tail.py::test_end")
+
+    text = body(9_000_000)  # about 54 MB
+    found = extract_terms(text)
+    assert len(scanned) == 1 and scanned[0] <= MAX_SCAN_CHARS + 1
+    assert "parse_config" in found and "tests/test_tail.py" in found  # the head and the tail
+    assert "middle_identifier_xyz" not in found  # the middle is not scanned
+    # bounded work: 54 MB cost what 1 MB of the same kind does
+    assert abs(python_lines(extract_terms, text) - python_lines(extract_terms, body(150_000))) <= 50
+
+
+def test_a_text_under_the_scan_bound_is_scanned_whole() -> None:
+    text = "x " * (MAX_SCAN_CHARS // 2 - 20) + "last_name_here"
+    assert len(text) <= MAX_SCAN_CHARS and "last_name_here" in extract_terms(text, limit=10**9)
 
 
 @settings(max_examples=200, deadline=None)

@@ -8,6 +8,13 @@ values in ``tools``, a lone surrogate in a tool name, ``"function": 1.5`` in
 a tool call, ``search(None | b"x")``, ``search("x", k="5")``, lone
 surrogates in ``pin``, ``note`` and a session name, a NUL in the store path,
 a 1 MB single-line bash command) and random mutations of valid requests.
+Since issue 20 also (``chaos_shapes``): requests in all three wire formats
+with a lone surrogate or a wrong-typed value at any string position (values
+and keys), a Responses item with a non-string ``role`` or a non-list
+``summary``, surrogates in Anthropic's ``system`` and block types, non-string
+dict keys, ``bytearray`` ids, values nested past every encoder's limit (in
+requests and in every method's arguments), and over-long ``state_dir`` and
+store paths.
 
 Counted: calls; *untyped errors* (any exception not a ``PagerError``);
 *hangs* (a call still running after the watchdog's bound); *invalid
@@ -20,6 +27,7 @@ import math
 import multiprocessing as mp
 import os
 import random
+import reprlib
 import shutil
 import tempfile
 import threading
@@ -31,6 +39,7 @@ from typing import Any, Callable
 import orjson
 
 import chaos_common as cc
+import chaos_shapes as shapes
 
 WATCHDOG_SECONDS = 5.0
 METHODS = ("open", "assemble", "observe", "call_tool", "search", "expand", "note", "pin", "intercept",
@@ -56,7 +65,7 @@ class _Dumps:
 
 
 def _junk(r: random.Random, depth: int = 0) -> Any:
-    pick = r.randrange(24 if depth < 2 else 18)
+    pick = r.randrange(28 if depth < 2 else 18)
     if pick < 18:
         return [None, True, 0, -1, 2**70, -(2**80), 1.5, math.nan, math.inf, "", "x", "\ud800", "a\x00b",
                 b"bytes", "é" * r.randrange(1, 50), _Weird(), {1, 2}, "{not json"][pick]
@@ -70,11 +79,15 @@ def _junk(r: random.Random, depth: int = 0) -> Any:
         return {"k": _junk(r, depth + 1)}
     if pick == 22:
         return {_junk_key(r): 1}
-    return (1, 2)
+    if pick == 23:
+        return (1, 2)
+    if pick == 24:
+        return shapes.deep(r)
+    return shapes.bad_value(r)
 
 
 def _junk_key(r: random.Random) -> Any:
-    return r.choice(["\ud800", "k", "", "role", "content"])
+    return r.choice(["\ud800", "k", "", "role", "content", 1, None, 2.5, (1, 2)])
 
 
 def _text(r: random.Random) -> Any:
@@ -152,6 +165,8 @@ def _request(r: random.Random, big: str | None) -> Any:
     pick = r.random()
     if pick < 0.05:
         return _junk(r)
+    if pick > 0.7 and big is None:
+        return shapes.shaped_request(r)  # (request, format): every format, hostile at its boundary
     msgs: Any = _history(r)
     for _ in range(r.choice((0, 1, 1, 2, 3))):
         _mutate_message(r, msgs)
@@ -241,22 +256,25 @@ class Fuzzer:
         pg = self.pager
         if method == "open":
             path = r.choice([self.folder / "opened", ":memory:", "x\x00y", 12345, None, b"bytes", "",
-                             self.bad_file, "\ud800dir", self.folder / "opened" / "deeper"])
+                             self.bad_file, "\ud800dir", self.folder / "opened" / "deeper",
+                             self.folder / ("p" * 300), "/tmp/" + "q/" * 3000, shapes.deep(r)])
             session = r.choice(["s", "", None, 5, "\ud800", "a" * 10_000, "x\x00y", ["list"], "日本"])
             window = r.choice([None, 0, -1, "200000", 1.5, 10**30, 100, True, 200_000, math.nan])
             opts = r.choice([{}, {"policy": _junk(r)}, {"mode": _junk(r)}, {"scope": _junk(r)},
                              {"no_such_option": 1}, {"log_reports": "yes"}, {"max_notes": _junk(r)},
+                             {"state_dir": r.choice([str(self.folder / ("d" * 300)), "/tmp/" + "e/" * 3000,
+                                                     str(self.folder / "sd"), _junk(r), "sd\ud800"])},
                              {"config": r.choice([_junk(r), {"mode": 5}, str(self.folder / "bad.json"),
                                                   str(self.folder / "missing.json")])}])
 
             def thunk() -> Any:
                 p = pg.open(path, session=session, context_window=window, **opts)
                 p.close()
-            return f"open({path!r:.80}, {session!r:.40}, {window!r}, {opts!r:.200})", thunk
+            return f"open({_short(path)}, {_short(session)}, {_short(window)}, {_short(opts)})", thunk
         if method == "store_sessions":
             path = r.choice([self.folder / "store0", self.folder / "nowhere", "x\x00y", 5, None, b"b",
                              ":memory:", self.bad_file, "\ud800"])
-            return f"store_sessions({path!r:.80})", lambda: pg.store_sessions(path)
+            return f"store_sessions({_short(path)})", lambda: pg.store_sessions(path)
         if method == "close":
             p = self.live(r)
             self.pagers.remove(p)
@@ -266,6 +284,10 @@ class Fuzzer:
         if method == "assemble":
             req = _request(r, big)
             kw: dict[str, Any] = {}
+            if isinstance(req, tuple):  # a shaped request and the format to name (None: detect it)
+                req, name = req
+                if name is not None:
+                    kw["format"] = name
             if r.random() < 0.1:
                 kw["expose_tools"] = r.choice([True, False, "yes", None])
             if r.random() < 0.1:
@@ -279,32 +301,32 @@ class Fuzzer:
                             if word.startswith("pg:") and len(self.handles) < 50:
                                 self.handles.append(word.strip(".,;:()[]"))
                 return out
-            return f"assemble({_short(req)}, {kw!r})", run_assemble
+            return f"assemble({_short(req)}, {_short(kw)})", run_assemble
         if method == "observe":
             resp, fmt = _usage(r), _fmt(r)
-            return f"observe({resp!r:.200}, format={fmt!r})", lambda: p.observe(resp, format=fmt)
+            return f"observe({_short(resp)}, format={_short(fmt)})", lambda: p.observe(resp, format=fmt)
         if method == "call_tool":
             tc, fmt = _tool_call(r, self.handles), _fmt(r)
-            return f"call_tool({_short(tc)}, format={fmt!r})", lambda: p.call_tool(tc, format=fmt)
+            return f"call_tool({_short(tc)}, format={_short(fmt)})", lambda: p.call_tool(tc, format=fmt)
         if method == "intercept":
             tc, fmt = _tool_call(r, self.handles), _fmt(r)
-            return f"intercept({_short(tc)}, format={fmt!r})", lambda: p.intercept(tc, format=fmt)
+            return f"intercept({_short(tc)}, format={_short(fmt)})", lambda: p.intercept(tc, format=fmt)
         if method == "search":
             q = r.choice([None, b"x", 5, "", "parse_config", "x" * 1_000_000, "\ud800", "a AND (b OR",
                           "日本語", "*", _junk(r)])
             k = r.choice(["5", 0, -1, 2**70, True, 1.5, None, 3, 5])
             cs = r.choice([False, True, "yes"])
-            return f"search({q!r:.60}, k={k!r}, cross_session={cs!r})", lambda: p.search(q, k=k, cross_session=cs)
+            return f"search({_short(q)}, k={_short(k)}, cross_session={_short(cs)})", lambda: p.search(q, k=k, cross_session=cs)
         if method == "expand":
-            h = r.choice(self.handles + ["pg:", "pg:1-abc", None, 5, b"pg:1", "\ud800"])
+            h = r.choice(self.handles + ["pg:", "pg:1-abc", None, 5, b"pg:1", "\ud800", shapes.deep(r)])
             a, b = r.choice([None, 1, 0, -1, "2", 2**70, 1.5, True]), r.choice([None, 2, "x", 10**12])
-            return f"expand({h!r:.60}, {a!r}, {b!r})", lambda: p.expand(h, a, b)
+            return f"expand({_short(h)}, {_short(a)}, {_short(b)})", lambda: p.expand(h, a, b)
         if method in ("note", "pin"):
             t = _text(r)
-            return f"{method}({t!r:.80})", lambda: getattr(p, method)(t)
+            return f"{method}({_short(t)})", lambda: getattr(p, method)(t)
         if method == "tools":
             fmt = _fmt(r)
-            return f"tools(format={fmt!r})", lambda: p.tools(format=fmt)
+            return f"tools(format={_short(fmt)})", lambda: p.tools(format=fmt)
         if method == "task_state":
             return "task_state()", p.task_state
         if method == "stats":
@@ -314,8 +336,13 @@ class Fuzzer:
         raise AssertionError(method)
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 4, 120, 120, 8, 8
+
+
 def _short(value: Any) -> str:
-    s = repr(value)
+    # bounded: a value nested 50,000 levels deep has no repr()
+    s = _REPR.repr(value)
     return s if len(s) < 300 else s[:300] + f"...({len(s)} chars)"
 
 

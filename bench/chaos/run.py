@@ -26,7 +26,7 @@ import chaos_common  # noqa: E402,F401  (puts the worktree's pager first on sys.
 MUST_BE_ZERO = {
     "kills": ("unopenable", "lost", "duplicates", "wrong_content", "missing_from_index", "child_errors",
               "lane_errors"),
-    "load": ("errors", "illegit_conflicts", "dead_workers", "lost", "duplicates", "wrong_content",
+    "load": ("errors", "illegit_behind", "dead_workers", "lost", "duplicates", "wrong_content",
              "page_count_mismatch", "missing_from_index"),
     "fuzz": ("untyped_errors", "hangs", "invalid_prompts", "crashed_workers"),
     "bitflip": ("untyped_errors", "not_healed"),

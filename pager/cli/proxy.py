@@ -8,7 +8,19 @@ from typing import Any
 
 from pager.errors import ConfigError
 
-__all__ = ["register"]
+__all__ = ["byte_size", "register"]
+
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def byte_size(text: str) -> int:
+    """Parse ``32M``, ``512K``, ``1G`` or a plain byte count (binary units); refuse anything else."""
+    raw = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = raw[-1:] if raw[-1:] in _UNITS and raw[-1:] else ""
+    number = raw[: len(raw) - len(unit)]
+    if not number.isdigit() or int(number) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (a positive byte count, or e.g. 512K, 32M, 1G)")
+    return int(number) * _UNITS[unit]
 
 
 def register(sub: Any) -> None:
@@ -39,6 +51,12 @@ def register(sub: Any) -> None:
     p.add_argument("--config", help="a JSON options file (as `pager tune --write` makes)")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds an upstream may stay silent before the client gets a 504 (default 600)")
+    p.add_argument("--max-body", type=byte_size, default=None, metavar="SIZE",
+                   help="the largest request body accepted, in bytes or with a K/M/G suffix (binary); a bigger one "
+                        "gets a 413 before it is read (default 32M)")
+    p.add_argument("--session-header-required", action="store_true",
+                   help="refuse (400) a model call without an x-pager-session header instead of naming its session "
+                        "from its first messages")
     p.add_argument("--graceful", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on shutdown (default 30)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -61,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     config = ProxyConfig(
         store=args.store, upstream_openai=args.upstream_openai, upstream_anthropic=args.upstream_anthropic,
         tools=args.tools, timeout=args.timeout, options=options,
+        session_header_required=args.session_header_required,
+        **({"max_body": args.max_body} if args.max_body is not None else {}),
     )
     serve(create_app(config), args.host, args.port, allow_remote=args.allow_remote,
           graceful=args.graceful, log_level=args.log_level)

@@ -19,6 +19,7 @@ import attrs
 
 from pager.core import terms as terms_mod
 from pager.core.compact import compact_line
+from pager.core.describe import encode_problem
 from pager.core.tasks import detect_task, task_of
 from pager.core.messages import Classified, message_text, tool_calls
 from pager.core.pages import KIND_CODE, TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
@@ -30,6 +31,12 @@ __all__ = ["History", "Prepared", "hash_messages"]
 
 # Roles whose words count as the agent (or user) referring back to a page.
 REFERRING_ROLES = ("assistant", "user")
+
+# The per-row columns: what ``truncate`` keeps and ``prefix`` copies (maps derive from them).
+_ROW_COLUMNS = (
+    "page", "hash", "kind", "role", "tokens", "stub_tokens", "compact_tokens", "unit", "step", "path", "handle",
+    "stale", "last_ref", "ref_count", "terms", "answers", "labels",
+)
 
 
 def hash_messages(
@@ -46,7 +53,7 @@ def hash_messages(
         try:
             raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError as exc:
-            raise MessageError(i + offset, f"cannot be encoded ({exc}); lone surrogates are not valid text") from exc
+            raise MessageError(i + offset, f"cannot be encoded: {encode_problem(exc)}") from None
         hashes.append(hash_bytes(raw))
         raws.append(raw)
     return hashes, raws
@@ -165,9 +172,7 @@ class History:
         if n >= len(self.page):
             return
         # rebuilding derived maps is simpler and safer than undoing them
-        saved = {name: getattr(self, name)[:n] for name in (
-            "page", "hash", "kind", "role", "tokens", "stub_tokens", "compact_tokens", "unit", "step", "path", "handle",
-            "stale", "last_ref", "ref_count", "terms", "answers", "labels")}
+        saved = {name: getattr(self, name)[:n] for name in _ROW_COLUMNS}
         calls = self.calls
         call_rows = {cid: r for cid, r in self.call_rows.items() if r < n}
         self.__init__(self.session, self.counter, self.term_index.max_df)  # type: ignore[misc]
@@ -177,6 +182,22 @@ class History:
         self._reindex_maps()
         # the calls made by the kept rows stay open or answered as they were (validation reads them)
         self.call_rows = call_rows
+
+    def prefix(self, n: int) -> "History":
+        """Return a new mirror of the first ``n`` rows; this one is left as it is.
+
+        A request behind the recorded branch (a strict prefix of it) is planned
+        on this copy and recorded nowhere. Reference counts are kept as
+        recorded, later references included. Costs work in proportion to ``n``.
+        """
+        view = History(self.session, self.counter, self.term_index.max_df)
+        view.branch = self.branch
+        for name in _ROW_COLUMNS:
+            setattr(view, name, list(getattr(self, name)[:n]))
+        view.calls = dict(self.calls)
+        view._reindex_maps()
+        view.call_rows = {cid: r for cid, r in self.call_rows.items() if r < n}
+        return view
 
     def _reindex_maps(self) -> None:
         self.row_of = {p: i for i, p in enumerate(self.page)}

@@ -24,6 +24,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import attrs
 import orjson
 
+from pager.core.describe import brief
 from pager.core.fileread import file_read_path
 from pager.core.tokens import content_text
 from pager.errors import InputError, MessageError
@@ -58,7 +59,7 @@ def _validate_content(i: int, role: str, content: Any, has_calls: bool, part_typ
                 raise MessageError(i, f"content[{j}] must be an object, got {type(part).__name__}")
             ptype = part.get("type")
             if not isinstance(ptype, str) or (part_types is not None and ptype not in part_types):
-                raise MessageError(i, f"content[{j}] has unknown type {ptype!r}")
+                raise MessageError(i, f"content[{j}] has unknown type {brief(ptype)}")
             if ptype == "text" and not isinstance(part.get("text"), str):
                 raise MessageError(i, f"content[{j}].text must be a string")
         return
@@ -79,7 +80,7 @@ def check_message(i: int, msg: Any, part_types: frozenset[str] | None = None) ->
     if role is None:
         raise MessageError(i, "missing 'role'")
     if not isinstance(role, str) or role not in ROLES:  # an unhashable role cannot be looked up
-        raise MessageError(i, f"unknown role {role!r} (expected one of {sorted(ROLES)})")
+        raise MessageError(i, f"unknown role {brief(role)} (expected one of {sorted(ROLES)})")
     calls = msg.get("tool_calls")
     if calls is not None:
         if role != "assistant":
@@ -91,7 +92,8 @@ def check_message(i: int, msg: Any, part_types: frozenset[str] | None = None) ->
                 raise MessageError(i, f"tool_calls[{j}] must have a 'function' object")
             cid = call.get("id")
             if not isinstance(cid, str) or not cid:
-                raise MessageError(i, f"tool_calls[{j}] has no id")
+                what = "has no id" if cid is None or cid == "" else f"id must be a string, got {type(cid).__name__}"
+                raise MessageError(i, f"tool_calls[{j}] {what}")
             if not isinstance(call["function"].get("arguments", ""), str):
                 raise MessageError(i, f"tool_calls[{j}].function.arguments must be a JSON string")
     _validate_content(i, role, msg.get("content"), bool(calls), part_types)
@@ -135,12 +137,12 @@ def validate(
         for j, call in enumerate(calls):
             cid = call["id"]
             if cid in seen_calls or known.get(cid, i) < start:
-                raise MessageError(i, f"tool_calls[{j}] reuses call id {cid!r}")
+                raise MessageError(i, f"tool_calls[{j}] reuses call id {brief(cid)}")
             seen_calls.add(cid)
         if role == "tool":
             cid = msg["tool_call_id"]
             if cid not in open_calls:
-                raise MessageError(i, f"tool message answers no open call (tool_call_id {cid!r})")
+                raise MessageError(i, f"tool message answers no open call (tool_call_id {brief(cid)})")
             open_calls.discard(cid)
         elif role == "assistant":
             # calls left open by an earlier turn get a synthetic result on output

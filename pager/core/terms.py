@@ -52,6 +52,15 @@ ORDINARY = 1
 # Longer "terms" are blobs (base64, minified code), not names anyone repeats.
 MAX_TERM_CHARS = 200
 
+# Characters of one text scanned for terms: its head and its tail. A huge
+# output's referable names are near its start (the command, the first
+# error) and its end (a test run's summary, the final error); a 50 MB body of
+# short words took 96 s to scan in full (issue 20). 256 Ki characters is over
+# 3x the largest message of the development traces (78 K), so their terms,
+# and the bench, are unchanged.
+MAX_SCAN_CHARS = 256 * 1024
+SCAN_TAIL_CHARS = MAX_SCAN_CHARS // 4
+
 # relevance(): sharing this many terms with the focus makes a page fully relevant.
 RELEVANCE_K = 8
 
@@ -150,18 +159,35 @@ def extract_terms(text: str, *, limit: int = 2000) -> frozenset[str]:
       ``1.2.3``), hex (``0x1f``), commit-like hex ids (``a1b2c3d``), and
       ``line 123`` locations.
 
-    Terms longer than ``MAX_TERM_CHARS`` are dropped. Never raises on odd input (lone surrogates, binary noise); one regex
-    pass, linear in the length of ``text``.
+    Terms longer than ``MAX_TERM_CHARS`` are dropped. A text longer than
+    ``MAX_SCAN_CHARS`` is scanned in its first three quarters of that and its
+    last quarter (``SCAN_TAIL_CHARS``), each cut at a word boundary, so the
+    cost is bounded whatever its length. Never raises on odd input (lone
+    surrogates, binary noise); one regex pass.
     """
     out: dict[str, None] = {}  # insertion-ordered set: deterministic truncation
     if limit <= 0 or not text:
         return frozenset()
-    for term in _scan(text):
+    for term in _scan(_scanned(text)):
         if term not in out and len(term) <= MAX_TERM_CHARS:
             out[term] = None
             if len(out) >= limit:
                 break
     return frozenset(out)
+
+
+def _scanned(text: str) -> str:
+    """Return the part of ``text`` that is scanned: all of it, or its head and tail (at most ``MAX_SCAN_CHARS``)."""
+    if len(text) <= MAX_SCAN_CHARS:
+        return text
+    head_end = MAX_SCAN_CHARS - SCAN_TAIL_CHARS
+    tail_start = len(text) - SCAN_TAIL_CHARS
+    # cut at a space or newline, so no term is cut in two (a text with no break near a cut is cut where it is)
+    cut = max(text.rfind(" ", 0, head_end), text.rfind("\n", 0, head_end))
+    head = text[: cut if cut > head_end // 2 else head_end]
+    cut = min((i for i in (text.find(" ", tail_start), text.find("\n", tail_start)) if i >= 0), default=-1)
+    tail = text[cut + 1 if 0 <= cut < tail_start + SCAN_TAIL_CHARS // 2 else tail_start:]
+    return head + "\n" + tail
 
 
 def _scan(text: str) -> Iterator[str]:

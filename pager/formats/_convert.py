@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import orjson
 
-from pager.errors import ToolError
+from pager.core.describe import brief, encode_problem
+from pager.errors import InputError, ToolError
 
 __all__ = [
-    "ConversionMemo", "ValueMemo", "as_plain", "flat_tool_name", "function_specs", "json_text", "tool_arguments",
-    "text_part",
+    "ConversionMemo", "ValueMemo", "as_plain", "check_encodable", "flat_tool_name", "function_specs", "id_text",
+    "json_text", "tool_arguments", "text_part",
 ]
 
 
@@ -45,8 +46,42 @@ def as_plain(obj: Any) -> Any:
 
 
 def json_text(value: Any) -> str:
-    """Return ``value`` as compact JSON text (keys sorted, so the same value is the same bytes)."""
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    """Return ``value`` as compact JSON text (keys sorted, so the same value is the same bytes).
+
+    ``InputError`` when it is not JSON; a format checks each message with
+    ``check_encodable`` first, so its error names the message.
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError as exc:
+        raise InputError(f"cannot encode {brief(value)}: {encode_problem(exc)}") from None
+
+
+def check_encodable(value: Any, fail: Callable[[str], Exception]) -> None:
+    """Raise ``fail(reason)`` when ``value`` cannot be JSON (the store keeps every message as JSON).
+
+    The format boundary's one encoding check: a lone surrogate in any string,
+    a key that is not a string, a ``bytearray`` or other non-JSON value, a
+    value nested past orjson's limit. ``reason`` says which, in words.
+    """
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        raise fail(encode_problem(exc)) from None
+
+
+def id_text(value: Any, what: str, error: type[Exception] = ToolError) -> str:
+    """Return an id or name field as text: a string as is, a number spelled out, None as ``""``.
+
+    Anything else (a list, a ``bytearray``, a dict) raises ``error`` naming its type.
+    """
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise error(f"{what} must be a string, got {type(value).__name__}")
 
 
 def text_part(text: str) -> dict[str, Any]:
@@ -110,9 +145,16 @@ class ValueMemo:
         self._d: OrderedDict[bytes, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get_or_make(self, value: Any, make: Any) -> Any:
-        """Return the object remembered for ``value``, making it with ``make(value)`` the first time."""
-        key = orjson.dumps(as_plain(value) if not isinstance(value, list) else [as_plain(v) for v in value])
+    def get_or_make(self, value: Any, make: Any, what: str = "the value") -> Any:
+        """Return the object remembered for ``value``, making it with ``make(value)`` the first time.
+
+        ``InputError`` naming ``what`` when the value cannot be JSON.
+        """
+        plain = as_plain(value) if not isinstance(value, list) else [as_plain(v) for v in value]
+        try:
+            key = orjson.dumps(plain)
+        except orjson.JSONEncodeError as exc:
+            raise InputError(f"{what} cannot be encoded: {encode_problem(exc)}") from None
         with self._lock:
             hit = self._d.get(key)
             if hit is not None:

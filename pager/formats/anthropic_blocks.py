@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from pager.core.describe import brief
 from pager.errors import InputError, MessageError
-from pager.formats._convert import as_plain, json_text, text_part
+from pager.formats._convert import as_plain, check_encodable, json_text, text_part
 
 __all__ = ["ANTHROPIC_ONLY", "block_text", "convert_message", "system_message"]
 
@@ -77,14 +78,14 @@ def _check_block(i: int, j: int, role: str, block: Any) -> Mapping[str, Any]:
         raise MessageError(i, f"content[{j}] (text) needs a string 'text'")
     if btype == "tool_use":
         if not isinstance(block.get("id"), str) or not block["id"]:
-            raise MessageError(i, f"content[{j}] (tool_use) has no id")
+            raise MessageError(i, f"content[{j}] (tool_use) {_missing(block.get('id'), 'id')}")
         if not isinstance(block.get("name"), str):
             raise MessageError(i, f"content[{j}] (tool_use) needs a string 'name'")
         if not isinstance(block.get("input", {}), Mapping):
             raise MessageError(i, f"content[{j}] (tool_use) 'input' must be an object")
     elif btype == "tool_result":
         if not isinstance(block.get("tool_use_id"), str) or not block["tool_use_id"]:
-            raise MessageError(i, f"content[{j}] (tool_result) has no tool_use_id")
+            raise MessageError(i, f"content[{j}] (tool_result) {_missing(block.get('tool_use_id'), 'tool_use_id')}")
         inner = block.get("content")
         if inner is not None and not isinstance(inner, (str, list)):
             raise MessageError(i, f"content[{j}] (tool_result) content must be a string or blocks")
@@ -103,6 +104,17 @@ def _check_block(i: int, j: int, role: str, block: Any) -> Mapping[str, Any]:
     if role == "assistant" and btype == "tool_result":
         raise MessageError(i, f"content[{j}]: an assistant turn cannot carry a tool_result block")
     return block
+
+
+def _encodable(i: int, plain: Mapping[str, Any]) -> None:
+    # once per message, when first seen (the conversion is memoised): the store keeps it as JSON
+    check_encodable(plain, lambda why: MessageError(i, f"cannot be encoded: {why}"))
+
+
+def _missing(value: Any, key: str) -> str:
+    if value is None or value == "":
+        return f"has no {key}"
+    return f"{key!r} must be a string, got {type(value).__name__}"
 
 
 def _tool_message(block: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,17 +138,19 @@ def convert_message(i: int, msg: Any) -> tuple[dict[str, Any], ...]:
     if not isinstance(plain, Mapping):
         raise MessageError(i, f"must be an object, got {type(msg).__name__}")
     role = plain.get("role")
-    if role not in ("user", "assistant"):
+    if not isinstance(role, str) or role not in ("user", "assistant"):
         hint = " (a system prompt goes in the top-level 'system')" if role == "system" else ""
-        raise MessageError(i, f"role must be 'user' or 'assistant', got {role!r}{hint}")
+        raise MessageError(i, f"role must be 'user' or 'assistant', got {brief(role)}{hint}")
     content = plain.get("content")
     if isinstance(content, str):
+        _encodable(i, plain)
         return ({"role": role, "content": content},)
     if not isinstance(content, list):
         raise MessageError(i, f"content must be a string or a list of blocks, got {type(content).__name__}")
     if not content and role == "user":
         raise MessageError(i, "a user turn needs at least one block")
     blocks = [_check_block(i, j, role, b) for j, b in enumerate(content)]
+    _encodable(i, plain)
     native = content if not sdk and all(a is b for a, b in zip(blocks, content)) else blocks
     if role == "assistant":
         calls = [

@@ -33,10 +33,11 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
+from pager.core.describe import brief
 from pager.errors import InputError, MessageError, ToolError
 import pager.formats.breakpoints as bp
 from pager.formats._convert import (
-    ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, strip_key, text_part,
+    ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text, strip_key, text_part,
 )
 from pager.formats.anthropic_blocks import (
     ANTHROPIC_ONLY,
@@ -102,12 +103,14 @@ class AnthropicMessages:
             if isinstance(content, list):
                 for b in content:
                     t = b.get("type") if isinstance(b, Mapping) else getattr(b, "type", None)
+                    if not isinstance(t, str):
+                        continue  # to_messages says what is wrong with it
                     if t in ANTHROPIC_ONLY:
                         return True
                     if t in CHAT_PARTS:
                         return False
         # a plain user/assistant history: max_tokens is required by Anthropic, optional in chat
-        model = str(request.get("model") or "")
+        model = request.get("model") if isinstance(request.get("model"), str) else ""
         return "max_tokens" in request and not model.startswith(("gpt", "o1", "o3", "o4", "chatgpt"))
 
     def validate(self, request: Mapping[str, Any]) -> None:
@@ -139,7 +142,7 @@ class AnthropicMessages:
                         cid = n["tool_call_id"]
                         if cid not in open_calls and fresh:
                             raise MessageError(
-                                i, f"tool_result for {cid!r} answers no tool_use of the assistant turn before it"
+                                i, f"tool_result for {brief(cid)} answers no tool_use of the assistant turn before it"
                             )
                         open_calls.pop(cid, None)
                 open_calls = {}
@@ -153,7 +156,7 @@ class AnthropicMessages:
 
     def _system_neutral(self, system: Any) -> dict[str, Any]:
         # by value: a harness often rebuilds the same system prompt each call
-        return self._systems.get_or_make(system, system_message)
+        return self._systems.get_or_make(system, system_message, "request['system']")
 
     # -- rendering -------------------------------------------------------------------
 
@@ -303,13 +306,13 @@ class AnthropicMessages:
         if not isinstance(call, Mapping):
             raise ToolError(f"a tool_use block must be a mapping, got {type(call).__name__}")
         if call.get("type", "tool_use") != "tool_use":
-            raise ToolError(f"expected a tool_use block, got type {call.get('type')!r}")
+            raise ToolError(f"expected a tool_use block, got type {brief(call.get('type'))}")
         args = call.get("input")
         if args is None:
             args = {}
         if not isinstance(args, (Mapping, str)):
             raise ToolError(f"tool_use input must be an object, got {type(args).__name__}")
-        return ToolCallRequest(id=str(call.get("id") or ""), name=str(call.get("name") or ""), arguments=args)
+        return ToolCallRequest(id=id_text(call.get("id"), "id"), name=id_text(call.get("name"), "name"), arguments=args)
 
     def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": text}

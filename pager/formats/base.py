@@ -32,6 +32,7 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
 
+from pager.core.describe import brief
 from pager.errors import ConfigError, InputError
 
 __all__ = [
@@ -168,7 +169,7 @@ def get_format(name: str) -> WireFormat:
     try:
         return _FORMATS[name]
     except (KeyError, TypeError):
-        raise ConfigError(f"unknown wire format {name!r}; known: {sorted(_FORMATS)}") from None
+        raise ConfigError(f"unknown wire format {brief(name)}; known: {sorted(_FORMATS)}") from None
 
 
 def detect(request: Any) -> WireFormat:

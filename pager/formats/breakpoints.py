@@ -37,6 +37,7 @@ from typing import Sequence
 
 import attrs
 
+from pager.core.describe import brief
 from pager.errors import ConfigError
 
 __all__ = ["LOOKBACK_BLOCKS", "MAX_BREAKPOINTS", "MODES", "Slot", "boundary", "check_mode", "place"]
@@ -62,7 +63,7 @@ class Slot:
 def check_mode(mode: str) -> str:
     """Return ``mode`` when it is a known ``cache_marks`` mode; ``ConfigError`` otherwise."""
     if mode not in MODES:
-        raise ConfigError(f"cache_marks must be one of {list(MODES)}, got {mode!r}")
+        raise ConfigError(f"cache_marks must be one of {list(MODES)}, got {brief(mode)}")
     return mode
 
 

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 
 from pager.errors import InputError, ToolError
-from pager.formats._convert import tool_arguments
+from pager.formats._convert import id_text, tool_arguments
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats.usage import parse_usage
 from pager.core.messages import check_message as neutral_check
@@ -95,7 +95,8 @@ class OpenAIChat:
         if not isinstance(fn, Mapping):
             raise ToolError("a chat tool call needs a 'function' object")
         raw = tool_arguments(fn.get("arguments"), "function.arguments")
-        return ToolCallRequest(id=str(call.get("id") or ""), name=str(fn.get("name") or ""), arguments=raw)
+        return ToolCallRequest(id=id_text(call.get("id"), "id"), name=id_text(fn.get("name"), "function.name"),
+                               arguments=raw)
 
     def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:
         return {"role": "tool", "tool_call_id": call_id, "content": text}

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from pager.core.describe import brief
 from pager.errors import InputError, MessageError, ToolError
 from pager.formats._convert import (
-    ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, json_text, text_part, tool_arguments,
+    ConversionMemo, ValueMemo, as_plain, check_encodable, flat_tool_name, function_specs, id_text, json_text,
+    text_part, tool_arguments,
 )
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats.usage import parse_usage
@@ -72,17 +74,23 @@ def item_text(item: Mapping[str, Any]) -> str:
 
 
 def _kind(i: int, item: Mapping[str, Any]) -> str:
-    """Return ``message``, ``assistant``, ``output`` (answers a call) or ``run`` (a model item)."""
+    """Return ``message``, ``assistant``, ``output`` (answers a call) or ``run`` (a model item).
+
+    Also checks the fields the conversion reads by type: a string ``role``
+    and ``type``, a list ``summary`` on a reasoning item.
+    """
     itype = item.get("type")
     if itype is None or itype == "message":
         role = item.get("role")
-        if role in USER_ROLES:
+        if isinstance(role, str) and role in USER_ROLES:
             return "message"
         if role == "assistant":
             return "run"
-        raise ItemError(i, f"message role must be user, assistant, system or developer, got {role!r}")
+        raise ItemError(i, f"message role must be user, assistant, system or developer, got {brief(role)}")
     if not isinstance(itype, str):
-        raise ItemError(i, "'type' must be a string")
+        raise ItemError(i, f"'type' must be a string, got {type(itype).__name__}")
+    if itype == "reasoning" and not isinstance(item.get("summary") or [], list):
+        raise ItemError(i, f"reasoning 'summary' must be a list of parts, got {type(item['summary']).__name__}")
     if itype == "item_reference":
         raise InputError(f"input[{i}] is an item_reference: {FULL_INPUT}")
     if itype.endswith("_output"):
@@ -229,6 +237,8 @@ class OpenAIResponses:
             sig = tuple(items[i:end]) + ((items[i].get("content"),) if isinstance(items[i], Mapping) else ())
             neutral = memo.get(key, sig)
             if neutral is None:
+                for j in range(i, end):  # each item once, when first seen: the store keeps it as JSON
+                    check_encodable(plain[j], lambda why, j=j: ItemError(j, f"cannot be encoded: {why}"))
                 if kinds[i] == "run":
                     neutral = _run_message(i, plain[i:end])
                 elif kinds[i] == "output":
@@ -263,7 +273,8 @@ class OpenAIResponses:
     def _instructions_neutral(self, ins: Any) -> dict[str, Any]:
         if not isinstance(ins, str):
             raise InputError(f"request['instructions'] must be a string, got {type(ins).__name__}")
-        return self._instructions.get_or_make(ins, lambda text: {"role": "system", "content": text})
+        return self._instructions.get_or_make(ins, lambda text: {"role": "system", "content": text},
+                                              "request['instructions']")
 
     def render(
         self,
@@ -317,9 +328,10 @@ class OpenAIResponses:
         if not isinstance(call, Mapping):
             raise ToolError(f"a function_call item must be a mapping, got {type(call).__name__}")
         if call.get("type", "function_call") not in ("function_call", "custom_tool_call"):
-            raise ToolError(f"expected a function_call item, got type {call.get('type')!r}")
+            raise ToolError(f"expected a function_call item, got type {brief(call.get('type'))}")
         raw = tool_arguments(call.get("arguments", call.get("input")), "arguments")
-        return ToolCallRequest(id=str(call.get("call_id") or ""), name=str(call.get("name") or ""), arguments=raw)
+        return ToolCallRequest(id=id_text(call.get("call_id"), "call_id"), name=id_text(call.get("name"), "name"),
+                               arguments=raw)
 
     def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:
         # Responses has no error flag on an output item: the text says it

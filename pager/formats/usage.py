@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from pager.core.describe import brief
 from pager.errors import InputError
 from pager.formats.base import Usage
 
@@ -42,13 +43,18 @@ def _plain(obj: Any) -> Any:
 
 def _int(usage: Mapping[str, Any], key: str, shape: str) -> int:
     if key not in usage:
-        raise InputError(f"{shape} usage without {key!r}: got keys {sorted(usage)}")
+        raise InputError(f"{shape} usage without {key!r}: got keys {_keys(usage)}")
     value = usage[key]
     if value is None:
         return 0
     if not _count_like(value):
-        raise InputError(f"{shape} usage {key!r} must be a non-negative number, got {value!r}")
+        raise InputError(f"{shape} usage {key!r} must be a non-negative number, got {brief(value)}")
     return int(value)
+
+
+def _keys(mapping: Mapping[Any, Any]) -> list[str]:
+    """Return the first keys of ``mapping`` for a message (sorted: keys of mixed types do not sort)."""
+    return sorted(k if isinstance(k, str) else brief(k) for k in list(mapping)[:50])[:12]
 
 
 def _opt(mapping: Any, key: str) -> int:
@@ -98,7 +104,7 @@ def _find_usage(response: Any) -> Mapping[str, Any]:
         return data
     if "usage" in data or "usage_metadata" in data:
         raise InputError("the response carries no usage (null): streaming responses need usage enabled")
-    raise InputError(f"no usage in this response: got keys {sorted(data)[:12]}")
+    raise InputError(f"no usage in this response: got keys {_keys(data)}")
 
 
 def parse_usage(response: Any) -> Usage:
@@ -140,4 +146,4 @@ def parse_usage(response: Any) -> Usage:
             cached_tokens=read,
             cache_write_tokens=write,
         )
-    raise InputError(f"unknown usage shape: got keys {sorted(usage)[:12]}")
+    raise InputError(f"unknown usage shape: got keys {_keys(usage)}")

@@ -38,6 +38,7 @@ from starlette.routing import Route
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
 from pager.proxy.dialects import DIALECTS, Dialect, reuse_items
+from pager.proxy.limits import DEFAULT_MAX_BODY, Refused, read_body, session_refusal
 from pager.proxy.replies import error_body, stream_error_event
 from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_name
 
@@ -71,6 +72,8 @@ class ProxyConfig:
     max_tool_rounds: int = 4
     max_open_sessions: int = 256
     options: Mapping[str, Any] = attrs.field(factory=dict)
+    max_body: int = DEFAULT_MAX_BODY  # bytes; a bigger body gets a 413 before it is read (pager.proxy.limits)
+    session_header_required: bool = False  # a request without x-pager-session gets a 400
 
     def upstream(self, which: str) -> str:
         base = (self.upstream_anthropic if which == "anthropic" else self.upstream_openai).rstrip("/")
@@ -123,7 +126,10 @@ class _Proxy:
     async def model_call(self, request: Request) -> Response:
         t0 = time.perf_counter()
         dialect = DIALECTS[request.url.path]
-        body = await request.body()
+        refused = session_refusal(request.headers, SESSION_HEADER, self.config.session_header_required)
+        body = refused or await read_body(request, self.config.max_body)
+        if isinstance(body, Refused):
+            return self._error(dialect, body.status, body.message)
         try:
             req = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -302,8 +308,11 @@ class _Proxy:
 
     async def count_tokens(self, request: Request) -> Response:
         """Answer Anthropic's ``count_tokens`` locally, with pager's own counter."""
+        body = await read_body(request, self.config.max_body)
+        if isinstance(body, Refused):
+            return self._error_style("anthropic", body.status, body.message)
         try:
-            req = orjson.loads(await request.body())
+            req = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             return self._error_style("anthropic", 400, f"request body is not valid JSON: {exc}")
         if not isinstance(req, dict) or not isinstance(req.get("messages"), list):
@@ -320,9 +329,10 @@ class _Proxy:
         url = self.config.upstream(style) + request.url.path
         if request.url.query:
             url += "?" + request.url.query
-        req = self.client.build_request(
-            request.method, url, content=await request.body(), headers=_upstream_headers(request.headers)
-        )
+        body = await read_body(request, self.config.max_body)
+        if isinstance(body, Refused):
+            return self._error_style(style, body.status, body.message)
+        req = self.client.build_request(request.method, url, content=body, headers=_upstream_headers(request.headers))
         try:
             resp = await self.client.send(req)
         except httpx.TimeoutException:

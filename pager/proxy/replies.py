@@ -17,6 +17,7 @@ __all__ = ["error_body", "stream_error_event"]
 _TYPES = {
     400: ("invalid_request_error", "invalid_request_error"),
     404: ("not_found_error", "invalid_request_error"),
+    413: ("request_too_large", "invalid_request_error"),
     500: ("api_error", "server_error"),
     502: ("api_error", "upstream_error"),
     504: ("timeout_error", "timeout"),
