@@ -18,6 +18,7 @@ import orjson
 import attrs
 
 from pager.core import terms as terms_mod
+from pager.core.canonical import canonical_bytes
 from pager.core.compact import compact_line
 from pager.core.tasks import detect_task, task_of
 from pager.core.messages import Classified, message_text, tool_calls
@@ -37,7 +38,9 @@ def hash_messages(
 ) -> tuple[list[str], list[bytes | None]]:
     """Return each message's content hash and its orjson bytes.
 
-    A lone surrogate makes orjson refuse a message; that is reported as a
+    The hash is of the message's canonical form (``pager.core.canonical``: no
+    cache marks, no Responses item ids), so a client moving a mark between
+    calls resends the same history; the bytes are the message as sent. A lone surrogate makes orjson refuse a message; that is reported as a
     ``MessageError`` naming it (``offset`` is added to the index).
     """
     hashes: list[str] = []
@@ -47,7 +50,7 @@ def hash_messages(
             raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError as exc:
             raise MessageError(i + offset, f"cannot be encoded ({exc}); lone surrogates are not valid text") from exc
-        hashes.append(hash_bytes(raw))
+        hashes.append(hash_bytes(canonical_bytes(msg, raw)))
         raws.append(raw)
     return hashes, raws
 
