@@ -104,6 +104,7 @@ class History:
         self.terms: list[frozenset[str]] = []
         self.call_rows: dict[str, int] = {}  # call id -> row of the assistant message
         self.answers: list[str | None] = []  # tool rows: the call id they answer
+        self.tool_name: list[str | None] = []  # tool rows: the tool that produced them
         self.labels: list[tuple[str, ...]] = []
         self.calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, arguments)
         self.path_rows: dict[str, int] = {}  # path -> row of its newest read
@@ -170,7 +171,7 @@ class History:
         # rebuilding derived maps is simpler and safer than undoing them
         saved = {name: getattr(self, name)[:n] for name in (
             "page", "hash", "kind", "role", "tokens", "stub_tokens", "compact_tokens", "unit", "step", "path", "handle",
-            "stale", "last_ref", "ref_count", "terms", "answers", "labels")}
+            "stale", "last_ref", "ref_count", "terms", "answers", "labels", "tool_name")}
         calls = self.calls
         call_rows = {cid: r for cid, r in self.call_rows.items() if r < n}
         self.__init__(self.session, self.counter, self.term_index.max_df)  # type: ignore[misc]
@@ -253,7 +254,7 @@ class History:
             rec = prep.page
             row = len(self.page)
             self._add_row(pid, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
-                          rec.handle, False, rec.step, 0, prep.terms, rec.call_id, rec.labels)
+                          rec.handle, False, rec.step, 0, prep.terms, rec.call_id, rec.labels, rec.tool_name)
             self.compact_tokens.append(prep.compact_tokens)
             if rec.kind == "assistant":
                 for cid in rec.call_ids:
@@ -282,7 +283,7 @@ class History:
     def _add_row(
         self, pid: int, hash: str, kind: str, role: str, tokens: int, stub_tokens: int, step: int,
         path: str | None, handle: str, stale: bool, last_ref: int, ref_count: int, terms: frozenset[str],
-        answers: str | None, labels: Sequence[str],
+        answers: str | None, labels: Sequence[str], tool_name: str | None = None,
     ) -> None:
         self.row_of[pid] = len(self.page)
         self.page.append(pid)
@@ -300,6 +301,7 @@ class History:
         self.terms.append(terms)
         self.answers.append(answers)
         self.labels.append(tuple(labels))
+        self.tool_name.append(tool_name)
 
     def _link(self, row: int, kind: str, call_id: str | None) -> None:
         """Set the row's unit (a result joins its call's unit) and the first user row."""
@@ -332,7 +334,8 @@ class History:
             else:
                 terms = _page_terms(message_text(message_of(rec.id)), rec.path, extract_limit)
             self._add_row(rec.id, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
-                          rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels)
+                          rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels,
+                          rec.tool_name)
             # computed on first use by ``fill_compact_tokens`` (loading reads no message)
             self.compact_tokens.append(-1)
             for cid in rec.call_ids:

@@ -12,8 +12,8 @@ from typing import Any, Mapping, Sequence
 from pager.core.tokens import content_text
 
 __all__ = [
-    "STUB_HEAD_CHARS", "card_text", "excerpt_span", "line_range", "recall_block", "source_label", "stub_message",
-    "stub_text",
+    "STUB_HEAD_CHARS", "card_text", "excerpt_span", "line_range", "recall_block", "reread_stub_text", "source_label",
+    "stub_message", "stub_text",
 ]
 
 STUB_HEAD_CHARS = 200
@@ -40,6 +40,19 @@ def stub_text(
         f"{len(text)} chars; expand({handle!r}) or expand with start_line/end_line for a range]\n"
         f"{_head(text, head_chars)}"
         + ("\n…" if len(text) > head_chars else "")
+    )
+
+
+def reread_stub_text(text: str, tokens: int, path: str, call: str, *, head_chars: int = STUB_HEAD_CHARS) -> str:
+    """Return the stub of a file read the model can redo with its own tool (``call``: that call, as made).
+
+    For a request that offers no ``expand``: it names no handle, only the tool
+    the model already has.
+    """
+    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    return (
+        f"[pager: file {path} read here is off-prompt — {tokens} tokens, {lines} lines; to see it again, "
+        f"re-read it with {call}]\n{_head(text, head_chars)}" + ("\n…" if len(text) > head_chars else "")
     )
 
 
