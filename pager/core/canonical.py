@@ -6,6 +6,8 @@ byte. Some fields are transport, not content, and move from call to call:
 - Anthropic ``cache_control`` marks. Claude Code marks the newest block of
   every request, so message N carries a mark in request N and none in N+1;
   other clients mark the system prompt on some calls only.
+  A format keeps a marked block list as ``native`` beside its ``content``;
+  unmarked, that list is the content, and the canonical form drops it.
 - OpenAI Responses item ``id`` and ``status``. An item echoed back from a
   response carries them (``msg_…``, ``"completed"``); Codex serialises its
   history without them, the Agents SDK with them; a client may switch when it
@@ -90,6 +92,10 @@ def canonical(message: Mapping[str, Any]) -> Mapping[str, Any]:
         out["native"] = [_strip_item(it) for it in native]
     elif native is not None:
         out["native"] = _strip_item(native)
+    if "native" in out and out["native"] == out.get("content"):
+        # a format keeps the blocks as ``native`` only when they hold more than ``content`` (a mark, say):
+        # unmarked, they are the content itself, as the same message sent without a mark converts
+        del out["native"]
     return out
 
 

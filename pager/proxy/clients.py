@@ -20,7 +20,7 @@ untouched, unrecorded (``passthrough_kind``):
 A tool result that refuses a re-read because "the earlier result is still
 there" is a page fault pager caused: the earlier result is what pager moved
 off the prompt. ``serve_refusals`` puts the earlier content back into the
-refusing result (prefixed by a note that keeps the refusal's own words, so
+refusing result (followed by a note that keeps the refusal's own words, so
 nothing the client sent is lost) before pager records the request; the result
 then is a newer read of that file, and the earlier one goes stale.
 """
@@ -65,7 +65,9 @@ def _text(content: Any) -> str:
 def is_refusal(content: Any) -> bool:
     """Return whether a tool result's content is a client's "you already have this file" reply."""
     text = _text(content)
-    return bool(text) and len(text) <= _REFUSAL_MAX_CHARS and REFUSAL.search(text) is not None
+    if not text or len(text) > _REFUSAL_MAX_CHARS or text.startswith("[pager:"):  # a stub or a served read
+        return False
+    return REFUSAL.search(text) is not None
 
 
 def _last_user_text(fmt: str, req: Mapping[str, Any]) -> str:
@@ -117,9 +119,10 @@ def _has_tool_traffic(req: Mapping[str, Any]) -> bool:
 
 
 def _note(refusal: str) -> str:
+    # after the content, so a stub of this result shows the file's head
     quoted = " ".join(refusal.split())[:300]
-    return (f"[pager: the client answered this read from its cache ({quoted!r}), but pager had moved that "
-            "earlier result off the prompt; here is its content again]\n")
+    return (f"\n[pager: the client answered this read from its cache ({quoted!r}), but pager had moved that "
+            "earlier result off the prompt; above is its content again]")
 
 
 def _args_key(name: str, args: Any) -> tuple[str, str] | None:
@@ -180,7 +183,7 @@ def _anthropic(req: dict[str, Any]) -> int:
         msg = dict(messages[m])
         blocks = list(msg["content"])
         body = content if isinstance(content, list) else [{"type": "text", "text": _text(content)}]
-        blocks[b] = {**blocks[b], "content": [{"type": "text", "text": _note(refusal)}, *body]}
+        blocks[b] = {**blocks[b], "content": [*body, {"type": "text", "text": _note(refusal)}]}
         msg["content"] = blocks
         messages[m] = msg
 
@@ -209,7 +212,7 @@ def _chat(req: dict[str, Any]) -> int:
 
     def put(i: int, refusal: str, content: Any) -> None:
         m = where[i]
-        messages[m] = {**messages[m], "content": _note(refusal) + _text(content)}
+        messages[m] = {**messages[m], "content": _text(content) + _note(refusal)}
 
     served = _serve(results, calls, put)
     if served:
@@ -241,7 +244,7 @@ def _responses(req: dict[str, Any]) -> int:
 
     def put(i: int, refusal: str, content: Any) -> None:
         n = where[i]
-        items[n] = {**items[n], "output": _note(refusal) + _text(content)}
+        items[n] = {**items[n], "output": _text(content) + _note(refusal)}
 
     served = _serve(results, calls, put)
     if served:
