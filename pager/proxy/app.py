@@ -119,6 +119,7 @@ class _Proxy:
         timeout = httpx.Timeout(self.config.timeout, connect=self.config.connect_timeout)
         limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        await self.pool.warm()  # imports, tokenizer, store and index: not on the first request
         try:
             yield
         finally:

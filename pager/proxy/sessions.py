@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import re
 from collections import OrderedDict
@@ -33,6 +34,9 @@ from typing import Any, Mapping
 import orjson
 
 from pager.aio import AsyncPager
+from pager.errors import PagerError
+
+log = logging.getLogger("pager.proxy")
 
 __all__ = ["CLIENT_KEY_HEADERS", "SessionPool", "claude_session_id", "session_for", "session_name"]
 
@@ -95,6 +99,32 @@ class SessionPool:
         self._busy: dict[str, int] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._closed = False
+        self._warm: Any = None  # (store, index feeder) held open from ``warm`` to ``aclose``
+
+    async def warm(self) -> None:
+        """Pay the one-time costs before the first request: imports, the tokenizer, the store and its index.
+
+        Measured on the first request of a fresh proxy: ~1.6 s of imports and
+        ~0.3 s opening the index; held open here, the sessions share it.
+        """
+        def work() -> Any:
+            import pager.pager  # noqa: F401 - the facade and everything it imports
+            from pager.core.tokens import default_counter
+            from pager.session import open_store
+            from pager.storage.indexing import IndexFeeder
+
+            default_counter().count("warm")
+            store = open_store(self.store)
+            try:
+                return store, IndexFeeder(store)
+            except BaseException:
+                store.close()
+                raise
+
+        try:
+            self._warm = await asyncio.to_thread(work)
+        except PagerError as exc:  # the first request will say what is wrong with the store
+            log.warning("could not open the store ahead of the first request: %s", exc)
 
     async def acquire(self, name: str) -> AsyncPager:
         """Return the session ``name``, opening it if needed; pair with ``release``."""
@@ -144,3 +174,8 @@ class SessionPool:
         pagers, self._open = list(self._open.values()), OrderedDict()
         self.last.clear()
         await asyncio.gather(*(p.aclose() for p in pagers))
+        if self._warm is not None:
+            store, feeder = self._warm
+            self._warm = None
+            feeder.close()
+            store.close()

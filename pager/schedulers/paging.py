@@ -271,7 +271,9 @@ class PagingScheduler:
             # the L1 guard says what it moved out of the card, every call it is out
             notices=tuple(f"l1-moved:{ref}" for ref in guard.moved) + (("l1-over-cap",) if guard.over else ()),
             state={"layout": layout.to_state()},
-            flush_index=result.round,
+            # a round that left every page in full demoted nothing to search for (a first call, say):
+            # no commit (a Tantivy commit costs ~0.2 s on the first request of every session)
+            flush_index=result.round and (kept < n or bool(demoted)),
         )
 
     @staticmethod
