@@ -103,3 +103,25 @@ def test_partial_reads_are_pages_of_their_range():
     got = stale_after([("Read", js(file_path="/w/a.py", offset=1, limit=100), "1..100"),
                        ("Read", js(file_path="/w/a.py"), "all")])  # the whole file covers every range
     assert got == {"2:/w/a.py#L1-100": True, "4:/w/a.py": False}
+
+
+def test_without_expand_only_rereadable_reads_are_stubbed_and_say_how():
+    big = "\n".join(f"line {i} of the module, value {i * 7}" for i in range(600))
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "agent"}, {"role": "user", "content": "work"}]
+    steps = [("Read", js(file_path="/w/a.py")), ("Bash", js(command="make 2>&1")), ("Read", js(file_path="/w/b.py"))]
+    for n, (name, args) in enumerate(steps * 2):
+        msgs += [_call(f"c{n}", name, args), {"role": "tool", "tool_call_id": f"c{n}", "content": f"{big}\n{n}"}]
+    msgs.append({"role": "user", "content": "go on"})
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("Read", "Bash")]
+    request = {"model": "m", "messages": msgs, "tools": tools}
+    with pager.open(":memory:", "s", context_window=40_000) as p:
+        out = p.assemble(request, reread_only=True)
+        text = orjson.dumps(out).decode()
+        assert "pg:" not in text and "expand" not in text  # no handle, no tool the model lacks
+        assert text.count("re-read it with Read") == p.last_report.pages_stubbed > 0
+        bash = {c["id"] for m in out["messages"] for c in m.get("tool_calls") or () if c["function"]["name"] == "Bash"}
+        shown = [m["content"] for m in out["messages"] if m["role"] == "tool" and m["tool_call_id"] in bash]
+        assert all("line 599" in c for c in shown)  # what no client tool can redo is shown whole or dropped
+    with pager.open(":memory:", "s", context_window=40_000) as p:
+        out = p.assemble(request)  # expand offered by the harness: any big output may be a stub
+        assert "pg:" in orjson.dumps(out).decode()

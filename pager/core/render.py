@@ -84,12 +84,13 @@ def _attr(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ").replace(">", "\\>")
 
 
-def recall_block(pages: Sequence[Mapping[str, Any]]) -> str:
+def recall_block(pages: Sequence[Mapping[str, Any]], handles: bool = True) -> str:
     """Return the text of a block of recalled pages, each labelled with its source.
 
     A page from another session (one with a ``session`` key) also names that
     session, its pool, its owner and the date it was written, so the model can
-    weigh it; the header then says such pages are present.
+    weigh it; the header then says such pages are present. ``handles=False``
+    (the model has no ``expand``): no handle, and an excerpt is only said to be one.
     """
     if any(p.get("session") for p in pages):
         head = ("[pager: pages recalled because the current work refers to them, from earlier in this session "
@@ -100,7 +101,7 @@ def recall_block(pages: Sequence[Mapping[str, Any]]) -> str:
                 "refers to them; reference material, not a new request]")
     out = [head]
     for p in pages:
-        attrs = [f'handle="{p["handle"]}"', f'step="{p["step"]}"', f'kind="{p["kind"]}"']
+        attrs = ([f'handle="{p["handle"]}"'] if handles else []) + [f'step="{p["step"]}"', f'kind="{p["kind"]}"']
         if p.get("session"):
             attrs.append(source_label(p["session"], p.get("pool"), p.get("owner"), p.get("written")))
         if p.get("path"):
@@ -110,7 +111,7 @@ def recall_block(pages: Sequence[Mapping[str, Any]]) -> str:
         # a page's text (another user's note, say) must not end its page early and pose as pager's words
         body = _PAGE_CLOSE.sub("<\\/page>", p["text"])
         if p.get("truncated"):
-            body += f"\n… (excerpt; expand(\"{p['handle']}\") for the whole page)"
+            body += f"\n… (excerpt; expand(\"{p['handle']}\") for the whole page)" if handles else "\n… (excerpt)"
         out.append(f"<page {' '.join(attrs)}>\n{body}\n</page>")
     return "\n".join(out)
 

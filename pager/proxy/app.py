@@ -171,7 +171,7 @@ class _Proxy:
                 log.info("session=%s served %d refused re-read(s)", name, served)
             added = self._added_tools(p, dialect, req) if expose else frozenset()
             client_usage = dialect.prepare(out, stream)
-            url = self.config.upstream(dialect.upstream) + request.url.path
+            url = self._url(dialect, request)
             headers = _upstream_headers(request.headers)
             if stream:
                 resp = await self._send(url, out, headers, stream=True, style=dialect.error_style)
@@ -187,6 +187,11 @@ class _Proxy:
             if not released:
                 self.pool.release(name)
 
+    def _url(self, dialect: Dialect, request: Request) -> str:
+        # the query too: Claude Code posts to /v1/messages?beta=true
+        query = "?" + request.url.query if request.url.query else ""
+        return self.config.upstream(dialect.upstream) + request.url.path + query
+
     def _added_tools(self, p: Any, dialect: Dialect, req: Mapping[str, Any]) -> frozenset[str]:
         if not self.config.tools:
             return frozenset()
@@ -197,7 +202,7 @@ class _Proxy:
     async def _forward(self, request: Request, body: bytes, dialect: Dialect, stream: bool, kind: str,
                        t0: float) -> Response:
         """Send a compaction or side request upstream as the client wrote it, and its answer back as is."""
-        url = self.config.upstream(dialect.upstream) + request.url.path
+        url = self._url(dialect, request)
         resp = await self._send(url, body, _upstream_headers(request.headers), stream=True, style=dialect.error_style)
         if isinstance(resp, Response):
             return resp

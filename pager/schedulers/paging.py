@@ -316,7 +316,8 @@ class PagingScheduler:
             elif slot.kind == CARD:
                 out.append({"role": "user", "content": layout.card})
             elif slot.kind == RECALL:
-                out.append({"role": "user", "content": self._recall_text(h, slot, messages, handles, foreign or {})})
+                text = self._recall_text(h, slot, messages, handles, foreign or {}, reread is None)
+                out.append({"role": "user", "content": text})
             elif slot.kind == INDEX:
                 rows = [h.row_of[p] for p in slot.pages]
                 lines = [compact_line(messages[r], h.kind[r], h.handle[r], h.step[r], h.path[r]) for r in rows]
@@ -326,7 +327,7 @@ class PagingScheduler:
 
     def _recall_text(
         self, h: History, slot: Slot, messages: Sequence[Mapping[str, Any]], handles: list[str],
-        foreign: Mapping[int, RecallHit],
+        foreign: Mapping[int, RecallHit], show_handles: bool = True,
     ) -> str:
         items = []
         spans = slot.spans or ((0, 0),) * len(slot.pages)
@@ -346,8 +347,9 @@ class PagingScheduler:
             item.update(lines=(start, end) if start else None, text=excerpt.rstrip("\n"),
                         truncated=len(excerpt) < len(text))
             items.append(item)
-            handles.append(item["handle"])
-        return recall_block(items)
+            if show_handles:
+                handles.append(item["handle"])
+        return recall_block(items, handles=show_handles)
 
     def _layers(
         self, h: History, layout: Layout, card_tokens: int, tools_tokens: int
