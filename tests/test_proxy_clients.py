@@ -226,3 +226,46 @@ def test_without_pager_tools_no_stub_points_at_a_missing_tool(make, upstream, tm
         assert tool_names(body) == tool_names(r["body"])  # nothing added
         rereads += text.count("re-read it with")
     assert rereads, "no file read was stubbed for re-reading"
+
+
+def test_two_codex_conversations_at_once_stay_apart(upstream, tmp_path):
+    """Two Codex conversations in one directory, sent at the same time: two sessions, nothing shared."""
+    import threading
+
+    from client_shapes import codex
+
+    records = codex()["records"]
+    app_up, url = upstream
+    app_up.state.seen.clear()
+    store = tmp_path / "ctx"
+    cfg = ProxyConfig(store=str(store), upstream_openai=url, upstream_anthropic=url,
+                      options={"context_window": 16_000})
+    errors: list[Any] = []
+    with ServerThread(create_app(cfg)) as base:
+        def drive(key: str) -> None:
+            with httpx.Client(base_url=base, timeout=60) as client:
+                for r in records:
+                    if r["body"]["prompt_cache_key"] == key:
+                        resp = client.post(r["path"], content=orjson.dumps(r["body"]),
+                                           headers={**r["headers"], "authorization": f"Bearer {KEY}"})
+                        if resp.status_code != 200:
+                            errors.append(resp.text)
+
+        keys = sorted({r["body"]["prompt_cache_key"] for r in records})
+        threads = [threading.Thread(target=drive, args=(k,)) for k in keys]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert not errors
+    sessions = pager.store_sessions(store)
+    assert len(sessions) == 2
+    for name in sessions:
+        with pager.open(store, name) as p:
+            assert len(p.store.branches(name)) == 1
+            text = "\n".join(orjson.dumps(p.store.message(pid)[1]).decode() for pid in p.history.page)
+        # each session holds one conversation's pages only: recall in one cannot reach the other's reads
+        assert ("parser" in text) != ("lexer" in text), name
+    for _p, _h, body in app_up.state.seen:
+        text = orjson.dumps(body).decode()
+        assert ("PARSE-5" in text) != ("LEX-9" in text)  # no prompt mixes the two
