@@ -66,6 +66,8 @@ def test_compaction_and_side_requests_pass_untouched():
                                 "Your task is to create a detailed summary of the conversation so far, paying "
                                 "close attention to the user's explicit requests")}]}], "tools": tools}
     assert passthrough_kind("anthropic-messages", summary, 10_000) == "compaction"
+    assert passthrough_kind("anthropic-messages", {"messages": [], "tools": tools}, 10, helper="compaction") \
+        == "compaction"
     codex = {"input": [{"role": "user", "content": "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a "
                                                    "handoff summary for another LLM"}], "tools": [{"name": "shell"}]}
     assert passthrough_kind("openai-responses", codex, 10_000) == "compaction"

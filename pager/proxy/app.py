@@ -143,7 +143,8 @@ class _Proxy:
             return self._error(dialect, 400, f"pager cannot page this request: this build has no {dialect.format!r} "
                                              f"wire format (it has {sorted(formats())})")
         stream = bool(req.get("stream"))
-        kind = passthrough_kind(dialect.format, req, len(body), named=SESSION_HEADER in request.headers)
+        kind = passthrough_kind(dialect.format, req, len(body), named=SESSION_HEADER in request.headers,
+                                helper=request.headers.get("x-stainless-helper", ""))
         if kind is not None:
             return await self._forward(request, body, dialect, stream, kind, t0)
         name = session_for(dialect.session_seed(req), req, request.headers)

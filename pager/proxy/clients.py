@@ -84,14 +84,18 @@ def _last_user_text(fmt: str, req: Mapping[str, Any]) -> str:
     return ""
 
 
-def passthrough_kind(fmt: str, req: Mapping[str, Any], body_size: int, named: bool = False) -> str | None:
+def passthrough_kind(
+    fmt: str, req: Mapping[str, Any], body_size: int, named: bool = False, helper: str = ""
+) -> str | None:
     """Return ``"compaction"`` or ``"side"`` for a request to forward untouched, else None.
 
     ``named``: the caller named the session (``x-pager-session``): it says the
     request belongs to that conversation, so it is never taken for a side request.
+    ``helper``: the ``x-stainless-helper`` header (Claude Code's SDK sends
+    ``compaction`` on its summary request).
     """
     text = _last_user_text(fmt, req).lower()
-    if any(marker in text for marker in _COMPACTION):
+    if "compaction" in helper.lower() or any(marker in text for marker in _COMPACTION):
         return "compaction"
     if not named and not req.get("tools") and body_size <= SIDE_MAX_BYTES and not _has_tool_traffic(req):
         return "side"
@@ -144,6 +148,8 @@ def _serve(
     put: Callable[[int, str, Any], None],
 ) -> int:
     """Serve refusals among ``results`` (call id, content) in order; ``put(i, refusal, earlier)`` rewrites one."""
+    if not any(is_refusal(content) for _cid, content in results):
+        return 0  # the common case: no read parsed, nothing copied
     earlier: dict[tuple[str, str], Any] = {}
     served = 0
     for i, (cid, content) in enumerate(results):
