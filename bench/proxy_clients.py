@@ -37,6 +37,8 @@ from client_shapes import HAND_MADE  # noqa: E402
 from proxy_upstream import make_upstream  # noqa: E402
 
 HANDLE = re.compile(r"\bpg:\d+-[0-9a-f]{6}\b")
+MODEL_ROUTES = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
+HOP = frozenset({"host", "content-length", "transfer-encoding", "connection", "accept-encoding"})
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -59,7 +61,12 @@ def prompt_tokens(body: dict[str, Any]) -> int:
 def load(path: Path) -> dict[str, Any]:
     raw = path.read_bytes()
     lines = [orjson.loads(x) for x in (gzip.decompress(raw) if path.suffix == ".gz" else raw).splitlines() if x.strip()]
-    return {"header": lines[0], "records": [r for r in lines[1:] if r.get("method", "POST") == "POST"]}
+    records = [r for r in lines[1:] if r.get("method", "POST") == "POST" and r.get("path") in MODEL_ROUTES]
+    return {"header": lines[0], "records": records}
+
+
+def _count(value: Any) -> Any:
+    return len(value) if isinstance(value, list) else value
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -70,7 +77,8 @@ def _pct(xs: list[float], q: float) -> float:
 def _send(client: httpx.Client, r: dict[str, Any]) -> float:
     auth = {"x-api-key": "sk-bench"} if r["path"] == "/v1/messages" else {"authorization": "Bearer sk-bench"}
     t0 = time.perf_counter()
-    resp = client.post(r["path"], content=orjson.dumps(r["body"]), headers={**r["headers"], **auth})
+    headers = {k: v for k, v in r["headers"].items() if k.lower() not in HOP}
+    resp = client.post(r["path"], content=orjson.dumps(r["body"]), headers={**headers, **auth})
     resp.read()
     resp.raise_for_status()
     return (time.perf_counter() - t0) * 1000.0
@@ -104,7 +112,7 @@ def run(name: str, capture: dict[str, Any], window: int, up: Any, up_url: str) -
     overhead = [p - d for p, d in zip(t_proxy, t_direct)]
     return {
         "client": name, "requests": len(records),
-        "conversations": capture["header"].get("conversations", "?"), "sessions": len(sessions),
+        "conversations": _count(capture["header"].get("conversations")), "sessions": len(sessions),
         "forks": forks, "diverged": sum(1 for r in reps if r["reason"] == "history diverged"),
         "unopenable": unopenable, "served": served,
         "passed_untouched": sum(1 for r, b in zip(records, seen) if r["body"] == b),

@@ -77,6 +77,7 @@ def test_through_the_proxy_the_visible_set_is_exactly_the_specified_one(upstream
             client.chat.completions.create(
                 model="echo", messages=[{"role": "system", "content": "agent"},
                                         {"role": "user", "content": f"what do we know about {words}?"}],
+                tools=[SEARCH],  # with pager's tools, recalled pages show their handles
                 extra_headers={"x-pager-session": f"{reader[0]}-auto"})
             (forwarded,) = [b for p, _h, b in app_up.state.seen if p == "/v1/chat/completions"]
             prompt = "\n".join(str(m.get("content")) for m in forwarded["messages"])
