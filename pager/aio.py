@@ -52,10 +52,12 @@ class AsyncPager:
             return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def aassemble(
-        self, request: Mapping[str, Any], *, format: str | None = None, expose_tools: bool | None = None
+        self, request: Mapping[str, Any], *, format: str | None = None, expose_tools: bool | None = None,
+        reread_only: bool = False,
     ) -> dict[str, Any]:
         """``Pager.assemble``, off the event loop."""
-        return await self.run(self.pager.assemble, request, format=format, expose_tools=expose_tools)
+        return await self.run(self.pager.assemble, request, format=format, expose_tools=expose_tools,
+                              reread_only=reread_only)
 
     async def aobserve(self, response: Any, *, format: str | None = None) -> dict[str, int]:
         """``Pager.observe``, off the event loop."""

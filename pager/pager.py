@@ -120,7 +120,8 @@ class Pager(Sharing, Session):
         return get_format(name) if name is not None else detect(request)
 
     def assemble(
-        self, request: Mapping[str, Any], *, expose_tools: bool | None = None, format: str | None = None
+        self, request: Mapping[str, Any], *, expose_tools: bool | None = None, format: str | None = None,
+        reread_only: bool = False,
     ) -> dict[str, Any]:
         """Return ``request`` with its history rewritten to fit the budget.
 
@@ -136,6 +137,11 @@ class Pager(Sharing, Session):
         ahead) is planned on the recorded prefix and changes nothing: no page,
         no branch, no layout; the report's ``behind`` says by how many rows.
         A history that diverges from the recorded one forks a new branch.
+
+        ``reread_only``: the model will have no ``expand`` (the caller does not
+        offer pager's tools): only file reads made with one of the request's
+        own tools are stubbed, and each such stub says to re-read the file
+        with that tool; nothing else is replaced by a handle.
         """
         with self._lock:
             self._check_open()
@@ -166,12 +172,16 @@ class Pager(Sharing, Session):
                     docs = recorded.docs
                     # indexed before scheduling: a page committed by the feeder's batch is recallable now
                     self._feeder.add(docs)
+                    reread = None
+                    if reread_only and not expose:
+                        names = (fmt.tool_name(t) for t in converted.tools)
+                        reread = {n.lower(): n for n in names if n}
                     self._calls += 1
                     if recorded.behind:
-                        result = self._schedule_behind(messages, tools, tools_tokens)
+                        result = self._schedule_behind(messages, tools, tools_tokens, reread)
                         self.store.save_state(self.session, self._state())  # the call count only
                     else:
-                        result = self._schedule(messages, tools, tools_tokens)
+                        result = self._schedule(messages, tools, tools_tokens, reread)
                         self._persist(result)
             except BaseException:
                 # the store rolled back (and _writing reloaded the mirror): drop the index's copies too
@@ -189,12 +199,14 @@ class Pager(Sharing, Session):
                          recorded.behind)
             return out
 
-    def _schedule(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int) -> ScheduleResult:
+    def _schedule(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int,
+                  reread: Mapping[str, str] | None = None) -> ScheduleResult:
         if self._rollover is not None:
             return self._rollover.assemble(self.history, messages, tools, self._pins, self._notes)
         req = self._paging.recall_request(self.history, self._layout)
         hits = self._search_recall(req) if req is not None else []
-        return self._paging.schedule(self._paging_call(messages, tools_tokens, hits))
+        call = self._paging_call(messages, tools_tokens, hits)
+        return self._paging.schedule(call if reread is None else attrs.evolve(call, reread=reread))
 
     def _persist(self, result: ScheduleResult) -> None:
         """Apply a result to the session's counters and save them with its state and events."""

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+import attrs
+
 import orjson
 
 from pager.core.describe import encode_problem
@@ -308,8 +310,8 @@ class Session:
             hits=hits, demoted=frozenset(self._demoted), kept=self._kept_foreign(),
         )
 
-    def _schedule_behind(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int
-                         ) -> ScheduleResult:
+    def _schedule_behind(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int,
+                         reread: Mapping[str, str] | None = None) -> ScheduleResult:
         """Plan a request behind the recorded branch on its prefix; the result is shown, never persisted.
 
         The layout, the previous prompt and the rollover window stay the newer
@@ -322,7 +324,8 @@ class Session:
             return window.assemble(view, messages, tools, self._pins, self._notes)
         req = self._paging.recall_request(view, self._layout)
         hits = self._search_recall(req, view) if req is not None else []
-        return self._paging.schedule(self._paging_call(messages, tools_tokens, hits, view))
+        call = self._paging_call(messages, tools_tokens, hits, view)
+        return self._paging.schedule(call if reread is None else attrs.evolve(call, reread=reread))
 
     def _add_pin(self, text: str) -> None:
         self._pins.append(text)

@@ -30,7 +30,7 @@ def test_file_read_recognition():
     assert file_read_path("bash", '{"command": "cat src/a.py"}') == "src/a.py"
     assert file_read_path("bash", '{"command": "cd /repo && cat src/a.py"}') == "src/a.py"
     assert file_read_path("bash", '{"command": "head -n 40 x.py"}') == "x.py"
-    assert file_read_path("bash", '{"command": "sed -n 10,20p x.py"}') == "x.py"
+    assert file_read_path("bash", '{"command": "sed -n 10,20p x.py"}') == "x.py#L10-20"  # a page of that range
     assert file_read_path("Read", '{"file_path": "/w/y.ex"}') == "/w/y.ex"
     assert file_read_path("str_replace_editor", '{"command": "view", "path": "/w/m.c"}') == "/w/m.c"
     assert file_read_path("open", '{"command": "open chall.py"}') == "chall.py"

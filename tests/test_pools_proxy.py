@@ -59,6 +59,9 @@ def _proxy(where: str, upstream_url: str, owner: str | None) -> ServerThread:
     return ServerThread(create_app(cfg))
 
 
+SEARCH = {"type": "function", "function": {"name": "grep", "parameters": {"type": "object", "properties": {}}}}
+
+
 def test_through_the_proxy_the_visible_set_is_exactly_the_specified_one(upstream, shared_store):
     app_up, url = upstream
     where, handles = shared_store
@@ -74,6 +77,7 @@ def test_through_the_proxy_the_visible_set_is_exactly_the_specified_one(upstream
             client.chat.completions.create(
                 model="echo", messages=[{"role": "system", "content": "agent"},
                                         {"role": "user", "content": f"what do we know about {words}?"}],
+                tools=[SEARCH],  # with pager's tools, recalled pages show their handles
                 extra_headers={"x-pager-session": f"{reader[0]}-auto"})
             (forwarded,) = [b for p, _h, b in app_up.state.seen if p == "/v1/chat/completions"]
             prompt = "\n".join(str(m.get("content")) for m in forwarded["messages"])
@@ -86,6 +90,7 @@ def test_through_the_proxy_the_visible_set_is_exactly_the_specified_one(upstream
                     resp = client.chat.completions.create(
                         model="recall-user", messages=[{"role": "system", "content": "agent"},
                                                        {"role": "user", "content": secret(n, what)}],
+                        tools=[SEARCH],  # pager's tools go to requests that have tools of their own
                         extra_headers={"x-pager-session": f"{reader[0]}-{n}-{what}"})
                     assert resp.choices[0].message.content.startswith("tool said: ")
                     sent = [b for p, _h, b in app_up.state.seen if p == "/v1/chat/completions"]

@@ -63,9 +63,13 @@ def history(turn: str = "what is in the build log?") -> list[dict[str, Any]]:
     ]
 
 
+BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}
+
+
 def test_chat_is_paged_forwarded_and_observed(proxy, upstream, tmp_path):
     url = proxy()
-    resp = oa(url).chat.completions.create(model="m", messages=history())
+    # a client with tools of its own gets pager's too (the default): the stub's handle can be opened
+    resp = oa(url).chat.completions.create(model="m", messages=history(), tools=[BASH])
     assert resp.choices[0].message.content == "echo: what is in the build log?"
     assert resp.usage.prompt_tokens_details.cached_tokens == 32
     path, headers, body = upstream[0].state.seen[-1]
@@ -73,6 +77,7 @@ def test_chat_is_paged_forwarded_and_observed(proxy, upstream, tmp_path):
     assert "x-pager-session" not in headers
     tool_msg = next(m for m in body["messages"] if m["role"] == "tool")
     assert len(tool_msg["content"]) < len(BIG) and "pg:" in tool_msg["content"]  # stubbed, with a handle
+    assert {"bash", "expand", "recall", "note"} <= {t["function"]["name"] for t in body["tools"]}
     sessions = pager.store_sessions(tmp_path / "ctx")
     assert len(sessions) == 1 and sessions[0].startswith("proxy-")
     usage = [line for line in (tmp_path / "ctx").rglob("*.jsonl") for line in line.read_text().splitlines()
@@ -87,8 +92,9 @@ def test_session_from_header_or_conversation(proxy, tmp_path):
     c.chat.completions.create(model="m", messages=history() + [
         {"role": "assistant", "content": "ok"}, {"role": "user", "content": "and now?"}])
     other = [{"role": "system", "content": "You are a build agent."}, {"role": "user", "content": "Another task."}]
-    c.chat.completions.create(model="m", messages=other)
+    c.chat.completions.create(model="m", messages=other, tools=[BASH])
     c.chat.completions.create(model="m", messages=other, extra_headers={"x-pager-session": "named"})
+    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Title this chat."}])  # a side request
     sessions = pager.store_sessions(tmp_path / "ctx")
     assert "named" in sessions and len(sessions) == 3  # one per conversation, continuing turns share one
 
@@ -140,7 +146,7 @@ def test_a_request_pager_cannot_page_gets_a_provider_400(proxy):
 
 def test_tools_answered_by_the_proxy(proxy, upstream):
     url = proxy(tools=True)
-    resp = oa(url).chat.completions.create(model="use-recall", messages=history("which code?"))
+    resp = oa(url).chat.completions.create(model="use-recall", messages=history("which code?"), tools=[BASH])
     msg = resp.choices[0].message
     assert msg.tool_calls is None and msg.content.startswith("tool said: ")  # only the final turn
     calls = [b for p, _h, b in upstream[0].state.seen if p == "/v1/chat/completions"]
@@ -152,7 +158,8 @@ def test_tools_answered_by_the_proxy(proxy, upstream):
 
 def test_tools_answered_in_a_stream(proxy, upstream):
     url = proxy(tools=True)
-    chunks = list(oa(url).chat.completions.create(model="use-recall", messages=history("which code?"), stream=True))
+    chunks = list(oa(url).chat.completions.create(model="use-recall", messages=history("which code?"), stream=True,
+                                                  tools=[BASH]))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text.startswith("tool said: ")
     assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
@@ -171,9 +178,9 @@ def test_many_concurrent_sessions(proxy, tmp_path):
 
     async def one(client: Any, i: int) -> str:
         msgs = [{"role": "system", "content": "agent"}, {"role": "user", "content": f"task {i}"}]
-        first = await client.chat.completions.create(model="m", messages=msgs)
+        first = await client.chat.completions.create(model="m", messages=msgs, tools=[BASH])
         msgs += [{"role": "assistant", "content": first.choices[0].message.content}, {"role": "user", "content": f"more {i}"}]
-        stream = await client.chat.completions.create(model="m", messages=msgs, stream=True)
+        stream = await client.chat.completions.create(model="m", messages=msgs, stream=True, tools=[BASH])
         return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
 
     async def main() -> list[str]:
@@ -204,9 +211,12 @@ def test_anthropic_sdk_through_the_proxy(proxy, upstream):
     assert resp.content[0].text == "echo: which code?"
     sent = upstream[0].state.seen[-1][1]
     assert KEY in (sent.get("x-api-key"), sent.get("authorization", "").removeprefix("Bearer "))  # forwarded
-    tooled = client.messages.create(model="use-recall", max_tokens=100, system="You are terse.", messages=msgs)
+    read = {"name": "Read", "input_schema": {"type": "object", "properties": {}}}
+    tooled = client.messages.create(model="use-recall", max_tokens=100, system="You are terse.", messages=msgs,
+                                    tools=[read])
     assert [b.type for b in tooled.content] == ["text"] and tooled.content[0].text.startswith("tool said: ")
-    with client.messages.stream(model="use-recall", max_tokens=100, system="You are terse.", messages=msgs) as s:
+    with client.messages.stream(model="use-recall", max_tokens=100, system="You are terse.", messages=msgs,
+                                tools=[read]) as s:
         final = s.get_final_message()
     assert [b.type for b in final.content] == ["text", "text"]  # "Let me look." then the answer
     assert final.content[1].text.startswith("tool said: ")
@@ -226,10 +236,11 @@ def test_responses_through_the_proxy(proxy):
     items = [{"role": "user", "content": "The code is ZEBRA-42. Which code?"}]
     resp = c.responses.create(model="m", instructions="Be terse.", input=items)
     assert resp.output_text == "echo: The code is ZEBRA-42. Which code?"
-    tooled = c.responses.create(model="use-recall", instructions="Be terse.",
+    shell = {"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}}
+    tooled = c.responses.create(model="use-recall", instructions="Be terse.", tools=[shell],
                                 input=[{"role": "user", "content": "The code is ZEBRA-42. Which code?"}])
     assert tooled.output_text.startswith("tool said: ")
-    events = list(c.responses.create(model="use-recall", instructions="Be terse.", stream=True,
+    events = list(c.responses.create(model="use-recall", instructions="Be terse.", stream=True, tools=[shell],
                                      input=[{"role": "user", "content": "The code is ZEBRA-42. Which code?"}]))
     done = [e for e in events if e.type == "response.completed"]
     assert len(done) == 1 and done[0].response.output_text.startswith("tool said: ")

@@ -28,8 +28,9 @@ def register(sub: Any) -> None:
         "proxy", help="serve an OpenAI/Anthropic-compatible proxy that pages every request",
         description=(
             "Serve POST /v1/chat/completions, /v1/responses, /v1/messages (and /v1/messages/count_tokens, "
-            "answered locally). Each request is assembled in its session (x-pager-session header, else a hash "
-            "of the system prompt and first user message) and forwarded upstream with the client's own API key."
+            "answered locally). Each request is assembled in its session (x-pager-session header, else the "
+            "client's own conversation key, else a hash of the system prompt and first user message) and "
+            "forwarded upstream with the client's own API key."
         ),
     )
     p.add_argument("--store", required=True,
@@ -45,8 +46,13 @@ def register(sub: Any) -> None:
                    help="where chat completions and responses go (default https://api.openai.com)")
     p.add_argument("--upstream-anthropic", default="https://api.anthropic.com", metavar="URL",
                    help="where Anthropic messages go (default https://api.anthropic.com)")
-    p.add_argument("--tools", action="store_true",
-                   help="add pager's recall / expand / note tools and answer the model's calls to them")
+    tools = p.add_mutually_exclusive_group()
+    tools.add_argument("--no-tools", dest="tools", action="store_false",
+                       help="do not add pager's recall / expand / note tools (then only file reads the client's "
+                            "own tools can redo are stubbed); by default they are added to every request that "
+                            "has tools of its own, and the proxy answers the model's calls to them")
+    tools.add_argument("--tools", dest="tools", action="store_true", help=argparse.SUPPRESS)  # the default now
+    p.set_defaults(tools=True)
     p.add_argument("--context-window", type=int, default=200_000, help="the models' window in tokens")
     p.add_argument("--config", help="a JSON options file (as `pager tune --write` makes)")
     p.add_argument("--timeout", type=float, default=600.0,

@@ -18,8 +18,10 @@ import orjson
 import attrs
 
 from pager.core import terms as terms_mod
+from pager.core.canonical import canonical_bytes
 from pager.core.compact import compact_line
 from pager.core.describe import encode_problem
+from pager.core.fileread import RANGE_MARK, base_path
 from pager.core.tasks import detect_task, task_of
 from pager.core.messages import Classified, message_text, tool_calls
 from pager.core.pages import KIND_CODE, TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
@@ -35,7 +37,7 @@ REFERRING_ROLES = ("assistant", "user")
 # The per-row columns: what ``truncate`` keeps and ``prefix`` copies (maps derive from them).
 _ROW_COLUMNS = (
     "page", "hash", "kind", "role", "tokens", "stub_tokens", "compact_tokens", "unit", "step", "path", "handle",
-    "stale", "last_ref", "ref_count", "terms", "answers", "labels",
+    "stale", "last_ref", "ref_count", "terms", "answers", "labels", "tool_name", "edits",
 )
 
 
@@ -44,7 +46,9 @@ def hash_messages(
 ) -> tuple[list[str], list[bytes | None]]:
     """Return each message's content hash and its orjson bytes.
 
-    A lone surrogate makes orjson refuse a message; that is reported as a
+    The hash is of the message's canonical form (``pager.core.canonical``: no
+    cache marks, no Responses item ids), so a client moving a mark between
+    calls resends the same history; the bytes are the message as sent. A lone surrogate makes orjson refuse a message; that is reported as a
     ``MessageError`` naming it (``offset`` is added to the index).
     """
     hashes: list[str] = []
@@ -54,7 +58,7 @@ def hash_messages(
             raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError as exc:
             raise MessageError(i + offset, f"cannot be encoded: {encode_problem(exc)}") from None
-        hashes.append(hash_bytes(raw))
+        hashes.append(hash_bytes(canonical_bytes(msg, raw)))
         raws.append(raw)
     return hashes, raws
 
@@ -67,6 +71,7 @@ def _page_terms(text: str, path: str | None, limit: int) -> frozenset[str]:
     """
     terms = terms_mod.extract_terms(text, limit=limit)
     if path:
+        path = base_path(path)  # a partial read answers to its file
         extra = {path, path.rsplit("/", 1)[-1]}
         if path.startswith("./"):
             extra.add(path[2:])
@@ -82,6 +87,7 @@ class Prepared:
     text: str
     terms: frozenset[str]
     compact_tokens: int = 0  # tokens of the page's compact line (``pager.core.compact``)
+    edits: tuple[str, ...] = ()  # the files the call this result answers edited (their reads go stale)
 
 
 class History:
@@ -108,6 +114,9 @@ class History:
         self.terms: list[frozenset[str]] = []
         self.call_rows: dict[str, int] = {}  # call id -> row of the assistant message
         self.answers: list[str | None] = []  # tool rows: the call id they answer
+        self.tool_name: list[str | None] = []  # tool rows: the tool that produced them
+        self.edits: list[tuple[str, ...]] = []  # tool rows: files edited (unknown, so empty, for loaded rows)
+        self.base_keys: dict[str, set[str]] = {}  # file path -> the page keys of its reads (whole and ranges)
         self.labels: list[tuple[str, ...]] = []
         self.calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, arguments)
         self.path_rows: dict[str, int] = {}  # path -> row of its newest read
@@ -203,19 +212,27 @@ class History:
         self.row_of = {p: i for i, p in enumerate(self.page)}
         self.path_rows = {}
         self.call_rows = {}
+        self.base_keys = {}
         self.first_user = None
         for i, kind in enumerate(self.kind):
             if kind == "user" and self.first_user is None:
                 self.first_user = i
             if kind == "file" and self.path[i]:
                 self.path_rows[self.path[i]] = i
+                self.base_keys.setdefault(base_path(self.path[i]), set()).add(self.path[i])
             self._add_task_terms(i)
             self.term_index.add_page(self.page[i], self.terms[i])
-        # stale flags derive from path order; recompute so a truncated newer read un-stales
-        newest = self.path_rows
-        for i, path in enumerate(self.path):
+        # stale flags derive from the order of reads and edits; recompute so a truncated newer one un-stales
+        later_keys: set[str] = set()
+        later_files: set[str] = set()  # read whole, or edited, after this row
+        for i in range(len(self.kind) - 1, -1, -1):
+            path = self.path[i]
             if self.kind[i] == "file" and path:
-                self.stale[i] = newest.get(path) != i
+                self.stale[i] = path in later_keys or base_path(path) in later_files
+                later_keys.add(path)
+                if RANGE_MARK not in path:
+                    later_files.add(path)
+            later_files.update(self.edits[i])
 
     def prepare(
         self,
@@ -259,7 +276,8 @@ class History:
                 labels=(f"task:{task if task is not None else 0}",), scope=scope, owner=owner, pool=pool,
             )
             line = compact_line(msg, cls.kind, handle, step, cls.path)
-            records.append(Prepared(attrs.evolve(page, terms=tuple(terms)), text, terms, self.counter.count(line) + 1))
+            records.append(Prepared(attrs.evolve(page, terms=tuple(terms)), text, terms, self.counter.count(line) + 1,
+                                    cls.edits))
             if cls.kind == "assistant":
                 step += 1
         return records
@@ -271,7 +289,8 @@ class History:
             rec = prep.page
             row = len(self.page)
             self._add_row(pid, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
-                          rec.handle, False, rec.step, 0, prep.terms, rec.call_id, rec.labels)
+                          rec.handle, False, rec.step, 0, prep.terms, rec.call_id, rec.labels, rec.tool_name)
+            self.edits[-1] = prep.edits
             self.compact_tokens.append(prep.compact_tokens)
             if rec.kind == "assistant":
                 for cid in rec.call_ids:
@@ -279,11 +298,16 @@ class History:
             self._link(row, rec.kind, rec.call_id)
             self._add_task_terms(row)
             if rec.kind == "file" and rec.path:
-                old = self.path_rows.get(rec.path)
-                if old is not None:
-                    self.stale[old] = True
-                    updates[self.page[old]] = StatUpdate(self.page[old], self.last_ref[old], self.ref_count[old], True)
+                # a newer read of the same range, or of the whole file, makes older reads stale
+                whole = RANGE_MARK not in rec.path
+                keys = self.base_keys.setdefault(base_path(rec.path), set())
+                for key in (keys if whole else {rec.path}) & set(self.path_rows):
+                    self._make_stale(self.path_rows[key], updates)
+                keys.add(rec.path)
                 self.path_rows[rec.path] = row
+            for edited in prep.edits:  # an edit makes every earlier read of the file stale
+                for key in self.base_keys.get(edited, ()):
+                    self._make_stale(self.path_rows[key], updates)
             if rec.role in REFERRING_ROLES and prep.terms:
                 clock = rec.step
                 refs = self.term_index.references(prep.terms, exclude=(pid,), before=pid)
@@ -297,10 +321,17 @@ class History:
             self.term_index.add_page(pid, prep.terms)
         return list(updates.values())
 
+    def _make_stale(self, row: int, updates: dict[int, StatUpdate]) -> None:
+        if self.stale[row]:
+            return
+        self.stale[row] = True
+        pid = self.page[row]
+        updates[pid] = StatUpdate(pid, self.last_ref[row], self.ref_count[row], True)
+
     def _add_row(
         self, pid: int, hash: str, kind: str, role: str, tokens: int, stub_tokens: int, step: int,
         path: str | None, handle: str, stale: bool, last_ref: int, ref_count: int, terms: frozenset[str],
-        answers: str | None, labels: Sequence[str],
+        answers: str | None, labels: Sequence[str], tool_name: str | None = None,
     ) -> None:
         self.row_of[pid] = len(self.page)
         self.page.append(pid)
@@ -318,6 +349,8 @@ class History:
         self.terms.append(terms)
         self.answers.append(answers)
         self.labels.append(tuple(labels))
+        self.tool_name.append(tool_name)
+        self.edits.append(())
 
     def _link(self, row: int, kind: str, call_id: str | None) -> None:
         """Set the row's unit (a result joins its call's unit) and the first user row."""
@@ -350,7 +383,8 @@ class History:
             else:
                 terms = _page_terms(message_text(message_of(rec.id)), rec.path, extract_limit)
             self._add_row(rec.id, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
-                          rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels)
+                          rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels,
+                          rec.tool_name)
             # computed on first use by ``fill_compact_tokens`` (loading reads no message)
             self.compact_tokens.append(-1)
             for cid in rec.call_ids:
@@ -362,6 +396,7 @@ class History:
             self._add_task_terms(r)
             if rec.kind == "file" and rec.path:
                 self.path_rows[rec.path] = r
+                self.base_keys.setdefault(base_path(rec.path), set()).add(rec.path)
             self.term_index.add_page(rec.id, terms)
 
     def fill_compact_tokens(self, messages: Sequence[Mapping[str, Any]]) -> None:

@@ -25,7 +25,7 @@ import attrs
 import orjson
 
 from pager.core.describe import brief
-from pager.core.fileread import file_read_path
+from pager.core.fileread import file_edits, file_read_path
 from pager.core.tokens import content_text
 from pager.errors import InputError, MessageError
 
@@ -187,7 +187,8 @@ class Classified:
     call_id: str | None = None
     call_ids: tuple[str, ...] = ()
     tool_name: str | None = None
-    path: str | None = None
+    path: str | None = None  # a file read's page key (``pager.core.fileread``)
+    edits: tuple[str, ...] = ()  # the files the call this result answers edited
 
 
 def classify(
@@ -214,7 +215,8 @@ def classify(
             path = file_read_path(name, args)
             out.append(
                 Classified(
-                    kind="file" if path else "tool", role=role, call_id=cid, tool_name=name or None, path=path
+                    kind="file" if path else "tool", role=role, call_id=cid, tool_name=name or None, path=path,
+                    edits=() if path else file_edits(name, args),
                 )
             )
     return out

@@ -72,7 +72,8 @@ class NewPage:
     """A page to record: a classified neutral message and the figures the scheduler keeps.
 
     ``message`` is the neutral message encoded with ``orjson`` (sorted keys);
-    ``hash`` is the digest of those bytes (``pager.core.pages.hash_bytes``).
+    ``hash`` is the digest of its canonical form (``pager.core.canonical``: the same bytes
+    unless the message carries cache marks or Responses item ids), by ``hash_bytes``.
     """
 
     hash: str

@@ -12,8 +12,8 @@ from typing import Any, Mapping, Sequence
 from pager.core.tokens import content_text
 
 __all__ = [
-    "STUB_HEAD_CHARS", "card_text", "excerpt_span", "line_range", "recall_block", "source_label", "stub_message",
-    "stub_text",
+    "STUB_HEAD_CHARS", "card_text", "excerpt_span", "line_range", "recall_block", "reread_stub_text", "source_label",
+    "stub_message", "stub_text",
 ]
 
 STUB_HEAD_CHARS = 200
@@ -40,6 +40,19 @@ def stub_text(
         f"{len(text)} chars; expand({handle!r}) or expand with start_line/end_line for a range]\n"
         f"{_head(text, head_chars)}"
         + ("\n…" if len(text) > head_chars else "")
+    )
+
+
+def reread_stub_text(text: str, tokens: int, path: str, call: str, *, head_chars: int = STUB_HEAD_CHARS) -> str:
+    """Return the stub of a file read the model can redo with its own tool (``call``: that call, as made).
+
+    For a request that offers no ``expand``: it names no handle, only the tool
+    the model already has.
+    """
+    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    return (
+        f"[pager: file {path} read here is off-prompt — {tokens} tokens, {lines} lines; to see it again, "
+        f"re-read it with {call}]\n{_head(text, head_chars)}" + ("\n…" if len(text) > head_chars else "")
     )
 
 
@@ -71,12 +84,13 @@ def _attr(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ").replace(">", "\\>")
 
 
-def recall_block(pages: Sequence[Mapping[str, Any]]) -> str:
+def recall_block(pages: Sequence[Mapping[str, Any]], handles: bool = True) -> str:
     """Return the text of a block of recalled pages, each labelled with its source.
 
     A page from another session (one with a ``session`` key) also names that
     session, its pool, its owner and the date it was written, so the model can
-    weigh it; the header then says such pages are present.
+    weigh it; the header then says such pages are present. ``handles=False``
+    (the model has no ``expand``): no handle, and an excerpt is only said to be one.
     """
     if any(p.get("session") for p in pages):
         head = ("[pager: pages recalled because the current work refers to them, from earlier in this session "
@@ -87,7 +101,7 @@ def recall_block(pages: Sequence[Mapping[str, Any]]) -> str:
                 "refers to them; reference material, not a new request]")
     out = [head]
     for p in pages:
-        attrs = [f'handle="{p["handle"]}"', f'step="{p["step"]}"', f'kind="{p["kind"]}"']
+        attrs = ([f'handle="{p["handle"]}"'] if handles else []) + [f'step="{p["step"]}"', f'kind="{p["kind"]}"']
         if p.get("session"):
             attrs.append(source_label(p["session"], p.get("pool"), p.get("owner"), p.get("written")))
         if p.get("path"):
@@ -97,7 +111,7 @@ def recall_block(pages: Sequence[Mapping[str, Any]]) -> str:
         # a page's text (another user's note, say) must not end its page early and pose as pager's words
         body = _PAGE_CLOSE.sub("<\\/page>", p["text"])
         if p.get("truncated"):
-            body += f"\n… (excerpt; expand(\"{p['handle']}\") for the whole page)"
+            body += f"\n… (excerpt; expand(\"{p['handle']}\") for the whole page)" if handles else "\n… (excerpt)"
         out.append(f"<page {' '.join(attrs)}>\n{body}\n</page>")
     return "\n".join(out)
 

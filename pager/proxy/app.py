@@ -3,17 +3,24 @@
 Theory of operation
 -------------------
 A model call arrives on a route that names its wire format
-(``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``). The proxy
-names the session (``x-pager-session``, else a hash of the system prompt and
-first user message), runs ``assemble`` on it in a worker thread, and sends the
-rewritten request upstream with the client's own headers (its API key among
-them: forwarded, never kept). The response's usage goes to ``observe``.
+(``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``). A client's
+compaction request and its short tool-less side requests (titles, topic
+detection) are forwarded untouched and not recorded (``clients``). Otherwise
+the proxy names the session (``sessions.session_for``: ``x-pager-session``, the
+client's own conversation key, else the conversation's root), serves refused
+re-reads (``clients.serve_refusals``), runs ``assemble`` on it in a worker
+thread, and sends the rewritten request upstream with the client's own headers
+(its API key among them: forwarded, never kept). The response's usage goes to
+``observe``.
 
 Non-streaming responses come back whole. Streams pass through event by event
 as they arrive (``dialects.StreamTurn``); usage is read from the final events.
-With ``tools`` on, pager's recall / expand / note are added to the request; a
-turn that calls only those is answered by the proxy and continued upstream,
-so the client sees one turn. Errors: the upstream's status and body go back
+With ``tools`` on (the default), pager's recall / expand / note are added to
+every request that has tools of its own, so every stub can be opened; a turn
+that calls only those is answered by the proxy and continued upstream, so the
+client sees one turn. A request without them (``--no-tools``, or a client
+with no tools) is paged so that only file reads the client's own tools can
+redo are stubbed, and the stub says which tool to use. Errors: the upstream's status and body go back
 unchanged; what the proxy cannot do itself (a request pager cannot page, an
 upstream that timed out or cannot be reached) gets the provider's error shape
 (``replies``). Every upstream call has a timeout.
@@ -37,10 +44,11 @@ from starlette.routing import Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
+from pager.proxy.clients import passthrough_kind, serve_refusals
 from pager.proxy.dialects import DIALECTS, Dialect, reuse_items
 from pager.proxy.limits import DEFAULT_MAX_BODY, Refused, read_body, session_refusal
 from pager.proxy.replies import error_body, stream_error_event
-from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_name
+from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_for
 
 __all__ = ["ProxyConfig", "create_app"]
 
@@ -66,7 +74,7 @@ class ProxyConfig:
     store: str
     upstream_openai: str = DEFAULT_OPENAI
     upstream_anthropic: str = DEFAULT_ANTHROPIC
-    tools: bool = False
+    tools: bool = True
     timeout: float = 600.0  # seconds between bytes of an upstream response (models can think a while)
     connect_timeout: float = 10.0
     max_tool_rounds: int = 4
@@ -114,6 +122,7 @@ class _Proxy:
         timeout = httpx.Timeout(self.config.timeout, connect=self.config.connect_timeout)
         limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        await self.pool.warm()  # imports, tokenizer, store and index: not on the first request
         try:
             yield
         finally:
@@ -139,8 +148,12 @@ class _Proxy:
         if dialect.format not in formats():
             return self._error(dialect, 400, f"pager cannot page this request: this build has no {dialect.format!r} "
                                              f"wire format (it has {sorted(formats())})")
-        name = request.headers.get(SESSION_HEADER) or session_name(dialect.session_seed(req))
         stream = bool(req.get("stream"))
+        kind = passthrough_kind(dialect.format, req, len(body), named=SESSION_HEADER in request.headers,
+                                helper=request.headers.get("x-stainless-helper", ""))
+        if kind is not None:
+            return await self._forward(request, body, dialect, stream, kind, t0)
+        name = session_for(dialect.session_seed(req), req, request.headers)
         try:
             p = await self.pool.acquire(name)
         except PagerError as exc:
@@ -149,9 +162,11 @@ class _Proxy:
         released = False
         try:
             key = dialect.history_key
+            served = serve_refusals(dialect.format, req)
             req[key] = reuse_items(self.pool.last.get(name), req.get(key))
+            expose = self.config.tools and bool(req.get("tools"))
             try:
-                out = await p.aassemble(req, format=dialect.format, expose_tools=self.config.tools)
+                out = await p.aassemble(req, format=dialect.format, expose_tools=expose, reread_only=not expose)
             except (InputError, BudgetError) as exc:
                 return self._error(dialect, 400, f"pager cannot page this request: {exc}")
             except PagerError as exc:  # the store or the index failed: not the client's fault
@@ -159,9 +174,11 @@ class _Proxy:
                 return self._error(dialect, 500, f"pager failed to page this request: {exc}")
             if isinstance(req.get(key), list):
                 self.pool.last[name] = req[key]
-            added = self._added_tools(p, dialect, req)
+            if served:
+                log.info("session=%s served %d refused re-read(s)", name, served)
+            added = self._added_tools(p, dialect, req) if expose else frozenset()
             client_usage = dialect.prepare(out, stream)
-            url = self.config.upstream(dialect.upstream) + request.url.path
+            url = self._url(dialect, request)
             headers = _upstream_headers(request.headers)
             if stream:
                 resp = await self._send(url, out, headers, stream=True, style=dialect.error_style)
@@ -177,6 +194,11 @@ class _Proxy:
             if not released:
                 self.pool.release(name)
 
+    def _url(self, dialect: Dialect, request: Request) -> str:
+        # the query too: Claude Code posts to /v1/messages?beta=true
+        query = "?" + request.url.query if request.url.query else ""
+        return self.config.upstream(dialect.upstream) + request.url.path + query
+
     def _added_tools(self, p: Any, dialect: Dialect, req: Mapping[str, Any]) -> frozenset[str]:
         if not self.config.tools:
             return frozenset()
@@ -184,10 +206,30 @@ class _Proxy:
         client = {fmt.tool_name(t) for t in req.get("tools") or ()}
         return frozenset(t["function"]["name"] for t in p.tools()) - client
 
-    async def _send(self, url: str, payload: Mapping[str, Any], headers: Mapping[str, str], *, stream: bool,
+    async def _forward(self, request: Request, body: bytes, dialect: Dialect, stream: bool, kind: str,
+                       t0: float) -> Response:
+        """Send a compaction or side request upstream as the client wrote it, and its answer back as is."""
+        url = self._url(dialect, request)
+        resp = await self._send(url, body, _upstream_headers(request.headers), stream=True, style=dialect.error_style)
+        if isinstance(resp, Response):
+            return resp
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in resp.aiter_bytes():
+                    yield chunk
+            finally:
+                await resp.aclose()
+                log.info("%s %s request forwarded untouched status=%d stream=%s ms=%.1f", dialect.format, kind,
+                         resp.status_code, stream, (time.perf_counter() - t0) * 1000.0)
+
+        return StreamingResponse(relay(), status_code=resp.status_code, headers=_client_headers(resp.headers))
+
+    async def _send(self, url: str, payload: Mapping[str, Any] | bytes, headers: Mapping[str, str], *, stream: bool,
                     style: str = "openai") -> httpx.Response | Response:
         assert self.client is not None
-        req = self.client.build_request("POST", url, content=orjson.dumps(payload), headers={**headers, "content-type": "application/json"})
+        content = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+        req = self.client.build_request("POST", url, content=content, headers={**headers, "content-type": "application/json"})
         try:
             return await self.client.send(req, stream=stream)
         except httpx.TimeoutException:
@@ -342,12 +384,17 @@ class _Proxy:
         return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
 
 
+async def _root(request: Request) -> Response:
+    return Response("pager proxy\n", media_type="text/plain")
+
+
 def create_app(config: ProxyConfig) -> Starlette:
     """Return the proxy as an ASGI application (serve it with uvicorn; see ``pager.proxy.serve``)."""
     proxy = _Proxy(config)
     routes = [Route(path, proxy.model_call, methods=["POST"]) for path in DIALECTS]
     routes.insert(0, Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]))
     routes.append(Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "DELETE"]))
+    routes.append(Route("/", _root, methods=["GET", "HEAD"]))  # clients probe it before their first call
     app = Starlette(routes=routes, lifespan=proxy.lifespan)
     app.state.proxy = proxy
     return app

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from pager.core.canonical import canonical
 from pager.proxy.streams import AnthropicTurn, ChatTurn, ResponsesTurn, StreamTurn
 
 __all__ = ["DIALECTS", "Dialect", "reuse_items"]
@@ -35,6 +36,11 @@ def reuse_items(previous: Sequence[Any] | None, items: Any) -> Any:
             break
         out[i] = previous[i]
     return out
+
+
+def _root(system: Any, user: Any) -> tuple[Any, Any]:
+    # canonical: the first request marks the first user message, later ones do not
+    return canonical({"content": system})["content"], canonical({"content": user})["content"]
 
 
 def _text(value: Any) -> str:
@@ -98,7 +104,7 @@ class OpenAIChatDialect(Dialect):
         msgs = request.get("messages") or ()
         sys = next((m.get("content") for m in msgs if isinstance(m, Mapping) and m.get("role") in ("system", "developer")), None)
         user = next((m.get("content") for m in msgs if isinstance(m, Mapping) and m.get("role") == "user"), None)
-        return sys, user
+        return _root(sys, user)
 
     def prepare(self, request: dict[str, Any], stream: bool) -> bool:
         if not stream:
@@ -157,7 +163,7 @@ class AnthropicDialect(Dialect):
     def session_seed(self, request: Mapping[str, Any]) -> tuple[Any, Any]:
         msgs = request.get("messages") or ()
         user = next((m.get("content") for m in msgs if isinstance(m, Mapping) and m.get("role") == "user"), None)
-        return _text(request.get("system")), user
+        return _root(_text(request.get("system")), user)
 
     def calls(self, response: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [b for b in response.get("content") or () if isinstance(b, Mapping) and b.get("type") == "tool_use"]
@@ -203,7 +209,7 @@ class ResponsesDialect(Dialect):
         user = next(
             (i.get("content") for i in items or () if isinstance(i, Mapping) and i.get("role") == "user"), None
         )
-        return request.get("instructions"), user
+        return _root(request.get("instructions"), user)
 
     def calls(self, response: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [i for i in response.get("output") or () if isinstance(i, Mapping) and i.get("type") == "function_call"]

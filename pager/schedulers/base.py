@@ -16,6 +16,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import attrs
 
+from pager.core.canonical import same_message
 from pager.formats.base import RenderHints
 
 __all__ = ["RecallHit", "RecallSource", "ScheduleResult", "Scheduler"]
@@ -95,6 +96,6 @@ class Scheduler(Protocol):
 def first_diff(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> int | None:
     """Return the index of the first message of ``new`` that differs from ``old`` (None if ``new`` extends it)."""
     for i, (a, b) in enumerate(zip(old, new)):
-        if a is not b and a != b:
+        if not same_message(a, b):  # a moved cache mark is not a change (pager.core.canonical)
             return i
     return len(new) if len(new) < len(old) else None

@@ -28,7 +28,7 @@ from pager.core.compact import compact_line, index_block
 from pager.core.heat import HeatPolicy, PageTable
 from pager.core.history import History
 from pager.core.l1guard import GuardResult, guard_card, items
-from pager.core.messages import message_text
+from pager.core.messages import message_text, tool_calls
 from pager.core.plan import (
     CARD,
     FULL,
@@ -45,11 +45,12 @@ from pager.core.render import (
     excerpt_span,
     line_range,
     recall_block,
+    reread_stub_text,
     source_label,
     stub_message,
 )
 from pager.core.terms import term_weight
-from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter
+from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text
 from pager.formats.base import RenderHints
 from pager.options import Options
 from pager.schedulers.base import RecallHit, ScheduleResult, first_diff
@@ -86,6 +87,9 @@ class PagingCall:
     demoted: frozenset[int] = frozenset()
     # pages from beyond the history that the previous prompt's recall blocks show, still readable
     kept: Sequence[RecallHit] = ()
+    # None: the model can call expand. Else the request's own tool names (lower case -> as named):
+    # only file reads made with one of them are stubbed, and the stub says to re-read with it
+    reread: Mapping[str, str] | None = None
 
     def foreign(self) -> dict[int, RecallHit]:
         """Return the pages from beyond the history this call may show, by id."""
@@ -226,7 +230,7 @@ class PagingScheduler:
         )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
-            pinned=pinned, tool=cols["tool"], heat=heat, card_tokens=card_tokens, card=card,
+            pinned=pinned, tool=self._stubbable(h, cols["tool"], call.reread), heat=heat, card_tokens=card_tokens, card=card,
             recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
             compact_tokens=cols["compact_tokens"], foreign=frozenset(foreign),
         )
@@ -237,7 +241,7 @@ class PagingScheduler:
         # a page shown in full last time and not now was demoted (by a round,
         # or a big output stubbed at the tail)
         demoted = {s.page for s in prev.slots if s.kind == FULL} - shown_now if prev is not None else set()
-        rendered, handles = self._render(h, layout, call.messages, foreign)
+        rendered, handles = self._render(h, layout, call.messages, foreign, call.reread)
         changed_from = (
             first_diff(call.prev_out, rendered) if call.prev_out is not None
             else _first_change(prev, layout)
@@ -267,12 +271,35 @@ class PagingScheduler:
             # the L1 guard says what it moved out of the card, every call it is out
             notices=tuple(f"l1-moved:{ref}" for ref in guard.moved) + (("l1-over-cap",) if guard.over else ()),
             state={"layout": layout.to_state()},
-            flush_index=result.round,
+            # a round that left every page in full demoted nothing to search for (a first call, say):
+            # no commit (a Tantivy commit costs ~0.2 s on the first request of every session)
+            flush_index=result.round and (kept < n or bool(demoted)),
         )
+
+    @staticmethod
+    def _stubbable(h: History, tool: np.ndarray, reread: Mapping[str, str] | None) -> np.ndarray:
+        """Return the rows that may be stubbed: every tool output, or (no expand) re-readable file reads."""
+        if reread is None:
+            return tool
+        ok = [k == "file" and (name or "").lower() in reread for k, name in zip(h.kind, h.tool_name)]
+        return tool & np.asarray(ok, dtype=bool)
+
+    @staticmethod
+    def _reread_stub(h: History, r: int, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        msg = messages[r]
+        cid = h.answers[r]
+        call = f"{h.tool_name[r]}"
+        row = h.call_rows.get(cid) if cid else None
+        if row is not None:
+            for c in tool_calls(messages[row]):
+                if c.id == cid:
+                    call = f"{c.name} {c.arguments[:120]}"  # about the length of expand's own words
+        text = reread_stub_text(content_text(msg.get("content")), h.tokens[r], h.path[r] or "", call)
+        return {"role": "tool", "tool_call_id": msg["tool_call_id"], "content": text}
 
     def _render(
         self, h: History, layout: Layout, messages: Sequence[Mapping[str, Any]],
-        foreign: Mapping[int, RecallHit] | None = None,
+        foreign: Mapping[int, RecallHit] | None = None, reread: Mapping[str, str] | None = None,
     ) -> tuple[list[Mapping[str, Any]], list[str]]:
         """Return the layout's neutral messages and the handles they show."""
         out: list[Mapping[str, Any]] = []
@@ -280,6 +307,8 @@ class PagingScheduler:
         for slot in layout.slots:
             if slot.kind == FULL:
                 out.append(messages[h.row_of[slot.page]])
+            elif slot.kind == STUB and reread is not None:
+                out.append(self._reread_stub(h, h.row_of[slot.page], messages))
             elif slot.kind == STUB:
                 r = h.row_of[slot.page]
                 handles.append(h.handle[r])
@@ -287,7 +316,8 @@ class PagingScheduler:
             elif slot.kind == CARD:
                 out.append({"role": "user", "content": layout.card})
             elif slot.kind == RECALL:
-                out.append({"role": "user", "content": self._recall_text(h, slot, messages, handles, foreign or {})})
+                text = self._recall_text(h, slot, messages, handles, foreign or {}, reread is None)
+                out.append({"role": "user", "content": text})
             elif slot.kind == INDEX:
                 rows = [h.row_of[p] for p in slot.pages]
                 lines = [compact_line(messages[r], h.kind[r], h.handle[r], h.step[r], h.path[r]) for r in rows]
@@ -297,7 +327,7 @@ class PagingScheduler:
 
     def _recall_text(
         self, h: History, slot: Slot, messages: Sequence[Mapping[str, Any]], handles: list[str],
-        foreign: Mapping[int, RecallHit],
+        foreign: Mapping[int, RecallHit], show_handles: bool = True,
     ) -> str:
         items = []
         spans = slot.spans or ((0, 0),) * len(slot.pages)
@@ -317,8 +347,9 @@ class PagingScheduler:
             item.update(lines=(start, end) if start else None, text=excerpt.rstrip("\n"),
                         truncated=len(excerpt) < len(text))
             items.append(item)
-            handles.append(item["handle"])
-        return recall_block(items)
+            if show_handles:
+                handles.append(item["handle"])
+        return recall_block(items, handles=show_handles)
 
     def _layers(
         self, h: History, layout: Layout, card_tokens: int, tools_tokens: int

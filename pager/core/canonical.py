@@ -1,0 +1,120 @@
+"""A message's identity: its canonical form, without what clients move between calls. Pure.
+
+A client resends its whole history every call, but not always byte for
+byte. Some fields are transport, not content, and move from call to call:
+
+- Anthropic ``cache_control`` marks. Claude Code marks the newest block of
+  every request, so message N carries a mark in request N and none in N+1;
+  other clients mark the system prompt on some calls only.
+  A format keeps a marked block list as ``native`` beside its ``content``;
+  unmarked, that list is the content, and the canonical form drops it.
+- OpenAI Responses item ``id`` and ``status``. An item echoed back from a
+  response carries them (``msg_…``, ``"completed"``); Codex serialises its
+  history without them, the Agents SDK with them; a client may switch when it
+  rebuilds its list. The pairing key of a call is its ``call_id``, which stays.
+
+Comparing and hashing on the canonical form keeps one conversation one
+history: a moved mark is not an edit, so nothing forks and the prompt prefix
+stays "kept". The canonical form is for identity only: the store keeps the
+bytes the caller sent, and the prompt pager emits is built from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import orjson
+
+__all__ = ["CACHE_KEY", "RESPONSES_ITEM_KEYS", "canonical", "canonical_bytes", "has_transport", "same_message",
+           "same_messages"]
+
+CACHE_KEY = "cache_control"
+# keys of a Responses item (at the top of a neutral message's ``native``) that are transport
+RESPONSES_ITEM_KEYS = ("id", "status")
+# item types of the Responses API: only these lose their ``id`` (an Anthropic ``tool_use`` id pairs its result)
+_ITEM_TYPES = frozenset({
+    "message", "reasoning", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
+    "local_shell_call", "local_shell_call_output", "shell_call", "shell_call_output", "apply_patch_call",
+    "apply_patch_call_output", "computer_call", "computer_call_output", "web_search_call", "file_search_call",
+    "image_generation_call", "code_interpreter_call", "mcp_call", "mcp_list_tools", "mcp_approval_request",
+    "mcp_approval_response",
+})
+_MARK = b'"cache_control"'
+
+
+def _is_item(value: Any) -> bool:
+    if not isinstance(value, Mapping):
+        return False
+    itype = value.get("type")
+    if itype is None:
+        return "role" in value and ("id" in value or "status" in value)
+    return isinstance(itype, str) and itype in _ITEM_TYPES
+
+
+def _item_has_transport(native: Any) -> bool:
+    items = native if isinstance(native, (list, tuple)) else (native,)
+    return any(_is_item(it) and any(k in it for k in RESPONSES_ITEM_KEYS) for it in items)
+
+
+def _unmark(value: Any) -> Any:
+    """Return ``value`` without ``cache_control`` keys at any depth (copies only what changes)."""
+    if isinstance(value, Mapping):
+        return {k: _unmark(v) for k, v in value.items() if k != CACHE_KEY}
+    if isinstance(value, (list, tuple)):
+        return [_unmark(v) for v in value]
+    return value
+
+
+def _strip_item(item: Any) -> Any:
+    if _is_item(item):
+        return {k: v for k, v in item.items() if k not in RESPONSES_ITEM_KEYS}
+    return item
+
+
+def has_transport(message: Mapping[str, Any], raw: bytes | None = None) -> bool:
+    """Return whether ``message`` carries a transport-only field (``raw``: its orjson bytes, when known)."""
+    if raw is not None:
+        if _MARK in raw:
+            return True
+    elif _MARK in orjson.dumps(message):
+        return True
+    native = message.get("native")
+    return native is not None and _item_has_transport(native)
+
+
+def canonical(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Return ``message`` in canonical form (``message`` itself when it has no transport field)."""
+    if not has_transport(message):
+        return message
+    out: dict[str, Any] = dict(_unmark(message))
+    native = out.get("native")
+    if isinstance(native, list):
+        out["native"] = [_strip_item(it) for it in native]
+    elif native is not None:
+        out["native"] = _strip_item(native)
+    if "native" in out and out["native"] == out.get("content"):
+        # a format keeps the blocks as ``native`` only when they hold more than ``content`` (a mark, say):
+        # unmarked, they are the content itself, as the same message sent without a mark converts
+        del out["native"]
+    return out
+
+
+def canonical_bytes(message: Mapping[str, Any], raw: bytes | None = None) -> bytes:
+    """Return the sorted-key orjson bytes of ``message``'s canonical form (``raw``: its own bytes, if known)."""
+    if raw is None:
+        raw = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    if not has_transport(message, raw):
+        return raw
+    return orjson.dumps(canonical(message), option=orjson.OPT_SORT_KEYS)
+
+
+def same_message(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Return whether two messages are the same content (equal, or equal in canonical form)."""
+    if a is b or a == b:
+        return True
+    return canonical(a) == canonical(b)
+
+
+def same_messages(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
+    """Return whether two message lists are the same content, message by message."""
+    return len(a) == len(b) and all(same_message(x, y) for x, y in zip(a, b))

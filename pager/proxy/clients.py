@@ -1,0 +1,267 @@
+"""What the proxy knows of real clients' requests beyond the wire format. Pure dict work.
+
+Three kinds of request are not a conversation's next turn and are forwarded
+untouched, unrecorded (``passthrough_kind``):
+
+``compaction``
+    The client's own summarisation of its history: Claude Code ("Your task is
+    to create a detailed summary of the conversation so far…", or "…of the
+    RECENT portion of the conversation…"), Codex ("You are performing a
+    CONTEXT CHECKPOINT COMPACTION…"), opencode ("Provide a detailed prompt for
+    continuing our conversation above…"). It must summarise the full history,
+    not pager's paged one, and its answer replaces the history on the client
+    side: recording it would fork the conversation for nothing.
+``side``
+    A short one-off request with no tools, and no tool calls in its history:
+    title generation (opencode), topic detection and the quota probe (Claude
+    Code, on a small model). It is not part of the conversation and there is
+    nothing to page in it.
+
+A tool result that refuses a re-read because "the earlier result is still
+there" is a page fault pager caused: the earlier result is what pager moved
+off the prompt. ``serve_refusals`` puts the earlier content back into the
+refusing result (followed by a note that keeps the refusal's own words, so
+nothing the client sent is lost) before pager records the request; the result
+then is a newer read of that file, and the earlier one goes stale.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+import orjson
+
+from pager.core.fileread import file_read_path
+
+__all__ = ["REFUSAL", "SIDE_MAX_BYTES", "is_refusal", "passthrough_kind", "serve_refusals"]
+
+SIDE_MAX_BYTES = 64 * 1024  # a no-tools request larger than this is a conversation, not a side request
+_COMPACTION = (
+    "your task is to create a detailed summary of the conversation so far",
+    "your task is to create a detailed summary of the recent portion of the conversation",
+    "you are performing a context checkpoint compaction",
+    "provide a detailed prompt for continuing our conversation above",
+)
+# Claude Code: "Wasted call — file unchanged since your last Read. Refer to that earlier tool_result instead."
+# (older builds: "File unchanged since last read"); other agents: "File X has not changed since last read",
+# "File unchanged since last read. The content from the earlier read_file result … is still current".
+REFUSAL = re.compile(
+    r"(?:file\b[^\n]{0,200}?\b(?:unchanged|has not changed|hasn't changed|not changed)\s+since\s+(?:your\s+|the\s+)?last\s+read"
+    r"|refer to that earlier tool_result)",
+    re.IGNORECASE,
+)
+_REFUSAL_MAX_CHARS = 600  # a refusal is one short sentence; a long result that quotes one is a real result
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return ""
+
+
+def is_refusal(content: Any) -> bool:
+    """Return whether a tool result's content is a client's "you already have this file" reply."""
+    text = _text(content)
+    if not text or len(text) > _REFUSAL_MAX_CHARS or text.startswith("[pager:"):  # a stub or a served read
+        return False
+    return REFUSAL.search(text) is not None
+
+
+def _last_user_text(fmt: str, req: Mapping[str, Any]) -> str:
+    items = req.get("input") if fmt == "openai-responses" else req.get("messages")
+    if isinstance(items, str):
+        return items
+    for item in reversed(items or ()):
+        if isinstance(item, Mapping) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, list) and fmt == "anthropic-messages":
+                # the summary prompt follows any tool results of the same turn
+                content = [b for b in content if isinstance(b, Mapping) and b.get("type") == "text"]
+            return _text(content)
+    return ""
+
+
+def passthrough_kind(
+    fmt: str, req: Mapping[str, Any], body_size: int, named: bool = False, helper: str = ""
+) -> str | None:
+    """Return ``"compaction"`` or ``"side"`` for a request to forward untouched, else None.
+
+    ``named``: the caller named the session (``x-pager-session``): it says the
+    request belongs to that conversation, so it is never taken for a side request.
+    ``helper``: the ``x-stainless-helper`` header (Claude Code's SDK sends
+    ``compaction`` on its summary request).
+    """
+    text = _last_user_text(fmt, req).lower()
+    if "compaction" in helper.lower() or any(marker in text for marker in _COMPACTION):
+        return "compaction"
+    if not named and not req.get("tools") and body_size <= SIDE_MAX_BYTES and not _has_tool_traffic(req):
+        return "side"
+    return None
+
+
+def _has_tool_traffic(req: Mapping[str, Any]) -> bool:
+    items = req.get("input") if "input" in req else req.get("messages")
+    if not isinstance(items, list):
+        return False
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("tool_calls") or item.get("role") == "tool" or str(item.get("type", "")).endswith("call") \
+                or str(item.get("type", "")).endswith("_output"):
+            return True
+        content = item.get("content")
+        if isinstance(content, list) and any(
+                isinstance(b, Mapping) and b.get("type") in ("tool_use", "tool_result") for b in content):
+            return True
+    return False
+
+
+# -- refused re-reads -----------------------------------------------------------------------
+
+
+def _note(refusal: str) -> str:
+    # after the content, so a stub of this result shows the file's head
+    quoted = " ".join(refusal.split())[:300]
+    return (f"\n[pager: the client answered this read from its cache ({quoted!r}), but pager had moved that "
+            "earlier result off the prompt; above is its content again]")
+
+
+def _args_key(name: str, args: Any) -> tuple[str, str] | None:
+    """Return what identifies one read (tool and arguments), or None when the call reads no file."""
+    path = file_read_path(name, args)
+    if path is None:
+        return None
+    if isinstance(args, str):
+        try:
+            args = orjson.loads(args)
+        except orjson.JSONDecodeError:
+            args = {"command": args}
+    rest = {k: v for k, v in args.items()} if isinstance(args, Mapping) else {}
+    return name.lower(), orjson.dumps(rest, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _serve(
+    results: Sequence[tuple[str, Any]], calls: Mapping[str, tuple[str, Any]],
+    put: Callable[[int, str, Any], None],
+) -> int:
+    """Serve refusals among ``results`` (call id, content) in order; ``put(i, refusal, earlier)`` rewrites one."""
+    if not any(is_refusal(content) for _cid, content in results):
+        return 0  # the common case: no read parsed, nothing copied
+    earlier: dict[tuple[str, str], Any] = {}
+    served = 0
+    for i, (cid, content) in enumerate(results):
+        call = calls.get(cid)
+        key = _args_key(*call) if call is not None else None
+        if key is None:
+            continue
+        if is_refusal(content):
+            if key in earlier:
+                put(i, _text(content), earlier[key])
+                served += 1
+            continue
+        earlier[key] = content
+    return served
+
+
+def _anthropic(req: dict[str, Any]) -> int:
+    messages = list(req.get("messages") or ())
+    calls: dict[str, tuple[str, Any]] = {}
+    where: list[tuple[int, int]] = []
+    results: list[tuple[str, Any]] = []
+    for m, msg in enumerate(messages):
+        content = msg.get("content") if isinstance(msg, Mapping) else None
+        if not isinstance(content, list):
+            continue
+        for b, block in enumerate(content):
+            if not isinstance(block, Mapping):
+                continue
+            if block.get("type") == "tool_use":
+                calls[str(block.get("id"))] = (str(block.get("name") or ""), block.get("input") or {})
+            elif block.get("type") == "tool_result":
+                where.append((m, b))
+                results.append((str(block.get("tool_use_id")), block.get("content")))
+
+    def put(i: int, refusal: str, content: Any) -> None:
+        m, b = where[i]
+        msg = dict(messages[m])
+        blocks = list(msg["content"])
+        body = content if isinstance(content, list) else [{"type": "text", "text": _text(content)}]
+        blocks[b] = {**blocks[b], "content": [*body, {"type": "text", "text": _note(refusal)}]}
+        msg["content"] = blocks
+        messages[m] = msg
+
+    served = _serve(results, calls, put)
+    if served:
+        req["messages"] = messages
+    return served
+
+
+def _chat(req: dict[str, Any]) -> int:
+    messages = list(req.get("messages") or ())
+    calls: dict[str, tuple[str, Any]] = {}
+    where: list[int] = []
+    results: list[tuple[str, Any]] = []
+    for m, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):
+            continue
+        for call in msg.get("tool_calls") or ():
+            if not isinstance(call, Mapping):
+                continue
+            fn = call.get("function") or {}
+            calls[str(call.get("id"))] = (str(fn.get("name") or ""), fn.get("arguments") or "{}")
+        if msg.get("role") == "tool":
+            where.append(m)
+            results.append((str(msg.get("tool_call_id")), msg.get("content")))
+
+    def put(i: int, refusal: str, content: Any) -> None:
+        m = where[i]
+        messages[m] = {**messages[m], "content": _text(content) + _note(refusal)}
+
+    served = _serve(results, calls, put)
+    if served:
+        req["messages"] = messages
+    return served
+
+
+def _responses(req: dict[str, Any]) -> int:
+    items = req.get("input")
+    if not isinstance(items, list):
+        return 0
+    items = list(items)
+    calls: dict[str, tuple[str, Any]] = {}
+    where: list[int] = []
+    results: list[tuple[str, Any]] = []
+    for n, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            continue
+        itype = item.get("type")
+        if itype == "function_call":
+            calls[str(item.get("call_id"))] = (str(item.get("name") or ""), item.get("arguments") or "{}")
+        elif itype == "custom_tool_call":
+            calls[str(item.get("call_id"))] = (str(item.get("name") or ""), {"input": item.get("input")})
+        elif itype == "local_shell_call":
+            calls[str(item.get("call_id"))] = ("local_shell", item.get("action") or {})
+        elif isinstance(itype, str) and itype.endswith("_call_output"):
+            where.append(n)
+            results.append((str(item.get("call_id")), item.get("output")))
+
+    def put(i: int, refusal: str, content: Any) -> None:
+        n = where[i]
+        items[n] = {**items[n], "output": _text(content) + _note(refusal)}
+
+    served = _serve(results, calls, put)
+    if served:
+        req["input"] = items
+    return served
+
+
+_SERVERS = {"anthropic-messages": _anthropic, "openai-chat": _chat, "openai-responses": _responses}
+
+
+def serve_refusals(fmt: str, req: dict[str, Any]) -> int:
+    """Put earlier content back into refused re-reads of ``req`` (in place, new lists); return how many."""
+    server = _SERVERS.get(fmt)
+    return server(req) if server is not None else 0
