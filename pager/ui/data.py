@@ -1,0 +1,313 @@
+"""The read-only queries behind ``pager ui``: sessions, calls, pages, prompts and search of one store.
+
+``View`` answers every page and JSON endpoint of the app from a
+``ReadOnlyStore`` and the store's report log (``ReportTail``). What a viewer
+may see follows ``pager inspect``: everything without ``reader``; with
+``reader`` (``--as SESSION``, ``--owner``) that session's own sessions in
+full and of every other session only the pages ``pager.core.pools.can_read``
+lets it read (no calls, no prompts). Search goes through the store's recall
+index with the reader's audiences, as ``recall`` does.
+
+Costs are in base input tokens (one uncached input token = 1): the provider's
+usage as ``observe`` recorded it (cached at the pricing's read price, cache
+writes at its write price, the rest at 1, output at ``OUTPUT_PRICE``), beside
+an estimate of the same call under full resend (the client's whole request,
+its prefix up to the previous call's request cached), scaled by the call's
+provider / pager token ratio.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any, Mapping, Sequence
+
+import orjson
+
+from pager.core.messages import message_text
+from pager.core.pools import Reader, audiences, can_read
+from pager.errors import ConfigError
+from pager.ui.prompt import Mirror, layout_of, slot_states
+from pager.ui.source import ReadOnlyStore, ReportTail
+
+__all__ = ["OUTPUT_PRICE", "View"]
+
+OUTPUT_PRICE = 5.0  # an output token in base input tokens (pager.replay.cost.FaultCost's default)
+ASIDE_STATE = "card"  # pins, notes and handoffs: shown through the task-state card, in L1
+
+
+class View:
+    """Everything the viewer shows of one store; see the module docstring."""
+
+    def __init__(self, store: Any, *, reader: str | None = None, owner: str | None = None,
+                 pricing: str = "auto", usd_per_mtok: float = 3.0) -> None:
+        from pager.replay.cost import PRICING
+
+        if owner and not reader:
+            raise ConfigError("--owner goes with --as SESSION (the session it was opened with)")
+        if pricing != "auto" and pricing not in PRICING:
+            raise ConfigError(f"pricing must be auto or one of {sorted(PRICING)}, not {pricing!r}")
+        self.store = ReadOnlyStore(store)
+        self.reader = Reader(reader, owner) if reader else None
+        self.pricing, self.usd_per_mtok = pricing, usd_per_mtok
+        self.tail = ReportTail(getattr(store, "path", None))
+        self.calls: dict[str, dict[int, dict[str, Any]]] = {}  # session -> call number -> assemble record
+        self._lock = threading.RLock()
+        self._cache: tuple[str, list[dict[str, Any]]] | None = None
+        self._index: Any = None
+        self._counter: Any = None
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+        self.store.close()
+
+    # -- following the store ---------------------------------------------------------------
+
+    def refresh(self) -> str:
+        """Read what was appended to the report log; return a tag that changes with the store."""
+        with self._lock:
+            for rec in self.tail.poll():
+                calls = self.calls.setdefault(rec["session"], {})
+                if rec.get("type") == "assemble" and isinstance(rec.get("call"), int):
+                    calls[rec["call"]] = {**calls.get(rec["call"], {}), **rec}
+                elif rec.get("type") == "usage" and isinstance(rec.get("call"), int):
+                    keep = ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")
+                    calls.setdefault(rec["call"], {})["usage"] = {k: int(rec.get(k) or 0) for k in keep}
+            mark = (self.store.max_page_id(), self.tail.stamp(), len(self.store.sessions()))
+            return hashlib.blake2s(repr(mark).encode(), digest_size=8).hexdigest()
+
+    def _options(self, session: str) -> Any:
+        from pager.options import Options
+
+        raw = self.store.setting(f"options:{session}")
+        try:
+            return Options.build(orjson.loads(raw) if raw else {})
+        except (ConfigError, orjson.JSONDecodeError):
+            return Options()  # options of another pager version: the defaults still draw the lines
+
+    def _own(self, session: str) -> bool:
+        return self.reader is None or session == self.reader.session
+
+    def _visible(self, rec: Any) -> bool:
+        return self.reader is None or can_read(rec, self.reader, self._acls)
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def sessions(self) -> tuple[str, list[dict[str, Any]]]:
+        """Return the store's tag and one summary per session the viewer may see."""
+        tag = self.refresh()
+        with self._lock:
+            if self._cache is not None and self._cache[0] == tag:
+                return self._cache
+            self._acls = self.store.pool_acls()
+            out = [s for s in (self._summary(name) for name in self.store.sessions()) if s is not None]
+            self._cache = (tag, out)
+            return self._cache
+
+    def _summary(self, session: str) -> dict[str, Any] | None:
+        own = self._own(session)
+        branch = self.store.head(session)
+        recs = self.store.load_pages(self.store.branch_page_ids(branch))
+        visible = [r for r in recs if own or self._visible(r)]
+        if not own and not visible:
+            return None
+        o = self._options(session)
+        state = (self.store.load_state(session) or {}) if own else {}
+        calls = self.calls.get(session, {}) if own else {}
+        assembled = [calls[n] for n in sorted(calls) if "tokens" in calls[n]]
+        last = assembled[-1] if assembled else None
+        cost = self._costs(assembled, recs) if own else None
+        times = [r.created for r in visible if r.created] + [c["time"] for c in assembled if c.get("time")]
+        return {
+            "session": session, "own": own, "owner": o.owner or session, "scope": o.scope, "pool": o.pool,
+            "mode": o.mode, "calls": int(state.get("calls", len(assembled))) if own else None,
+            "pages": len(visible), "history_tokens": sum(r.tokens for r in visible),
+            "prompt_tokens": last["tokens"] if last else None, "budget": last["budget"] if last else o.budget,
+            "window": o.context_window, "faults": int(state.get("faults", 0)) if own else None,
+            "last_activity": max(times) if times else None, "cost": cost,
+        }
+
+    def _costs(self, calls: Sequence[Mapping[str, Any]], recs: Sequence[Any]) -> dict[str, Any]:
+        """Return the session's cost so far from its recorded usage, and full resend's beside it."""
+        from pager.replay.cost import PRICING
+
+        cum = [0]
+        for r in recs:
+            cum.append(cum[-1] + r.tokens)
+        name = self.pricing
+        if name == "auto":
+            name = "anthropic" if any(c.get("usage", {}).get("cache_write_tokens") for c in calls) else "openai"
+        p = PRICING[name]
+        total = {"pricing": name, "calls_with_usage": 0, "cost": 0.0, "full": 0.0, "cached": 0, "uncached": 0,
+                 "cache_write": 0, "output": 0, "usd_per_mtok": self.usd_per_mtok}
+        prev_request = 0
+        for c in calls:
+            request = cum[min(int(c.get("messages_in", 0)), len(recs))] + int(c["layers"].get("tools", 0))
+            u = c.get("usage")
+            if u and u["prompt_tokens"]:
+                ratio = u["prompt_tokens"] / max(1, int(c["tokens"]))  # the provider counts its own tokens
+                full_cached = min(prev_request, request) * ratio
+                full = (p.read * full_cached + p.write * (request * ratio - full_cached)
+                        + OUTPUT_PRICE * u["completion_tokens"])
+                uncached = max(0, u["prompt_tokens"] - u["cached_tokens"] - u["cache_write_tokens"])
+                cost = (p.read * u["cached_tokens"] + p.write * u["cache_write_tokens"] + uncached
+                        + OUTPUT_PRICE * u["completion_tokens"])
+                c_out = {"cost": round(cost, 1), "full": round(full, 1)}
+                total["calls_with_usage"] += 1
+                total["cost"] += cost
+                total["full"] += full
+                total["cached"] += u["cached_tokens"]
+                total["uncached"] += uncached
+                total["cache_write"] += u["cache_write_tokens"]
+                total["output"] += u["completion_tokens"]
+                c["_cost"] = c_out  # type: ignore[index]  # per call, for the session page
+            c["_request"] = request  # type: ignore[index]
+            prev_request = request
+        total["saving"] = (1 - total["cost"] / total["full"]) if total["full"] else None
+        return total
+
+    # -- one session -------------------------------------------------------------------------
+
+    def _mirror(self, session: str) -> Mirror:
+        if self._counter is None:
+            from pager.core.tokens import default_counter
+
+            self._counter = default_counter()
+        return Mirror(self.store, session, self.store.head(session), self._counter)
+
+    def session(self, session: str) -> dict[str, Any]:
+        """Return one session's summary, its calls (own sessions) and its page map."""
+        tag, summaries = self.sessions()
+        summary = next((s for s in summaries if s["session"] == session), None)
+        if summary is None:
+            raise KeyError(session)
+        from pager.core.heat import get_policy
+
+        o = self._options(session)
+        mirror = self._mirror(session)
+        own = summary["own"]
+        state = (self.store.load_state(session) or {}) if own else {}
+        slots = ((state.get("layout") or {}).get("slots")) or []
+        states = slot_states(slots)
+        try:
+            heat = mirror.heat(get_policy(o.policy, **dict(o.policy_params)))
+        except ConfigError:
+            heat = [0.0] * len(mirror.records)
+        pages = [_page_row(r, i, states.get(r.id, "dropped"), heat[i] if i < len(heat) else 0.0)
+                 for i, r in enumerate(mirror.records) if own or self._visible(r)]
+        aside = self.store.load_pages(self.store.aside_pages(session))
+        pages += [_page_row(r, None, ASIDE_STATE, None) for r in aside if own or self._visible(r)]
+        calls = []
+        for n, c in sorted(self.calls.get(session, {}).items()) if own else ():
+            if "tokens" not in c:
+                continue
+            layers = {k: int(v) for k, v in (c.get("layers") or {}).items()}
+            calls.append({
+                "call": n, "step": c.get("step"), "time": c.get("time"), "tokens": c["tokens"],
+                "budget": c["budget"], "layers": layers, "round": bool(c.get("round")), "reason": c.get("reason"),
+                "prefix_kept": bool(c.get("prefix_kept")), "changed_from": c.get("changed_from"),
+                "high": min(c["budget"], layers.get("l1", 0) + o.high_watermark + layers.get("tools", 0)),
+                "low": min(c["budget"], layers.get("l1", 0) + o.low_watermark + layers.get("tools", 0)),
+                "kept": c.get("pages_kept"), "stubbed": c.get("pages_stubbed"), "dropped": c.get("pages_dropped"),
+                "recalled": c.get("pages_recalled"), "faults": c.get("faults"), "usage": c.get("usage"),
+                "cost": c.get("_cost"), "request_tokens": c.get("_request"), "elapsed_ms": c.get("elapsed_ms"),
+                "messages_in": c.get("messages_in"), "messages_out": c.get("messages_out"),
+                "layout": "layout" in c,
+            })
+        return {"tag": tag, "summary": summary, "calls": calls, "pages": pages, "window": o.context_window,
+                "high_watermark": o.high_watermark, "low_watermark": o.low_watermark,
+                "pins": self.store.pins(session) if own else [], "notes": self.store.notes(session) if own else []}
+
+    def page(self, session: str, page_id: int) -> dict[str, Any]:
+        """Return one page of ``session`` with its text (KeyError: not there, or not the viewer's to read)."""
+        self.sessions()  # the ACLs, read once per store change
+        recs = self.store.load_pages([page_id]) if 0 < page_id <= self.store.max_page_id() else []
+        if not recs or recs[0].session != session or not (self._own(session) or self._visible(recs[0])):
+            raise KeyError(page_id)
+        rec = recs[0]
+        _s, msg = self.store.message(rec.id)
+        return {**_page_row(rec, None, None, None), "role": rec.role, "text": message_text(msg),
+                "tool_calls": [(tc.get("function") or {}).get("name") for tc in msg.get("tool_calls") or ()
+                               if isinstance(tc, Mapping)]}
+
+    def call(self, session: str, call: int) -> dict[str, Any]:
+        """Return call ``call``'s prompt (as the model got it) beside the client's request, each message marked."""
+        if not self._own(session):
+            raise KeyError(session)
+        self.refresh()
+        records = self.calls.get(session, {})
+        rec = records.get(call)
+        if rec is None or "tokens" not in rec:
+            raise KeyError(call)
+        from pager.core.heat import get_policy
+        from pager.schedulers.paging import PagingScheduler
+
+        mirror = self._mirror(session)
+        found = layout_of(records, call)
+        state = self.store.load_state(session) or {}
+        latest = max((n for n, c in records.items() if "tokens" in c), default=None)
+        if found is None and call == latest and (state.get("layout") or {}).get("slots"):
+            found = (state["layout"]["slots"], state["layout"].get("card", ""))  # the last prompt: the state has it
+        n_in = min(int(rec.get("messages_in", 0)), len(mirror.records))
+        request = [_message_row(mirror.messages[i], mirror.records[i]) for i in range(n_in)]
+        out: dict[str, Any] = {"call": call, "tokens": rec["tokens"], "budget": rec["budget"],
+                               "round": bool(rec.get("round")), "reason": rec.get("reason"),
+                               "prefix_kept": bool(rec.get("prefix_kept")), "changed_from": rec.get("changed_from"),
+                               "request": request, "prompt": None}
+        if found is None:
+            return out
+        slots, card = found
+        states = slot_states(slots)
+        for row in request:
+            row["state"] = states.get(row["page"], "dropped")
+        o = self._options(session)
+        scheduler = PagingScheduler(o, self._counter, get_policy(o.policy, **dict(o.policy_params)))
+        rendered = mirror.render(scheduler, slots, card)
+        marks = slots if len(slots) == len(rendered) else [None] * len(rendered)
+        out["prompt"] = [{"role": m.get("role"), "text": message_text(m), "slot": s[0] if s else None,
+                          "page": int(s[1]) if s and s[0] in ("full", "stub") else None,
+                          "pages": [int(p) for p in s[2]] if s else [], "tokens": int(s[3]) if s else None}
+                         for m, s in zip(rendered, marks)]
+        return out
+
+    # -- search --------------------------------------------------------------------------------
+
+    def search(self, query: str, k: int = 20, *, shared: bool = False) -> list[dict[str, Any]]:
+        """Search what the viewer may read through the recall index, best first."""
+        _tag, summaries = self.sessions()
+        if self._index is None:
+            self._index = self.store.open_index()
+        refresh = getattr(self._index, "refresh", None)
+        if refresh is not None:
+            refresh()  # commits of the processes that write the store
+        if self.reader is not None:
+            hits = self._index.search(query, session=self.reader.session, k=k, cross_session=shared,
+                                      audiences=audiences(self.reader, self._acls))
+        else:  # the operator's view: every session's own search, merged by score
+            hits = [h for s in summaries for h in self._index.search(query, session=s["session"], k=k)]
+            hits.sort(key=lambda h: -h.score)
+        seen: set[int] = set()
+        out = []
+        recs = {r.id: r for r in self.store.load_pages(sorted({h.page_id for h in hits}))} if hits else {}
+        for h in hits:
+            rec = recs.get(h.page_id)
+            if h.page_id in seen or rec is None or not (self._own(rec.session) or self._visible(rec)):
+                continue  # checked on the stored page too, as recall does: the index may lag a scope change
+            seen.add(h.page_id)
+            out.append({"page": h.page_id, "session": h.session, "kind": h.kind, "score": round(h.score, 3),
+                        "handle": h.handle, "path": h.path, "snippet": h.snippet, "step": h.step,
+                        "scope": rec.scope, "owner": rec.owner, "pool": rec.pool})
+        return out[:k]
+
+
+def _page_row(r: Any, row: int | None, state: str | None, heat: float | None) -> dict[str, Any]:
+    return {"page": r.id, "row": row, "kind": r.kind, "tokens": r.tokens, "stub_tokens": r.stub_tokens,
+            "heat": None if heat is None else round(heat, 3), "state": state, "stale": bool(r.stale),
+            "handle": r.handle, "path": r.path, "step": r.step, "refs": r.ref_count, "tool": r.tool_name,
+            "scope": r.scope, "owner": r.owner, "pool": r.pool, "created": r.created}
+
+
+def _message_row(msg: Mapping[str, Any], rec: Any) -> dict[str, Any]:
+    return {"role": msg.get("role"), "text": message_text(msg), "page": rec.id, "kind": rec.kind,
+            "tokens": rec.tokens, "handle": rec.handle, "state": None}
