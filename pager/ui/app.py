@@ -179,3 +179,50 @@ def standalone(view: View, *, store_name: str) -> Starlette:
     app = Starlette(routes=[Route("/", home), Route("/pager", home), Mount("/pager", app=ui)])
     app.state.view = view
     return app
+
+
+class Mounted:
+    """The viewer as ``pager proxy`` mounts it at ``/pager``: opened on first use, for loopback clients only.
+
+    The store may not exist yet when the proxy starts (its first session
+    creates it), so the view opens on the first request. A proxy allowed to
+    listen beyond loopback still shows its pages to loopback clients only:
+    they hold every session's text.
+    """
+
+    def __init__(self, store: str, **view_options: Any) -> None:
+        import threading
+
+        self.store, self.view_options = store, view_options
+        self._app: Any = None
+        self._lock = threading.Lock()
+
+    def _open(self) -> Any:
+        with self._lock:
+            if self._app is None:
+                from pager.cli.inspect import _name
+                from pager.ui import open_view
+
+                self._app = create_app(open_view(self.store, **self.view_options), store_name=_name(self.store))
+            return self._app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        import asyncio
+        import ipaddress
+
+        client = (scope.get("client") or ("",))[0]
+        try:
+            loopback = client == "testclient" or ipaddress.ip_address(client).is_loopback
+        except ValueError:
+            loopback = False
+        if scope["type"] == "http" and not loopback:
+            return await Response("pager ui is served to loopback clients only\n", 403)(scope, receive, send)
+        try:
+            app = self._app or await asyncio.to_thread(self._open)
+        except Exception as exc:  # no store yet (no session served), or it cannot be opened
+            return await Response(f"pager ui: {exc}\n", 503, headers=_HEADERS)(scope, receive, send)
+        await app(scope, receive, send)
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.state.view.close()
