@@ -107,7 +107,11 @@ def test_every_page_and_endpoint_on_a_real_store(made):
     assert page.status_code == 200
     assert 'tabindex="0"' in page.text and 'id="live-part"' in page.text and 'class="pagemap"' in page.text
     s = client.get("/pager/api/session?s=agent").json()
-    assert s["target"] == "live-part" and len([p for p in s["pages"] if p["row"] is not None]) == agent["pages"]
+    assert len([p for p in s["pages"] if p["row"] is not None]) == agent["pages"]
+    frag = client.get("/pager/api/session?s=agent&live=1").json()  # what the page's script polls
+    assert frag["target"] == "live-part" and 'class="pagemap"' in frag["html"] and frag["tag"] == s["tag"]
+    rows = client.get("/pager/api/sessions?live=1").json()
+    assert rows["target"] == "rows" and rows["html"].count("<tr") == 2
     states = {p["state"] for p in s["pages"]}
     assert "full" in states and states <= {"full", "stubbed", "recalled", "indexed", "dropped", "card"}
     assert all(p["heat"] is not None for p in s["pages"] if p["row"] is not None)
@@ -122,7 +126,7 @@ def test_every_page_and_endpoint_on_a_real_store(made):
         assert call.status_code == 200 and "The prompt the model got" in call.text
         assert 'rel="prev"' in call.text
         cj = client.get(f"/pager/api/call?s=agent&n={len(prompts)}").json()
-        assert cj["prompt"] and {m["state"] for m in cj["request"]} <= {"full", "stubbed", "dropped", "recalled",
+        assert cj["prompt"] and {m["state"] for m in cj["request"]} <= {"l1", "full", "stubbed", "dropped", "recalled",
                                                                          "indexed"}
     else:  # no report log on a database server: the calls are the session's count, the strip says so
         assert s["calls"] == [] and "No call recorded yet" in page.text
@@ -196,16 +200,17 @@ def test_new_calls_appear_without_a_reload(tmp_path):
     view = open_view(where)
     try:
         with TestClient(standalone(view, store_name="t")) as client:
-            first = client.get("/pager/api/session?s=agent")
-            n = len(first.json()["calls"])
+            first = client.get("/pager/api/session?s=agent&live=1")
+            n = len(client.get("/pager/api/session?s=agent").json()["calls"])
             tag = first.headers["etag"]
-            assert client.get("/pager/api/session?s=agent", headers={"If-None-Match": tag}).status_code == 304
+            assert client.get("/pager/api/session?s=agent&live=1", headers={"If-None-Match": tag}).status_code == 304
             with pager.open(where, "agent") as p:
                 _h, msgs = generate_session(5, 6)
                 p.assemble({"model": "m", "messages": msgs + [{"role": "user", "content": "one more thing"}]})
-            later = client.get("/pager/api/session?s=agent", headers={"If-None-Match": tag})
-            assert later.status_code == 200 and len(later.json()["calls"]) == n + 1
-            assert f'data-call="{n + 1}"' in later.json()["html"]
+            view._at = 0.0  # past the viewer's minimum interval between two queries of a changed store
+            later = client.get("/pager/api/session?s=agent&live=1", headers={"If-None-Match": tag})
+            assert later.status_code == 200 and f'data-call="{n + 1}"' in later.json()["html"]
+            assert len(client.get("/pager/api/session?s=agent").json()["calls"]) == n + 1
     finally:
         view.close()
 

@@ -98,28 +98,39 @@ def create_app(view: View, *, store_name: str) -> Starlette:
 
     def sessions_html(request: Request) -> Response:
         tag, sessions = view.sessions()
-        return html("sessions", pages.sessions_page(sessions, time.time()), "sessions", "api/sessions", tag)
+        return html("sessions", pages.sessions_page(sessions, time.time()), "sessions", "api/sessions?live=1", tag)
 
-    def sessions_api(request: Request) -> Response:
-        tag = view.refresh()
+    rendered: dict[tuple[str, str], bytes] = {}  # (what, tag) -> the live fragment, shared by every viewer
+
+    def live(request: Request, key: str, tag: str, data: Callable[[], dict[str, Any]],
+             fragment: Callable[[], tuple[str, str]]) -> Response:
         if _not_modified(request, tag):
             return Response(status_code=304, headers={**_HEADERS, "ETag": f'"{tag}"'})
+        if request.query_params.get("live") != "1":
+            return _json(data(), etag=tag)
+        body = rendered.get((key, tag))
+        if body is None:
+            target, html_ = fragment()
+            body = orjson.dumps({"tag": tag, "target": target, "html": html_})
+            if len(rendered) > 64:
+                rendered.clear()
+            rendered[(key, tag)] = body
+        return Response(body, media_type="application/json", headers={**_HEADERS, "ETag": f'"{tag}"'})
+
+    def sessions_api(request: Request) -> Response:
         tag, sessions = view.sessions()
-        return _json({"tag": tag, "sessions": sessions, "target": "rows",
-                      "html": pages.sessions_rows(sessions, time.time())}, etag=tag)
+        return live(request, "", tag, lambda: {"tag": tag, "sessions": sessions},
+                    lambda: ("rows", pages.sessions_rows(sessions, time.time())))
 
     def session_html(request: Request) -> Response:
         name = _session(request)
         d = view.session(name)
-        return html(name, pages.session_page(d, name), "session", f"api/session?{pages.sq(name)}", d["tag"])
+        return html(name, pages.session_page(d, name), "session", f"api/session?{pages.sq(name)}&live=1", d["tag"])
 
     def session_api(request: Request) -> Response:
         name = _session(request)
-        tag = view.refresh()
-        if _not_modified(request, tag):
-            return Response(status_code=304, headers={**_HEADERS, "ETag": f'"{tag}"'})
         d = view.session(name)
-        return _json({**d, "target": "live-part", "html": pages.session_live(d, name)}, etag=d["tag"])
+        return live(request, "s:" + name, d["tag"], lambda: d, lambda: ("live-part", pages.session_live(d, name)))
 
     def call_html(request: Request) -> Response:
         name, n = _session(request), _int(request, "n")

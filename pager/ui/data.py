@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from typing import Any, Mapping, Sequence
 
 import orjson
@@ -27,11 +28,14 @@ import orjson
 from pager.core.messages import message_text
 from pager.core.pools import Reader, audiences, can_read
 from pager.errors import ConfigError
-from pager.ui.prompt import Mirror, layout_of, slot_states
+from pager.ui.prompt import Mirror, heat, layout_of, slot_states
 from pager.ui.source import ReadOnlyStore, ReportTail
 
 __all__ = ["OUTPUT_PRICE", "View"]
 
+# A changed store is queried again at most this often (seconds): however many viewers poll and however
+# fast the agents call, the viewer's share of the process stays bounded (a view lags by at most this).
+MIN_INTERVAL = 1.0
 OUTPUT_PRICE = 5.0  # an output token in base input tokens (pager.replay.cost.FaultCost's default)
 ASIDE_STATE = "card"  # pins, notes and handoffs: shown through the task-state card, in L1
 
@@ -54,6 +58,8 @@ class View:
         self.calls: dict[str, dict[int, dict[str, Any]]] = {}  # session -> call number -> assemble record
         self._lock = threading.RLock()
         self._cache: tuple[str, list[dict[str, Any]]] | None = None
+        self._at = 0.0  # when _cache was computed
+        self._sessions_cache: dict[str, tuple[str, float, dict[str, Any]]] = {}
         self._index: Any = None
         self._counter: Any = None
 
@@ -96,13 +102,17 @@ class View:
 
     def sessions(self) -> tuple[str, list[dict[str, Any]]]:
         """Return the store's tag and one summary per session the viewer may see."""
-        tag = self.refresh()
         with self._lock:
+            now = time.monotonic()
+            if self._cache is not None and now - self._at < MIN_INTERVAL:
+                return self._cache
+            tag = self.refresh()
             if self._cache is not None and self._cache[0] == tag:
+                self._at = now
                 return self._cache
             self._acls = self.store.pool_acls()
             out = [s for s in (self._summary(name) for name in self.store.sessions()) if s is not None]
-            self._cache = (tag, out)
+            self._cache, self._at = (tag, out), now
             return self._cache
 
     def _summary(self, session: str) -> dict[str, Any] | None:
@@ -177,7 +187,17 @@ class View:
         return Mirror(self.store, session, self.store.head(session), self._counter)
 
     def session(self, session: str) -> dict[str, Any]:
-        """Return one session's summary, its calls (own sessions) and its page map."""
+        """Return one session's summary, its calls (own sessions) and its page map (computed at most once a tag)."""
+        tag, _summaries = self.sessions()
+        with self._lock:
+            hit = self._sessions_cache.get(session)
+            if hit is not None and hit[0] == tag:
+                return hit[2]
+            out = self._session(session)
+            self._sessions_cache[session] = (tag, time.monotonic(), out)
+            return out
+
+    def _session(self, session: str) -> dict[str, Any]:
         tag, summaries = self.sessions()
         summary = next((s for s in summaries if s["session"] == session), None)
         if summary is None:
@@ -185,17 +205,21 @@ class View:
         from pager.core.heat import get_policy
 
         o = self._options(session)
-        mirror = self._mirror(session)
+        records = self.store.load_pages(self.store.branch_page_ids(self.store.head(session)))
         own = summary["own"]
         state = (self.store.load_state(session) or {}) if own else {}
         slots = ((state.get("layout") or {}).get("slots")) or []
         states = slot_states(slots)
         try:
-            heat = mirror.heat(get_policy(o.policy, **dict(o.policy_params)))
+            heats = heat(records, get_policy(o.policy, **dict(o.policy_params)))
         except ConfigError:
-            heat = [0.0] * len(mirror.records)
-        pages = [_page_row(r, i, states.get(r.id, "dropped"), heat[i] if i < len(heat) else 0.0)
-                 for i, r in enumerate(mirror.records) if own or self._visible(r)]
+            heats = [0.0] * len(records)
+        pinned = next((i + 1 for i, r in enumerate(records) if r.role == "user"), 0)  # History.pinned_count
+        pages = [_page_row(r, i, states.get(r.id, "dropped"), heats[i] if i < len(heats) else 0.0)
+                 for i, r in enumerate(records) if own or self._visible(r)]
+        for p in pages:
+            if p["state"] == "full" and p["row"] is not None and p["row"] < pinned:
+                p["layer"] = "l1"
         aside = self.store.load_pages(self.store.aside_pages(session))
         pages += [_page_row(r, None, ASIDE_STATE, None) for r in aside if own or self._visible(r)]
         calls = []
@@ -259,8 +283,11 @@ class View:
             return out
         slots, card = found
         states = slot_states(slots)
-        for row in request:
+        pinned = next((i + 1 for i, r in enumerate(mirror.records) if r.role == "user"), 0)
+        for i, row in enumerate(request):
             row["state"] = states.get(row["page"], "dropped")
+            if row["state"] == "full" and i < pinned:
+                row["state"] = "l1"
         o = self._options(session)
         scheduler = PagingScheduler(o, self._counter, get_policy(o.policy, **dict(o.policy_params)))
         rendered = mirror.render(scheduler, slots, card)

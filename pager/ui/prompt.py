@@ -19,7 +19,7 @@ from pager.core.messages import message_text
 from pager.core.plan import Layout
 from pager.schedulers.base import RecallHit, RecallSource
 
-__all__ = ["Mirror", "layout_of", "slot_states"]
+__all__ = ["Mirror", "heat", "layout_of", "slot_states"]
 
 
 def layout_of(calls: Mapping[int, Mapping[str, Any]], call: int) -> tuple[list[Any], str] | None:
@@ -60,6 +60,28 @@ def slot_states(slots: Sequence[Sequence[Any]]) -> dict[int, str]:
     return out
 
 
+def heat(records: Sequence[Any], policy: Any) -> list[float]:
+    """Return each page's heat under ``policy`` now, from the stored records (the goal-relevance term left at 0).
+
+    The columns are the ones ``History.columns`` gives the planner, read off
+    the records: no history mirror is built for a page map.
+    """
+    import numpy as np
+
+    from pager.core.heat import PageTable
+    from pager.core.pages import KIND_CODE
+
+    if not records:
+        return []
+    col = lambda name: np.asarray([getattr(r, name) for r in records], dtype=np.int64)  # noqa: E731
+    table = PageTable(
+        page_id=col("id"), created=col("step"), last_ref=col("last_ref"), ref_count=col("ref_count"),
+        tokens=col("tokens"), kind=np.asarray([KIND_CODE[r.kind] for r in records], dtype=np.int8),
+        stale=np.asarray([r.stale for r in records], dtype=bool), relevance=np.zeros(len(records)),
+    )
+    return [float(x) for x in policy.checked_score(table, int(records[-1].step))]
+
+
 class _Messages:
     """The branch's messages by row, read from the store when first used (a page map needs none)."""
 
@@ -87,22 +109,6 @@ class Mirror:
         self.messages = _Messages(store, self.ids)
         self.history = History(session, counter)
         self.history.load(self.records, branch, lambda pid: store.message(pid)[1])
-
-    def heat(self, policy: Any) -> list[float]:
-        """Return each row's heat under the session's policy now (the goal-relevance term left at 0)."""
-        import numpy as np
-
-        from pager.core.heat import PageTable
-
-        h = self.history
-        if not len(h):
-            return []
-        cols = h.columns()
-        table = PageTable(
-            page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"], ref_count=cols["ref_count"],
-            tokens=cols["tokens"], kind=cols["kind"], stale=cols["stale"], relevance=np.zeros(len(h)),
-        )
-        return [float(x) for x in policy.checked_score(table, h.clock)]
 
     def foreign(self, slots: Sequence[Sequence[Any]]) -> dict[int, RecallHit]:
         """Return the other sessions' pages that the layout's recall blocks show, as the scheduler got them."""

@@ -1,0 +1,117 @@
+"""Does an open ``pager ui`` slow the proxy? ``python bench/ui_overhead.py``.
+
+A canned model server (tests/proxy_upstream.py) and ``pager proxy`` run on
+127.0.0.1 under uvicorn, with the viewer mounted at ``/pager/`` as always.
+A synthetic agent session (``pager.synth``) is replayed through the proxy
+step by step, once with no viewer and once with viewers open: threads that
+poll, as the page's script does, the sessions list and the page of the very
+session being written (the costliest page: it changes on every call), with
+``If-None-Match``. Phases alternate (off, on, off, on) on fresh sessions of
+one store, so drift shows. Reports, in milliseconds, the per-request latency
+of the proxied calls in each phase (p50, p90), and what one poll costs when
+nothing changed (304) and when something did (200).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from pager.proxy import ProxyConfig, ServerThread, create_app  # noqa: E402
+from pager.synth import generate_session  # noqa: E402
+from proxy_upstream import make_upstream  # noqa: E402
+
+HEADERS = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+class Poller:
+    """One open viewer: polls the sessions list and one session's page every ``interval`` seconds."""
+
+    def __init__(self, base: str, session: str, interval: float) -> None:
+        self.base, self.session, self.interval = base, session, interval
+        self.stop = threading.Event()
+        self.times: dict[int, list[float]] = {200: [], 304: []}
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        tags: dict[str, str] = {}
+        with httpx.Client(timeout=30) as c:
+            while not self.stop.wait(self.interval):
+                for url in ("/pager/api/sessions", f"/pager/api/session?s={self.session}"):
+                    t0 = time.perf_counter()
+                    r = c.get(self.base + url, headers={"If-None-Match": tags.get(url, "")})
+                    self.times.setdefault(r.status_code, []).append((time.perf_counter() - t0) * 1000)
+                    if r.status_code == 200:
+                        tags[url] = r.headers.get("etag", "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=80, help="steps of the synthetic session per phase (default 80)")
+    ap.add_argument("--viewers", type=int, default=2, help="open viewers in the 'on' phases (default 2)")
+    ap.add_argument("--interval", type=float, default=2.0, help="seconds between a viewer's polls (default 2, "
+                    "as the page polls)")
+    args = ap.parse_args(argv)
+    _h, msgs = generate_session(11, args.steps)
+    steps = [msgs[:i] for i, m in enumerate(msgs) if m["role"] == "assistant" and i > 1]
+    upstream = make_upstream()
+    results: dict[str, list[float]] = {}
+    polls: dict[int, list[float]] = {200: [], 304: []}
+    with tempfile.TemporaryDirectory() as tmp, ServerThread(upstream) as up:
+        cfg = ProxyConfig(store=str(Path(tmp) / "store"), upstream_openai=up,
+                          options={"context_window": 64_000, "high_watermark": 14_000, "low_watermark": 5_000})
+        with ServerThread(create_app(cfg)) as proxy, httpx.Client(timeout=60) as client:
+            for phase in ("off-1", "on-1", "off-2", "on-2"):
+                session = f"bench-{phase}"
+                pollers = [Poller(proxy, session, args.interval) for _ in range(args.viewers if "on" in phase else 0)]
+                lat = []
+                # the first call creates the session (and, the very first time, the store the viewer opens)
+                for k, history in enumerate(steps):
+                    body = orjson.dumps({"model": "echo", "messages": history})
+                    t0 = time.perf_counter()
+                    r = client.post(proxy + "/v1/chat/completions", content=body,
+                                    headers={**HEADERS, "x-pager-session": session})
+                    lat.append((time.perf_counter() - t0) * 1000)
+                    r.raise_for_status()
+                    if k == 0:
+                        for p in pollers:
+                            p.thread.start()
+                for p in pollers:
+                    p.stop.set()
+                    p.thread.join()
+                    for code, xs in p.times.items():
+                        polls.setdefault(code, []).extend(xs)
+                results[phase] = lat[1:]
+                print(f"{phase:<6} {len(lat) - 1} proxied calls: p50 {_pct(lat[1:], 0.5):6.2f} ms  "
+                      f"p90 {_pct(lat[1:], 0.9):6.2f} ms  mean {statistics.mean(lat[1:]):6.2f} ms  "
+                      f"({len(pollers)} viewers)", flush=True)
+    off = results["off-1"] + results["off-2"]
+    on = results["on-1"] + results["on-2"]
+    print(f"\nviewer off: p50 {_pct(off, 0.5):.2f} ms, p90 {_pct(off, 0.9):.2f} ms")
+    print(f"viewer on ({args.viewers} polling every {args.interval:g} s): p50 {_pct(on, 0.5):.2f} ms, "
+          f"p90 {_pct(on, 0.9):.2f} ms; difference of medians {_pct(on, 0.5) - _pct(off, 0.5):+.2f} ms")
+    for code in (304, 200):
+        xs = polls.get(code) or []
+        if xs:
+            print(f"one poll answered {code}: p50 {_pct(xs, 0.5):.2f} ms, p90 {_pct(xs, 0.9):.2f} ms ({len(xs)} polls)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
