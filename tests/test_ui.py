@@ -128,8 +128,12 @@ def test_every_page_and_endpoint_on_a_real_store(made):
         cj = client.get(f"/pager/api/call?s=agent&n={len(prompts)}").json()
         assert cj["prompt"] and {m["state"] for m in cj["request"]} <= {"l1", "full", "stubbed", "dropped", "recalled",
                                                                          "indexed"}
-    else:  # no report log on a database server: the calls are the session's count, the strip says so
-        assert s["calls"] == [] and "No call recorded yet" in page.text
+    else:  # no report log on a database server: calls are counted, and the last prompt is rebuilt from the state
+        assert s["calls"] == [] and s["latest"] == len(prompts) and "no report log" in page.text
+        last = client.get(f"/pager/api/call?s=agent&n={len(prompts)}").json()
+        assert last["from_state"] and [(m["role"], m["text"]) for m in last["prompt"]] == prompts[-1]
+        assert client.get(f"/pager/call?s=agent&n={len(prompts)}").status_code == 200
+        assert client.get("/pager/api/call?s=agent&n=1").status_code == 404  # earlier calls: not kept
     pid = s["pages"][1]["page"]
     pj = client.get(f"/pager/api/page?s=agent&id={pid}").json()
     assert pj["page"] == pid and pj["text"] and pj["kind"]

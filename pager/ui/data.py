@@ -133,7 +133,8 @@ class View:
             "session": session, "own": own, "owner": o.owner or session, "scope": o.scope, "pool": o.pool,
             "mode": o.mode, "calls": int(state.get("calls", len(assembled))) if own else None,
             "pages": len(visible), "history_tokens": sum(r.tokens for r in visible),
-            "prompt_tokens": last["tokens"] if last else None, "budget": last["budget"] if last else o.budget,
+            "prompt_tokens": last["tokens"] if last else _layout_tokens(state, recs),
+            "budget": last["budget"] if last else o.budget,
             "window": o.context_window, "faults": int(state.get("faults", 0)) if own else None,
             "last_activity": max(times) if times else None, "cost": cost,
         }
@@ -239,7 +240,8 @@ class View:
                 "messages_in": c.get("messages_in"), "messages_out": c.get("messages_out"),
                 "layout": "layout" in c,
             })
-        return {"tag": tag, "summary": summary, "calls": calls, "pages": pages, "window": o.context_window,
+        latest = int(state.get("calls", 0)) if own and slots else None
+        return {"tag": tag, "summary": summary, "calls": calls, "latest": latest, "pages": pages, "window": o.context_window,
                 "high_watermark": o.high_watermark, "low_watermark": o.low_watermark,
                 "pins": self.store.pins(session) if own else [], "notes": self.store.notes(session) if own else []}
 
@@ -262,20 +264,26 @@ class View:
         self.refresh()
         records = self.calls.get(session, {})
         rec = records.get(call)
-        if rec is None or "tokens" not in rec:
+        state = self.store.load_state(session) or {}
+        slots_now = (state.get("layout") or {}).get("slots")
+        if (rec is None or "tokens" not in rec) and slots_now and call == int(state.get("calls", 0)):
+            # no report of it (a database server keeps no report log): the last prompt is in the session state
+            o = self._options(session)
+            rec = {"tokens": None, "budget": o.budget, "messages_in": int(state["layout"].get("upto", 0)),
+                   "round": None, "prefix_kept": None, "from_state": True}
+        if rec is None or "budget" not in rec:
             raise KeyError(call)
         from pager.core.heat import get_policy
         from pager.schedulers.paging import PagingScheduler
 
         mirror = self._mirror(session)
         found = layout_of(records, call)
-        state = self.store.load_state(session) or {}
-        latest = max((n for n, c in records.items() if "tokens" in c), default=None)
-        if found is None and call == latest and (state.get("layout") or {}).get("slots"):
+        if found is None and slots_now and call == int(state.get("calls", 0)):
             found = (state["layout"]["slots"], state["layout"].get("card", ""))  # the last prompt: the state has it
         n_in = min(int(rec.get("messages_in", 0)), len(mirror.records))
         request = [_message_row(mirror.messages[i], mirror.records[i]) for i in range(n_in)]
         out: dict[str, Any] = {"call": call, "tokens": rec["tokens"], "budget": rec["budget"],
+                               "from_state": bool(rec.get("from_state")),
                                "round": bool(rec.get("round")), "reason": rec.get("reason"),
                                "prefix_kept": bool(rec.get("prefix_kept")), "changed_from": rec.get("changed_from"),
                                "request": request, "prompt": None}
@@ -326,6 +334,20 @@ class View:
                         "handle": h.handle, "path": h.path, "snippet": h.snippet, "step": h.step,
                         "scope": rec.scope, "owner": rec.owner, "pool": rec.pool})
         return out[:k]
+
+
+def _layout_tokens(state: Mapping[str, Any], recs: Sequence[Any]) -> int | None:
+    """Return the last prompt's history tokens from the layout in the session state (no report of it)."""
+    slots = (state.get("layout") or {}).get("slots")
+    if not slots:
+        return None
+    by_id = {r.id: r for r in recs}
+    total = 0
+    for kind, page, _pages, tokens, *_rest in slots:
+        r = by_id.get(int(page))
+        total += (r.tokens if kind == "full" else r.stub_tokens) if r is not None and kind in ("full", "stub") \
+            else int(tokens)
+    return total
 
 
 def _page_row(r: Any, row: int | None, state: str | None, heat: float | None) -> dict[str, Any]:

@@ -149,10 +149,20 @@ def session_live(d: Mapping[str, Any], session: str) -> str:
     return (f'<div id="live-part">{_figures(d)}<h2>Calls</h2>'
             '<p class="note">One bar per call: its prompt by layer. Select a bar for the prompt the model got '
             "beside the request the client sent.</p>"
-            f'{strip(calls, d["window"], sq(session)) if d["summary"]["own"] else "<p class=note>Calls are shown to the session itself only.</p>"}'
+            f'{_calls_part(d, session)}'
             f'<h2>Pages <span class="count">{len(pages)}</span></h2>'
             '<p class="note">Every page of the history in order, sized by tokens, coloured by its state in the '
             f"last prompt; select one for its text.</p>{page_map(pages, sq(session))}{table}</div>")
+
+
+def _calls_part(d: Mapping[str, Any], session: str) -> str:
+    if not d["summary"]["own"]:
+        return '<p class="note">Calls are shown to the session itself only.</p>'
+    if not d["calls"] and d.get("latest"):
+        return (f'<p class="note" id="strip">This store keeps no report log (a database server), so calls are '
+                f'counted, not drawn: <a href="call?{sq(session)}&amp;n={d["latest"]}">the last prompt '
+                f'(call {d["latest"]})</a> is rebuilt from the session state.</p>')
+    return strip(d["calls"], d["window"], sq(session))
 
 
 def session_page(d: Mapping[str, Any], session: str) -> str:
@@ -182,10 +192,18 @@ def call_page(d: Mapping[str, Any], session: str, last: int) -> str:
         f'<a href="call?{sq(session)}&amp;n={n - 1}" rel="prev">← call {n - 1}</a>' if n > 1 else "",
         f'<a href="session?{sq(session)}">session</a>',
         f'<a href="call?{sq(session)}&amp;n={n + 1}" rel="next">call {n + 1} →</a>' if n < last else ""))
+    if d.get("from_state"):
+        return (f'<h1>Call {n} <span class="count">{_e(session)}</span></h1><nav class="pn">{nav}</nav>'
+                '<p class="sub">the last prompt, rebuilt from the session state (no report log on this store)</p>'
+                + _columns(d, session))
     head = (f'<h1>Call {n} <span class="count">{_e(session)}</span></h1><nav class="pn">{nav}</nav>'
             f'<p class="sub">{d["tokens"]:,} of {d["budget"]:,} tokens · '
             f'{_e("round (" + d["reason"] + ")" if d["round"] else "no round")} · '
             f'{"prefix kept" if d["prefix_kept"] else "prefix rewritten from message " + str(d["changed_from"])}</p>')
+    return head + _columns(d, session)
+
+
+def _columns(d: Mapping[str, Any], session: str) -> str:
     req = []
     for m in d["request"]:
         state = m["state"] or "unknown"
@@ -207,7 +225,7 @@ def call_page(d: Mapping[str, Any], session: str, last: int) -> str:
     for m in d["request"]:
         counts[m["state"] or "unknown"] = counts.get(m["state"] or "unknown", 0) + 1
     summary = ", ".join(f"{v} {STATE_NAMES.get(k, k)}" for k, v in counts.items())
-    return (head + '<div class="cols"><section><h2>The request the client sent '
+    return ('<div class="cols"><section><h2>The request the client sent '
             f'<span class="count">{len(d["request"])} messages</span></h2><p class="note">{_e(summary)}</p>'
             f'<ol class="msgs">{"".join(req)}</ol></section><section><h2>The prompt the model got '
             f'<span class="count">{len(d["prompt"] or [])} messages</span></h2>{got}</section></div>')
