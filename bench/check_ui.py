@@ -85,29 +85,44 @@ PROBE_JS = """
 """
 
 
-def demo_store(where: str) -> dict[str, Any]:
-    """Make a real store at ``where``: run pager over a synthetic session, with usage; return what to visit."""
+def _replay(where: str, session: str, seed: int, steps: int, usage: str, **options: Any) -> None:
+    """Run pager over a synthetic session, observing the usage a provider with a prompt cache reports."""
     import pager
     from pager.synth import generate_session
 
-    _head, msgs = generate_session(7, 60)
-    p = pager.open(where, "fix-parser-bug", 64_000, high_watermark=14_000, low_watermark=5_000, owner="alice")
+    _head, msgs = generate_session(seed, steps)
+    p = pager.open(where, session, 64_000, high_watermark=14_000, low_watermark=5_000, **options)
     prev = 0
     for i, m in enumerate(msgs):
         if m["role"] != "assistant" or i < 2:
             continue
-        p.assemble({"model": "claude", "messages": msgs[:i]})
+        p.assemble({"model": "m", "messages": msgs[:i]})
         r = p.last_report
         assert r is not None
-        # a provider's prompt cache: the previous prompt is read back while the prefix is kept
+        # the previous prompt is read back from the cache while the prefix is kept
         cached = min(prev if r.prefix_kept else r.layers["l1"], r.tokens)
-        tail = min(60, r.tokens - cached)
-        p.observe({"input_tokens": tail, "cache_read_input_tokens": cached,
-                   "cache_creation_input_tokens": r.tokens - cached - tail,
-                   "output_tokens": 40 + len(str(m.get("content") or "")) // 4}, format="anthropic-messages")
+        out = 40 + len(str(m.get("content") or "")) // 4
+        if usage == "anthropic":
+            tail = min(60, r.tokens - cached)
+            p.observe({"input_tokens": tail, "cache_read_input_tokens": cached,
+                       "cache_creation_input_tokens": r.tokens - cached - tail, "output_tokens": out},
+                      format="anthropic-messages")
+        else:
+            p.observe({"prompt_tokens": r.tokens, "completion_tokens": out,
+                       "prompt_tokens_details": {"cached_tokens": cached // 128 * 128}})
         prev = r.tokens
-    p.pin("The parser must keep accepting the old config format")
+    if session == "fix-parser-bug":
+        p.pin("The parser must keep accepting the old config format")
     p.close()
+
+
+def demo_store(where: str) -> dict[str, Any]:
+    """Make a real store at ``where`` by running pager over synthetic sessions; return what to visit."""
+    import pager
+
+    _replay(where, "fix-parser-bug", 7, 60, "anthropic", owner="alice")
+    _replay(where, "migrate-cache-layer", 12, 36, "openai", owner="alice", scope="project", pool="web-repo")
+    _replay(where, "explore-tests", 21, 14, "anthropic", owner="carol")
     q = pager.open(where, "review-notes", 64_000, owner="bob")
     q.assemble({"model": "gpt", "messages": [
         {"role": "system", "content": "You review pull requests."},
@@ -185,7 +200,7 @@ def _chromium(chromium: str, profile: str, width: int, *args: str, timeout: int 
 
 
 EXPECT = {  # what each page must show: (probe field, at least)
-    "sessions": [("rows", 2)], "session": [("bars", 10), ("blocks", 10), ("pageRows", 10)],
+    "sessions": [("rows", 4)], "session": [("bars", 10), ("blocks", 10), ("pageRows", 10)],
     "call": [("request", 3), ("prompt", 3)], "page": [], "search": [("hits", 1)], "hostile-session": [("blocks", 1)],
 }
 

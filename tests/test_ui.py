@@ -111,7 +111,7 @@ def test_every_page_and_endpoint_on_a_real_store(made):
     frag = client.get("/pager/api/session?s=agent&live=1").json()  # what the page's script polls
     assert frag["target"] == "live-part" and 'class="pagemap"' in frag["html"] and frag["tag"] == s["tag"]
     rows = client.get("/pager/api/sessions?live=1").json()
-    assert rows["target"] == "rows" and rows["html"].count("<tr") == 2
+    assert rows["target"] == "rows" and rows["html"].count("<tr tabindex") == 2 and "all sessions" in rows["html"]
     states = {p["state"] for p in s["pages"]}
     assert "full" in states and states <= {"full", "stubbed", "recalled", "indexed", "dropped", "card"}
     assert all(p["heat"] is not None for p in s["pages"] if p["row"] is not None)

@@ -17,7 +17,7 @@ def register(sub: Any) -> None:
                      "appear as they are made. The same pages are under /pager/ on a running `pager proxy`."),
     )
     p.add_argument("store", help="the store: a folder (as given to pager.open) or a postgresql:// URL")
-    p.add_argument("--port", type=int, default=8788, help="port to listen on (default 8788)")
+    p.add_argument("--port", type=int, default=8789, help="port to listen on (default 8789)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow an address other than loopback (the view shows every page's text)")

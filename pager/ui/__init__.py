@@ -21,22 +21,13 @@ from typing import Any
 __all__ = ["create_app", "open_view", "standalone"]
 
 
-def open_view(store: Any, *, reader: str | None = None, owner: str | None = None, **kw: Any) -> Any:
-    """Return a ``View`` over the store ``store`` names (a folder or a ``postgresql://`` URL), read-only."""
-    from pager.session import open_store
-    from pager.ui.data import View
-
-    opened = open_store(store, must_exist=True)
-    try:
-        return View(opened, reader=reader, owner=owner, **kw)
-    except BaseException:
-        opened.close()
-        raise
-
-
 def __getattr__(name: str) -> Any:
     if name in ("create_app", "standalone"):
         from pager.ui import app
 
         return getattr(app, name)
+    if name == "open_view":
+        from pager.ui.data import open_view
+
+        return open_view
     raise AttributeError(name)

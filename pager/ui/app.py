@@ -28,9 +28,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 
-from pager.ui import pages
+import pager.ui.pages as pages
 from pager.ui.assets import CSS, JS
-from pager.ui.data import View
+from pager.ui.data import View, open_view
 
 __all__ = ["CSP", "create_app", "standalone"]
 
@@ -212,7 +212,6 @@ class Mounted:
         with self._lock:
             if self._app is None:
                 from pager.cli.inspect import _name
-                from pager.ui import open_view
 
                 self._app = create_app(open_view(self.store, **self.view_options), store_name=_name(self.store))
             return self._app

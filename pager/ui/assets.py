@@ -42,9 +42,14 @@ th:first-child,td:first-child{text-align:left}
 #sessions td:nth-child(2),#sessions td:nth-child(3),#sessions th:nth-child(2),#sessions th:nth-child(3){text-align:left}
 tbody tr{cursor:pointer}tbody tr:hover{background:#f5f3ff}tbody tr:focus-visible{outline-offset:-3px}
 tr.new{animation:flash 1.5s}
+tr.total td{font-weight:600;border-top:2px solid #e5e7eb;background:#fafafa}tr.total{cursor:default}
+td.neg{color:#b91c1c}
+.meter{display:block;height:3px;background:#ede9fe;border-radius:2px;margin-top:2px;min-width:5em}
+.meter span{display:block;height:3px;background:#7c3aed;border-radius:2px}
 @keyframes flash{from{background:#ede9fe}to{background:transparent}}
 .mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
-#pages td:nth-child(2),#pages td:nth-child(5),#pages td:nth-child(6),#pages td:nth-child(7){text-align:left}
+#pages td:nth-child(2),#pages td:nth-child(5),#pages td:nth-child(6),#pages td:nth-child(7),
+#pages th:nth-child(2),#pages th:nth-child(5),#pages th:nth-child(6),#pages th:nth-child(7){text-align:left}
 td.path{white-space:normal;overflow-wrap:anywhere;min-width:12em}
 .search input{font:inherit;padding:5px 10px;border:1px solid #d1d5db;border-radius:6px;width:16em;max-width:60vw}
 .search.big input{width:100%;max-width:40em;font-size:16px}

@@ -31,7 +31,7 @@ from pager.errors import ConfigError
 from pager.ui.prompt import Mirror, heat, layout_of, slot_states
 from pager.ui.source import ReadOnlyStore, ReportTail
 
-__all__ = ["OUTPUT_PRICE", "View"]
+__all__ = ["MIN_INTERVAL", "OUTPUT_PRICE", "View", "open_view"]
 
 # A changed store is queried again at most this often (seconds): however many viewers poll and however
 # fast the agents call, the viewer's share of the process stays bounded (a view lags by at most this).
@@ -360,3 +360,15 @@ def _page_row(r: Any, row: int | None, state: str | None, heat: float | None) ->
 def _message_row(msg: Mapping[str, Any], rec: Any) -> dict[str, Any]:
     return {"role": msg.get("role"), "text": message_text(msg), "page": rec.id, "kind": rec.kind,
             "tokens": rec.tokens, "handle": rec.handle, "state": None}
+
+
+def open_view(store: Any, *, reader: str | None = None, owner: str | None = None, **kw: Any) -> View:
+    """Return a ``View`` over the store ``store`` names (a folder or a ``postgresql://`` URL), read-only."""
+    from pager.session import open_store
+
+    opened = open_store(store, must_exist=True)
+    try:
+        return View(opened, reader=reader, owner=owner, **kw)
+    except BaseException:
+        opened.close()
+        raise

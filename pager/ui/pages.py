@@ -89,18 +89,34 @@ def sessions_rows(sessions: Sequence[Mapping[str, Any]], now: float) -> str:
             tip = "no usage recorded (observe) for this session" if s["own"] else "not this viewer's session"
         prompt = s["prompt_tokens"]
         ptip = f"{prompt:,} of a {s['budget']:,}-token budget, window {s['window']:,}" if prompt else ""
+        share = min(100.0, 100.0 * prompt / s["budget"]) if prompt and s["budget"] else 0.0
+        meter = f'<span class="meter"><span style="width:{share:.1f}%"></span></span>' if prompt else ""
+        neg = ' class="neg"' if c.get("calls_with_usage") and (c.get("saving") or 0) < 0 else ""
         where = s["pool"] or s["scope"]
         rows.append(
             f'<tr tabindex="0" data-href="session?{sq(s["session"])}">'
             f'<td><a href="session?{sq(s["session"])}">{_e(s["session"])}</a></td><td>{_e(s["owner"])}</td>'
             f'<td>{_e(where)}</td><td>{_n(s["calls"])}</td>'
             f'<td title="{s["pages"]:,} pages">{_n(s["history_tokens"])}</td>'
-            f'<td title="{_e(ptip)}">{_n(prompt)}</td><td title="{_e(tip)}">{cost}</td>'
-            f'<td title="{_e(tip)}">{full}</td><td title="{_e(tip)}">{saving}</td><td>{_n(s["faults"])}</td>'
+            f'<td title="{_e(ptip)}">{_n(prompt)}{meter}</td><td title="{_e(tip)}">{cost}</td>'
+            f'<td title="{_e(tip)}">{full}</td><td title="{_e(tip)}"{neg}>{saving}</td><td>{_n(s["faults"])}</td>'
             f'<td title="{_e(_when(s["last_activity"]))}">{_e(_ago(s["last_activity"], now))}</td></tr>'
         )
     if not rows:
         rows.append(f'<tr><td colspan="{len(HEAD)}">No session this view may read.</td></tr>')
+    priced = [s["cost"] for s in sessions if s.get("cost") and s["cost"]["calls_with_usage"]]
+    if len(sessions) > 1:
+        cost = sum(c["cost"] for c in priced)
+        full = sum(c["full"] for c in priced)
+        usd = priced[0]["usd_per_mtok"] / 1e6 if priced else 0
+        money = (lambda v: f"${v * usd:,.2f}") if usd else _n  # noqa: E731
+        rows.append(
+            f'<tr class="total"><td>all sessions</td><td></td><td></td>'
+            f'<td>{_n(sum(s["calls"] or 0 for s in sessions))}</td>'
+            f'<td>{_n(sum(s["history_tokens"] for s in sessions))}</td><td></td>'
+            f'<td>{money(cost) if priced else "–"}</td><td>{money(full) if priced else "–"}</td>'
+            f'<td>{f"{1 - cost / full:.0%}" if full else "–"}</td>'
+            f'<td>{_n(sum(s["faults"] or 0 for s in sessions))}</td><td></td></tr>')
     return "".join(rows)
 
 
