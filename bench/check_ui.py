@@ -47,6 +47,9 @@ from check_report import FLAGS, find_chromium  # noqa: E402
 
 WIDTHS = {"desktop": 1280, "phone": 400}
 HEIGHT = 1500
+# the screenshots docs/ui.md shows: (page, width)
+SHOTS = {("sessions", "desktop"), ("session", "desktop"), ("call", "desktop"), ("search", "desktop"),
+         ("session", "phone"), ("call", "phone")}
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">hostile page text'
 
 PROBE_JS = """
@@ -232,7 +235,7 @@ def check(base: str, visit: dict[str, Any], chromium: str, tmp: str, shots: Path
             print(f"{name:<16} {label:<7} ({width} px): bars {d['bars']}, blocks {d['blocks']}, rows {d['rows']}, "
                   f"request {d['request']}, prompt {d['prompt']}, hits {d['hits']}, polls {d['polls']}, "
                   f"page {d['scrollWidth']} px in {d['innerWidth']}, {len(d['errors'])} errors")
-            if shots is not None:
+            if shots is not None and (name, label) in SHOTS:
                 out = shots / f"ui-{name}-{label}.png"
                 _chromium(chromium, os.path.join(tmp, f"s-{name}-{label}"), width, "--virtual-time-budget=4000",
                           f"--screenshot={out}", f"--window-size={width if width >= 500 else 500},{1000}",
@@ -245,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", help="an existing store (default: a demo store made here)")
     parser.add_argument("--visit", help="with --store: SESSION,CALL,PAGE_SESSION,PAGE_ID,QUERY to visit")
-    parser.add_argument("--screenshots", metavar="DIR", help="save ui-<page>-<width>.png here")
+    parser.add_argument("--screenshots", metavar="DIR", help="save the screenshots docs/ui.md shows here "
+                        "(ui-<page>-<desktop|phone>.png)")
     parser.add_argument("--chromium", metavar="PATH", help="the browser binary (default: found on PATH)")
     args = parser.parse_args(argv)
     chromium = find_chromium(args.chromium)

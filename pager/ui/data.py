@@ -62,6 +62,8 @@ class View:
         self._sessions_cache: dict[str, tuple[str, float, dict[str, Any]]] = {}
         self._index: Any = None
         self._counter: Any = None
+        self._parsed: dict[str, tuple[str | None, Any]] = {}  # session -> (options setting, Options)
+        self._branches: dict[str, tuple[int, list[int], list[Any]]] = {}  # session -> (branch, ids, records)
 
     def close(self) -> None:
         if self._index is not None:
@@ -87,10 +89,32 @@ class View:
         from pager.options import Options
 
         raw = self.store.setting(f"options:{session}")
+        hit = self._parsed.get(session)
+        if hit is not None and hit[0] == raw:
+            return hit[1]  # building Options costs a millisecond: once per change of the setting
         try:
-            return Options.build(orjson.loads(raw) if raw else {})
+            o = Options.build(orjson.loads(raw) if raw else {})
         except (ConfigError, orjson.JSONDecodeError):
-            return Options()  # options of another pager version: the defaults still draw the lines
+            o = Options()  # options of another pager version: the defaults still draw the lines
+        self._parsed[session] = (raw, o)
+        return o
+
+    def _branch(self, session: str) -> list[Any]:
+        """Return the records of the session's head branch, reading only the pages new since the last call.
+
+        The summaries read tokens, times and scopes of every page of every
+        session: kept here, a changed store costs one id query per session
+        plus its new pages, not the whole store again.
+        """
+        branch = self.store.head(session)
+        ids = self.store.branch_page_ids(branch)
+        hit = self._branches.get(session)
+        if hit is not None and hit[0] == branch and ids[: len(hit[1])] == hit[1]:
+            recs = hit[2] + (self.store.load_pages(ids[len(hit[1]):]) if len(ids) > len(hit[1]) else [])
+        else:
+            recs = self.store.load_pages(ids)
+        self._branches[session] = (branch, ids, recs)
+        return recs
 
     def _own(self, session: str) -> bool:
         return self.reader is None or session == self.reader.session
@@ -117,8 +141,7 @@ class View:
 
     def _summary(self, session: str) -> dict[str, Any] | None:
         own = self._own(session)
-        branch = self.store.head(session)
-        recs = self.store.load_pages(self.store.branch_page_ids(branch))
+        recs = self._branch(session)  # scopes as first read: the page map and page texts read them afresh
         visible = [r for r in recs if own or self._visible(r)]
         if not own and not visible:
             return None
