@@ -70,7 +70,16 @@ PROBE_JS = """
   function count(sel){ return document.querySelectorAll(sel).length; }
   function drawn(sel){ var n = 0; document.querySelectorAll(sel).forEach(function(e){
     var r = e.getBoundingClientRect(); if (r.width > 0 && r.height > 0) n += 1; }); return n; }
+  var panel = {opened: false, text: ''};
   window.addEventListener('load', function(){
+    // select the second block of the page map (the first request), as a person would: its text must
+    // open in the side panel, as text
+    var blks = document.querySelectorAll('.pagemap a.blk');
+    if (blks.length) setTimeout(function(){ blks[Math.min(1, blks.length - 1)].click(); }, 300);
+    setTimeout(function(){
+      var p = document.getElementById('panel');
+      if (p) { panel.opened = !p.hidden; var t = p.querySelector('pre'); panel.text = t ? t.textContent : ''; }
+    }, 2500);
     setTimeout(function(){
       var out = {errors: errors, polls: polls, pwned: window.__pwned || 0, page: document.body.getAttribute('data-page'),
                  innerWidth: window.innerWidth, scrollWidth: document.documentElement.scrollWidth,
@@ -78,7 +87,7 @@ PROBE_JS = """
                  pageRows: count('#pages tr[data-href]'), request: drawn('.cols section:first-child li.msg'),
                  prompt: drawn('.cols section:last-child li.msg'), text: (document.getElementById('text') || {}).textContent || '',
                  hits: count('ol.hits li[data-href]'), live: !document.getElementById('live').hidden,
-                 focusable: count('[tabindex="0"], a[href]')};
+                 focusable: count('[tabindex="0"], a[href]'), panel: panel};
       var host = window.parent !== window ? window.parent.document : document;
       var pre = host.createElement('pre'); pre.id = '__check__'; pre.textContent = JSON.stringify(out);
       host.body.appendChild(pre);
@@ -230,10 +239,15 @@ def check(base: str, visit: dict[str, Any], chromium: str, tmp: str, shots: Path
                     problems.append(f"{name} {label}: {field} = {d[field]}, expected at least {least}")
             if name == "page" and "<script>" not in d["text"]:
                 problems.append(f"{name} {label}: the hostile text is not shown as text")
+            if name in ("session", "hostile-session") and not (d["panel"]["opened"] and d["panel"]["text"]):
+                problems.append(f"{name} {label}: selecting a page did not show its text in the panel")
+            if name == "hostile-session" and "<script>" not in d["panel"]["text"]:
+                problems.append(f"{name} {label}: the hostile text is not shown as text in the panel")
             if name in ("sessions", "session") and not (d["polls"] and d["live"]):
                 problems.append(f"{name} {label}: the page did not poll its endpoint")
             print(f"{name:<16} {label:<7} ({width} px): bars {d['bars']}, blocks {d['blocks']}, rows {d['rows']}, "
                   f"request {d['request']}, prompt {d['prompt']}, hits {d['hits']}, polls {d['polls']}, "
+                  f"panel {'open' if d['panel']['opened'] else '-'}, "
                   f"page {d['scrollWidth']} px in {d['innerWidth']}, {len(d['errors'])} errors")
             if shots is not None and (name, label) in SHOTS:
                 out = shots / f"ui-{name}-{label}.png"

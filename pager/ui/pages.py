@@ -175,9 +175,10 @@ def _calls_part(d: Mapping[str, Any], session: str) -> str:
     if not d["summary"]["own"]:
         return '<p class="note">Calls are shown to the session itself only.</p>'
     if not d["calls"] and d.get("latest"):
-        return (f'<p class="note" id="strip">This store keeps no report log (a database server), so calls are '
-                f'counted, not drawn: <a href="call?{sq(session)}&amp;n={d["latest"]}">the last prompt '
-                f'(call {d["latest"]})</a> is rebuilt from the session state.</p>')
+        return (f'<p class="note" id="strip">No report of this session\'s calls is kept (a database server keeps '
+                f'no report log; <code>log_reports=False</code> turns it off), so calls are counted, not drawn: '
+                f'<a href="call?{sq(session)}&amp;n={d["latest"]}">the last prompt (call {d["latest"]})</a> is '
+                "rebuilt from the session state.</p>")
     return strip(d["calls"], d["window"], sq(session))
 
 
@@ -210,7 +211,7 @@ def call_page(d: Mapping[str, Any], session: str, last: int) -> str:
         f'<a href="call?{sq(session)}&amp;n={n + 1}" rel="next">call {n + 1} →</a>' if n < last else ""))
     if d.get("from_state"):
         return (f'<h1>Call {n} <span class="count">{_e(session)}</span></h1><nav class="pn">{nav}</nav>'
-                '<p class="sub">the last prompt, rebuilt from the session state (no report log on this store)</p>'
+                '<p class="sub">the last prompt, rebuilt from the session state (no report of this call is kept)</p>'
                 + _columns(d, session))
     head = (f'<h1>Call {n} <span class="count">{_e(session)}</span></h1><nav class="pn">{nav}</nav>'
             f'<p class="sub">{d["tokens"]:,} of {d["budget"]:,} tokens · '
