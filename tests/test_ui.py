@@ -281,3 +281,33 @@ def test_cli_registers_ui():
 
     args = build_parser().parse_args(["ui", "somewhere", "--port", "9999", "--as", "s", "--owner", "o"])
     assert (args.store, args.port, args.reader, args.owner, args.host) == ("somewhere", 9999, "s", "o", "127.0.0.1")
+
+
+def test_under_uvicorn_many_viewers_read_while_an_agent_writes(tmp_path):
+    import concurrent.futures
+
+    import httpx
+
+    from pager.proxy import ServerThread
+
+    where = str(tmp_path / "ctx")
+    _run(where, steps=8)
+    view = open_view(where)
+    _h, msgs = generate_session(5, 8)
+    urls = ["/pager/", "/pager/api/sessions?live=1", "/pager/session?s=agent", "/pager/api/session?s=agent&live=1",
+            "/pager/api/call?s=agent&n=2", "/pager/api/page?s=agent&id=2", "/pager/api/search?q=pytest"]
+    try:
+        with ServerThread(standalone(view, store_name="t")) as base:
+            def browse(k: int) -> list[int]:
+                with httpx.Client(base_url=base, timeout=30) as c:
+                    return [c.get(urls[(k + i) % len(urls)]).status_code for i in range(3 * len(urls))]
+
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                viewers = [pool.submit(browse, k) for k in range(4)]
+                with pager.open(where, "agent") as p:  # the agent goes on meanwhile
+                    for i in range(3):
+                        p.assemble({"model": "m", "messages": msgs + [{"role": "user", "content": f"more {i}"}]})
+                codes = [c for f in viewers for c in f.result()]
+            assert codes and set(codes) == {200}
+    finally:
+        view.close()

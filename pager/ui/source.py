@@ -36,6 +36,8 @@ class ReadOnlyStore:
 
     def __init__(self, store: Any) -> None:
         self._store = store
+        # the viewer's requests run in a thread pool; one SQLite connection serves them one at a time
+        self._lock = threading.RLock()
         db = getattr(store, "_db", None)
         if isinstance(db, sqlite3.Connection):
             db.execute("PRAGMA query_only=ON")  # SQLite refuses any write on this connection
@@ -43,13 +45,21 @@ class ReadOnlyStore:
     def __getattr__(self, name: str) -> Any:
         if name not in _READS:
             raise StoreError(f"pager ui reads the store only; {name!r} is not a read")
-        return getattr(self._store, name)
+        value = getattr(self._store, name)
+        if not callable(value):
+            return value
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return value(*args, **kwargs)
+        return locked
 
     def head(self, session: str) -> int:
         """Return the head branch of a session that exists (never creating one, as ``ensure_session`` would)."""
-        if not self._store.has_session(session):
-            raise KeyError(session)
-        return int(self._store.ensure_session(session))
+        with self._lock:
+            if not self._store.has_session(session):
+                raise KeyError(session)
+            return int(self._store.ensure_session(session))
 
 
 class ReportTail:
