@@ -201,7 +201,7 @@ def test_the_store_is_opened_read_only(tmp_path):
 def test_new_calls_appear_without_a_reload(tmp_path):
     where = str(tmp_path / "ctx")
     _run(where, steps=6)
-    view = open_view(where)
+    view = open_view(where, min_interval=0)  # every poll sees the store as it is
     try:
         with TestClient(standalone(view, store_name="t")) as client:
             first = client.get("/pager/api/session?s=agent&live=1")
@@ -211,10 +211,26 @@ def test_new_calls_appear_without_a_reload(tmp_path):
             with pager.open(where, "agent") as p:
                 _h, msgs = generate_session(5, 6)
                 p.assemble({"model": "m", "messages": msgs + [{"role": "user", "content": "one more thing"}]})
-            view._at = 0.0  # past the viewer's minimum interval between two queries of a changed store
             later = client.get("/pager/api/session?s=agent&live=1", headers={"If-None-Match": tag})
             assert later.status_code == 200 and f'data-call="{n + 1}"' in later.json()["html"]
             assert len(client.get("/pager/api/session?s=agent").json()["calls"]) == n + 1
+    finally:
+        view.close()
+
+
+def test_a_changed_store_is_queried_again_only_after_the_interval(tmp_path):
+    where = str(tmp_path / "ctx")
+    _run(where, steps=6)
+    view = open_view(where, min_interval=3600)
+    try:
+        before = view.session("agent")
+        with pager.open(where, "agent") as p:
+            _h, msgs = generate_session(5, 6)
+            p.assemble({"model": "m", "messages": msgs + [{"role": "user", "content": "one more thing"}]})
+        assert view.session("agent") is before and view.sessions()[0] == before["tag"]  # within the interval
+        view.min_interval = 0
+        after = view.session("agent")
+        assert after["tag"] != before["tag"] and len(after["calls"]) == len(before["calls"]) + 1
     finally:
         view.close()
 

@@ -138,8 +138,7 @@ def page_map(pages: Sequence[Mapping[str, Any]], sq: str) -> str:
                + (" · stale" if p["stale"] else "") + (f" · heat {p['heat']:.3f}" if p["heat"] is not None else "")
                + (f" · {p['handle']}" if p["handle"] else "") + (f" · {p['path']}" if p["path"] else ""))
         cls = "blk st-" + _e(state) + (" stale" if p["stale"] else "")
-        blocks.append(f'<a href="page?{sq}&amp;id={p["page"]}" class="{cls}" style="width:{w}px" title="{_e(tip)}" '
-                      f'aria-label="{_e(tip)}"></a>')
+        blocks.append(f'<a href="page?{sq}&amp;id={p["page"]}" class="{cls}" style="width:{w}px" title="{_e(tip)}"></a>')
     legend = [(STATE_NAMES[s], STATE_COLORS[s], "sw") for s in ("l1", "full", "recalled", "stubbed", "dropped")]
     legend.append(("stale file read (striped)", "#9ca3af", "sw stale"))
     return f'<div id="map"><div class="pagemap">{"".join(blocks)}</div>{_legend(legend)}</div>'

@@ -31,11 +31,14 @@ from pager.errors import ConfigError
 from pager.ui.prompt import Mirror, heat, layout_of, slot_states
 from pager.ui.source import ReadOnlyStore, ReportTail
 
-__all__ = ["MIN_INTERVAL", "OUTPUT_PRICE", "View", "open_view"]
+__all__ = ["COST_FACTOR", "MIN_INTERVAL", "OUTPUT_PRICE", "View", "open_view"]
 
-# A changed store is queried again at most this often (seconds): however many viewers poll and however
-# fast the agents call, the viewer's share of the process stays bounded (a view lags by at most this).
+# A changed store is queried again at most every MIN_INTERVAL seconds, and at most every COST_FACTOR
+# times what the last answer took to compute: however many viewers poll, however fast the agents call
+# and however long the sessions, the viewer's share of the process stays about 1/COST_FACTOR at most
+# (rendering the answer costs about as much again). A view lags the store by that interval at most.
 MIN_INTERVAL = 1.0
+COST_FACTOR = 20.0
 OUTPUT_PRICE = 5.0  # an output token in base input tokens (pager.replay.cost.FaultCost's default)
 ASIDE_STATE = "card"  # pins, notes and handoffs: shown through the task-state card, in L1
 
@@ -44,7 +47,7 @@ class View:
     """Everything the viewer shows of one store; see the module docstring."""
 
     def __init__(self, store: Any, *, reader: str | None = None, owner: str | None = None,
-                 pricing: str = "auto", usd_per_mtok: float = 3.0) -> None:
+                 pricing: str = "auto", usd_per_mtok: float = 3.0, min_interval: float = MIN_INTERVAL) -> None:
         from pager.replay.cost import PRICING
 
         if owner and not reader:
@@ -58,8 +61,10 @@ class View:
         self.calls: dict[str, dict[int, dict[str, Any]]] = {}  # session -> call number -> assemble record
         self._lock = threading.RLock()
         self._cache: tuple[str, list[dict[str, Any]]] | None = None
+        self.min_interval = min_interval  # 0: every poll sees the store as it is (tests)
         self._at = 0.0  # when _cache was computed
-        self._sessions_cache: dict[str, tuple[str, float, dict[str, Any]]] = {}
+        self._took = 0.0  # how long it took
+        self._sessions_cache: dict[str, tuple[str, float, float, dict[str, Any]]] = {}  # tag, at, took, answer
         self._index: Any = None
         self._counter: Any = None
         self._parsed: dict[str, tuple[str | None, Any]] = {}  # session -> (options setting, Options)
@@ -128,7 +133,7 @@ class View:
         """Return the store's tag and one summary per session the viewer may see."""
         with self._lock:
             now = time.monotonic()
-            if self._cache is not None and now - self._at < MIN_INTERVAL:
+            if self._cache is not None and now - self._at < self._interval(self._took):
                 return self._cache
             tag = self.refresh()
             if self._cache is not None and self._cache[0] == tag:
@@ -136,8 +141,11 @@ class View:
                 return self._cache
             self._acls = self.store.pool_acls()
             out = [s for s in (self._summary(name) for name in self.store.sessions()) if s is not None]
-            self._cache, self._at = (tag, out), now
+            self._cache, self._at, self._took = (tag, out), now, time.monotonic() - now
             return self._cache
+
+    def _interval(self, took: float) -> float:
+        return max(self.min_interval, COST_FACTOR * took) if self.min_interval else 0.0
 
     def _summary(self, session: str) -> dict[str, Any] | None:
         own = self._own(session)
@@ -212,13 +220,16 @@ class View:
 
     def session(self, session: str) -> dict[str, Any]:
         """Return one session's summary, its calls (own sessions) and its page map (computed at most once a tag)."""
-        tag, _summaries = self.sessions()
         with self._lock:
+            now = time.monotonic()
             hit = self._sessions_cache.get(session)
+            if hit is not None and now - hit[1] < self._interval(hit[2]):
+                return hit[3]  # recomputed too recently: the viewers see the store a moment late
+            tag, _summaries = self.sessions()
             if hit is not None and hit[0] == tag:
-                return hit[2]
+                return hit[3]
             out = self._session(session)
-            self._sessions_cache[session] = (tag, time.monotonic(), out)
+            self._sessions_cache[session] = (tag, now, time.monotonic() - now, out)
             return out
 
     def _session(self, session: str) -> dict[str, Any]:
