@@ -114,6 +114,8 @@ def test_every_page_and_endpoint_on_a_real_store(made):
     assert rows["target"] == "rows" and rows["html"].count("<tr tabindex") == 2 and "all sessions" in rows["html"]
     states = {p["state"] for p in s["pages"]}
     assert "full" in states and states <= {"full", "stubbed", "recalled", "indexed", "dropped", "card"}
+    hostile = client.get("/pager/api/session", params={"s": HOSTILE}).json()
+    assert {p["state"] for p in hostile["pages"]} <= {"full", "dropped", "card"}
     assert all(p["heat"] is not None for p in s["pages"] if p["row"] is not None)
     assert page.text.count('class="blk') == len(s["pages"])
     if sqlite:
@@ -325,5 +327,25 @@ def test_under_uvicorn_many_viewers_read_while_an_agent_writes(tmp_path):
                         p.assemble({"model": "m", "messages": msgs + [{"role": "user", "content": f"more {i}"}]})
                 codes = [c for f in viewers for c in f.result()]
             assert codes and set(codes) == {200}
+    finally:
+        view.close()
+
+
+def test_a_rollover_session_is_drawn_with_its_own_layers(tmp_path):
+    where = str(tmp_path / "ctx")
+    _h, msgs = generate_session(4, 30)
+    with pager.open(where, "roll", 30_000, mode="rollover") as p:
+        for i, m in enumerate(msgs):
+            if m["role"] == "assistant" and i > 1:
+                p.assemble({"model": "m", "messages": msgs[:i]})
+    view = open_view(where)
+    try:
+        with TestClient(standalone(view, store_name="t")) as client:
+            page = client.get("/pager/session?s=roll").text
+            d = client.get("/pager/api/session?s=roll").json()
+            assert any(c["layers"].get("notices") for c in d["calls"]) and ">notices</span>" in page
+            assert {p["state"] for p in d["pages"]} == {"unknown"}  # rollover keeps no paging layout
+            call = client.get("/pager/call?s=roll&n=3")
+            assert call.status_code == 200 and "not in the report log" in call.text
     finally:
         view.close()

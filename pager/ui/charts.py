@@ -18,17 +18,17 @@ import html
 import math
 from typing import Any, Mapping, Sequence
 
-from pager.replay.html import LAYER_COLORS, LAYER_NAMES, LAYER_ORDER
+from pager.replay.html import EXTRA_LAYER_COLORS, LAYER_COLORS, LAYER_NAMES, LAYER_ORDER
 
 __all__ = ["STATE_COLORS", "STATE_NAMES", "page_map", "strip"]
 
 # a page's state takes the colour of the layer it is shown in (dropped: grey)
 STATE_COLORS = {"l1": LAYER_COLORS["l1"], "full": LAYER_COLORS["l2"], "recalled": LAYER_COLORS["l3"],
                 "stubbed": LAYER_COLORS["stubs"], "indexed": "#e5e7eb", "card": LAYER_COLORS["l1"],
-                "dropped": "#d1d5db"}
+                "dropped": "#d1d5db", "unknown": "#f3f4f6"}
 STATE_NAMES = {"l1": "L1 (pinned)", "full": "in full (L2)", "recalled": "recalled (L3)", "stubbed": "stubbed",
                "indexed": "dropped, listed in an index line", "card": "in the card (pin, note, handoff)",
-               "dropped": "dropped"}
+               "dropped": "dropped", "unknown": "not in a layout (rollover mode, or no call yet)"}
 ROUND = "#d97706"
 REWRITE = "#dc2626"
 BAR, GAP, HEIGHT, TOP, BOTTOM, LEFT = 10, 3, 190, 16, 22, 50
@@ -45,7 +45,8 @@ def _k(v: float) -> str:
 def _tip(c: Mapping[str, Any]) -> str:
     layers = c["layers"]
     parts = [f"call {c['call']}: {c['tokens']:,} of {c['budget']:,} tokens"]
-    parts += [f"{LAYER_NAMES.get(k, k)} {layers.get(k, 0):,}" for k in LAYER_ORDER if k in layers]
+    parts += [f"{LAYER_NAMES.get(k, k)} {layers.get(k, 0):,}" for k in [*LAYER_ORDER, *sorted(layers)]
+              if k in layers and (k in LAYER_ORDER or layers[k])]
     parts.append(f"kept {c['kept']}, stubbed {c['stubbed']}, dropped {c['dropped']}, recalled {c['recalled']}")
     parts.append(f"round ({c['reason']})" if c["round"] else "no round")
     parts.append("prefix kept" if c["prefix_kept"] else f"prefix rewritten from message {c['changed_from']}")
@@ -66,6 +67,9 @@ def strip(calls: Sequence[Mapping[str, Any]], window: int, sq: str) -> str:
     top = max(max(c["tokens"], c["high"]) for c in calls) * 1.08
     lines = [("high watermark", "high", "#111827", "5 3"), ("low watermark", "low", "#6b7280", "2 3"),
              ("budget", "budget", REWRITE, "")]
+    # layers beyond the five (rollover's handoff and notices): the bench report's extra colours, in order
+    extra = sorted({k for c in calls for k, v in c["layers"].items() if v and k not in LAYER_ORDER})
+    fill = {**LAYER_COLORS, **{k: EXTRA_LAYER_COLORS[i % len(EXTRA_LAYER_COLORS)] for i, k in enumerate(extra)}}
     width = LEFT + len(calls) * (BAR + GAP) + 8
     plot = HEIGHT - TOP - BOTTOM
 
@@ -84,13 +88,12 @@ def strip(calls: Sequence[Mapping[str, Any]], window: int, sq: str) -> str:
         x = LEFT + i * (BAR + GAP)
         base = 0
         rects = []
-        for k in [*LAYER_ORDER, *sorted(set(c["layers"]) - set(LAYER_ORDER))]:
+        for k in [*LAYER_ORDER, *extra]:
             n = c["layers"].get(k, 0)
             if n <= 0:
                 continue
-            color = LAYER_COLORS.get(k, "#9ca3af")
             rects.append(f'<rect x="{x}" y="{y(base + n):.1f}" width="{BAR}" height="{y(base) - y(base + n):.1f}" '
-                         f'fill="{color}"/>')
+                         f'fill="{fill[k]}"/>')
             base += n
         marks = ""
         if c["round"]:
@@ -115,7 +118,7 @@ def strip(calls: Sequence[Mapping[str, Any]], window: int, sq: str) -> str:
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{HEIGHT}" '
            f'viewBox="0 0 {width} {HEIGHT}" role="group" aria-label="tokens per layer per call">'
            f'{"".join(body)}</svg>')
-    legend = [(LAYER_NAMES[k], LAYER_COLORS[k], "sw") for k in LAYER_ORDER]
+    legend = [(LAYER_NAMES.get(k, k), fill[k], "sw") for k in [*LAYER_ORDER, *extra]]
     legend += [("high / low watermark", "#111827", "sw dash"), ("budget", REWRITE, "sw line"),
                ("demotion round", ROUND, "sw tri"), ("prefix rewritten", REWRITE, "sw low")]
     note = f'<p class="note">Above the scale: {_e(", ".join(off))}.</p>' if off else ""

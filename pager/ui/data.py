@@ -250,7 +250,7 @@ class View:
         except ConfigError:
             heats = [0.0] * len(records)
         pinned = next((i + 1 for i, r in enumerate(records) if r.role == "user"), 0)  # History.pinned_count
-        pages = [_page_row(r, i, states.get(r.id, "dropped"), heats[i] if i < len(heats) else 0.0)
+        pages = [_page_row(r, i, states.get(r.id, "dropped") if slots else "unknown", heats[i] if i < len(heats) else 0.0)
                  for i, r in enumerate(records) if own or self._visible(r)]
         for p in pages:
             if p["state"] == "full" and p["row"] is not None and p["row"] < pinned:
