@@ -6,8 +6,8 @@ A synthetic agent session (``pager.synth``) is replayed through the proxy
 step by step, once with no viewer and once with viewers open: threads that
 poll, as the page's script does, the sessions list and the page of the very
 session being written (the costliest page: it changes on every call), with
-``If-None-Match``. Phases alternate (off, on, off, on) on fresh sessions of
-one store, so drift shows. Reports, in milliseconds, the per-request latency
+``If-None-Match``. Phases alternate (off, on, off, on, ...: ``--rounds``) on
+fresh sessions of one store, so drift shows. Reports, in milliseconds, the per-request latency
 of the proxied calls in each phase (p50, p90), and what one poll costs when
 nothing changed (304) and when something did (200).
 """
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=80, help="steps of the synthetic session per phase (default 80)")
     ap.add_argument("--viewers", type=int, default=2, help="open viewers in the 'on' phases (default 2)")
+    ap.add_argument("--rounds", type=int, default=3, help="off/on pairs of phases (default 3)")
     ap.add_argument("--interval", type=float, default=2.0, help="seconds between a viewer's polls (default 2, "
                     "as the page polls)")
     args = ap.parse_args(argv)
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = ProxyConfig(store=str(Path(tmp) / "store"), upstream_openai=up,
                           options={"context_window": 64_000, "high_watermark": 14_000, "low_watermark": 5_000})
         with ServerThread(create_app(cfg)) as proxy, httpx.Client(timeout=60) as client:
-            for phase in ("off-1", "on-1", "off-2", "on-2"):
+            for phase in [f"{w}-{k}" for k in range(1, args.rounds + 1) for w in ("off", "on")]:
                 session = f"bench-{phase}"
                 pollers = [Poller(proxy, session, args.interval) for _ in range(args.viewers if "on" in phase else 0)]
                 lat = []
@@ -101,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{phase:<6} {len(lat) - 1} proxied calls: p50 {_pct(lat[1:], 0.5):6.2f} ms  "
                       f"p90 {_pct(lat[1:], 0.9):6.2f} ms  mean {statistics.mean(lat[1:]):6.2f} ms  "
                       f"({len(pollers)} viewers)", flush=True)
-    off = results["off-1"] + results["off-2"]
-    on = results["on-1"] + results["on-2"]
+    off = [x for k, xs in results.items() if k.startswith("off") for x in xs]
+    on = [x for k, xs in results.items() if k.startswith("on") for x in xs]
     print(f"\nviewer off: p50 {_pct(off, 0.5):.2f} ms, p90 {_pct(off, 0.9):.2f} ms")
     print(f"viewer on ({args.viewers} polling every {args.interval:g} s): p50 {_pct(on, 0.5):.2f} ms, "
           f"p90 {_pct(on, 0.9):.2f} ms; difference of medians {_pct(on, 0.5) - _pct(off, 0.5):+.2f} ms")

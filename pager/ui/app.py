@@ -130,7 +130,8 @@ def create_app(view: View, *, store_name: str) -> Starlette:
     def session_api(request: Request) -> Response:
         name = _session(request)
         d = view.session(name)
-        return live(request, "s:" + name, d["tag"], lambda: d, lambda: ("live-part", pages.session_live(d, name)))
+        data = lambda: {**d, "calls": [{k: v for k, v in c.items() if k != "tip"} for c in d["calls"]]}  # noqa: E731
+        return live(request, "s:" + name, d["tag"], data, lambda: ("live-part", pages.session_live(d, name)))
 
     def call_html(request: Request) -> Response:
         name, n = _session(request), _int(request, "n")

@@ -19,8 +19,9 @@ import math
 from typing import Any, Mapping, Sequence
 
 from pager.replay.html import EXTRA_LAYER_COLORS, LAYER_COLORS, LAYER_NAMES, LAYER_ORDER
+from pager.ui.source import polite
 
-__all__ = ["STATE_COLORS", "STATE_NAMES", "page_map", "strip"]
+__all__ = ["STATE_COLORS", "STATE_NAMES", "page_map", "strip", "tip_of"]
 
 # a page's state takes the colour of the layer it is shown in (dropped: grey)
 STATE_COLORS = {"l1": LAYER_COLORS["l1"], "full": LAYER_COLORS["l2"], "recalled": LAYER_COLORS["l3"],
@@ -40,6 +41,11 @@ def _e(text: Any) -> str:
 
 def _k(v: float) -> str:
     return f"{v / 1000:.0f}k" if v >= 10_000 else f"{v / 1000:.1f}k" if v >= 1000 else f"{v:.0f}"
+
+
+def tip_of(c: Mapping[str, Any]) -> str:
+    """Return a call's bar tooltip, escaped (``View`` keeps it: a recorded call's figures do not change)."""
+    return _e(_tip(c))
 
 
 def _tip(c: Mapping[str, Any]) -> str:
@@ -84,7 +90,7 @@ def strip(calls: Sequence[Mapping[str, Any]], window: int, sq: str) -> str:
         body.append(f'<line x1="{LEFT}" x2="{width}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eef0f3"/>'
                     f'<text x="{LEFT - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{_k(v)}</text>')
         v += step
-    for i, c in enumerate(calls):
+    for i, c in polite(enumerate(calls)):
         x = LEFT + i * (BAR + GAP)
         base = 0
         rects = []
@@ -100,8 +106,9 @@ def strip(calls: Sequence[Mapping[str, Any]], window: int, sq: str) -> str:
             marks += (f'<path d="M{x},{TOP - 11} h{BAR} l-{BAR / 2},7 z" fill="{ROUND}" class="round"/>')
         if not c["prefix_kept"]:
             marks += f'<rect x="{x}" y="{HEIGHT - BOTTOM + 3}" width="{BAR}" height="4" fill="{REWRITE}" class="rewrite"/>'
+        tip = c.get("tip") or tip_of(c)
         body.append(f'<a href="call?{sq}&amp;n={c["call"]}" class="bar" data-call="{c["call"]}" aria-label="call {c["call"]}">'
-                    f'<title>{_e(_tip(c))}</title><rect class="hit" x="{x - 1}" y="{TOP - 12}" width="{BAR + 2}" '
+                    f'<title>{tip}</title><rect class="hit" x="{x - 1}" y="{TOP - 12}" width="{BAR + 2}" '
                     f'height="{plot + 24}" fill="transparent"/>{"".join(rects)}{marks}</a>')
     for name, key, color, dash in lines:
         pts = [(LEFT + i * (BAR + GAP), c[key]) for i, c in enumerate(calls) if c[key] <= top]
@@ -134,7 +141,7 @@ def _legend(items: Sequence[tuple[str, str, str]]) -> str:
 def page_map(pages: Sequence[Mapping[str, Any]], sq: str) -> str:
     """Return the page map: one block per page, history order, coloured by state."""
     blocks = []
-    for p in pages:
+    for p in polite(pages, 64):
         w = max(6, min(64, round(math.sqrt(max(p["tokens"], 1)) * 1.3)))
         state = p["layer"] if p.get("layer") else p["state"]
         tip = (f"page {p['page']} · {p['kind']} · {p['tokens']:,} tokens · {STATE_NAMES.get(state, state)}"

@@ -28,8 +28,9 @@ import orjson
 from pager.core.messages import message_text
 from pager.core.pools import Reader, audiences, can_read
 from pager.errors import ConfigError
+from pager.ui.charts import tip_of
 from pager.ui.prompt import Mirror, heat, layout_of, slot_states
-from pager.ui.source import ReadOnlyStore, ReportTail
+from pager.ui.source import ReadOnlyStore, ReportTail, polite
 
 __all__ = ["COST_FACTOR", "MIN_INTERVAL", "OUTPUT_PRICE", "View", "open_view"]
 
@@ -37,7 +38,7 @@ __all__ = ["COST_FACTOR", "MIN_INTERVAL", "OUTPUT_PRICE", "View", "open_view"]
 # times what the last answer took to compute: however many viewers poll, however fast the agents call
 # and however long the sessions, the viewer's share of the process stays about 1/COST_FACTOR at most
 # (rendering the answer costs about as much again). A view lags the store by that interval at most.
-MIN_INTERVAL = 1.0
+MIN_INTERVAL = 2.0
 COST_FACTOR = 20.0
 OUTPUT_PRICE = 5.0  # an output token in base input tokens (pager.replay.cost.FaultCost's default)
 ASIDE_STATE = "card"  # pins, notes and handoffs: shown through the task-state card, in L1
@@ -140,7 +141,7 @@ class View:
                 self._at = now
                 return self._cache
             self._acls = self.store.pool_acls()
-            out = [s for s in (self._summary(name) for name in self.store.sessions()) if s is not None]
+            out = [s for s in (self._summary(name) for name in polite(self.store.sessions(), 1)) if s is not None]
             self._cache, self._at, self._took = (tag, out), now, time.monotonic() - now
             return self._cache
 
@@ -184,7 +185,7 @@ class View:
         total = {"pricing": name, "calls_with_usage": 0, "cost": 0.0, "full": 0.0, "cached": 0, "uncached": 0,
                  "cache_write": 0, "output": 0, "usd_per_mtok": self.usd_per_mtok}
         prev_request = 0
-        for c in calls:
+        for c in polite(calls):
             request = cum[min(int(c.get("messages_in", 0)), len(recs))] + int(c["layers"].get("tools", 0))
             u = c.get("usage")
             if u and u["prompt_tokens"]:
@@ -251,14 +252,14 @@ class View:
             heats = [0.0] * len(records)
         pinned = next((i + 1 for i, r in enumerate(records) if r.role == "user"), 0)  # History.pinned_count
         pages = [_page_row(r, i, states.get(r.id, "dropped") if slots else "unknown", heats[i] if i < len(heats) else 0.0)
-                 for i, r in enumerate(records) if own or self._visible(r)]
+                 for i, r in polite(enumerate(records)) if own or self._visible(r)]
         for p in pages:
             if p["state"] == "full" and p["row"] is not None and p["row"] < pinned:
                 p["layer"] = "l1"
         aside = self.store.load_pages(self.store.aside_pages(session))
         pages += [_page_row(r, None, ASIDE_STATE, None) for r in aside if own or self._visible(r)]
         calls = []
-        for n, c in sorted(self.calls.get(session, {}).items()) if own else ():
+        for n, c in polite(sorted(self.calls.get(session, {}).items())) if own else ():
             if "tokens" not in c:
                 continue
             layers = {k: int(v) for k, v in (c.get("layers") or {}).items()}
@@ -274,6 +275,10 @@ class View:
                 "messages_in": c.get("messages_in"), "messages_out": c.get("messages_out"),
                 "layout": "layout" in c,
             })
+            key = (n, c.get("usage") is not None)
+            if c.get("_tip", (None,))[0] != key:  # kept on the record: its figures do not change once complete
+                c["_tip"] = (key, tip_of(calls[-1]))  # type: ignore[index]
+            calls[-1]["tip"] = c["_tip"][1]
         latest = int(state.get("calls", 0)) if own and slots else None
         return {"tag": tag, "summary": summary, "calls": calls, "latest": latest, "pages": pages, "window": o.context_window,
                 "high_watermark": o.high_watermark, "low_watermark": o.low_watermark,

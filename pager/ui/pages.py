@@ -10,12 +10,14 @@ full pages use.
 
 from __future__ import annotations
 
+import functools
 import html
 import time
 from typing import Any, Mapping, Sequence
 from urllib.parse import quote
 
 from pager.ui.charts import STATE_NAMES, page_map, strip
+from pager.ui.source import polite
 
 __all__ = ["call_page", "page_page", "search_page", "session_live", "session_page", "sessions_page",
            "sessions_rows", "shell"]
@@ -25,6 +27,7 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
+@functools.lru_cache(maxsize=1024)
 def sq(session: str) -> str:
     """Return the query string naming ``session`` (any name: quoted)."""
     return "s=" + quote(session, safe="")
@@ -147,7 +150,7 @@ def session_live(d: Mapping[str, Any], session: str) -> str:
     """Return the parts of a session page that change with new calls (what its polling replaces)."""
     pages = d["pages"]
     rows = []
-    for p in pages:
+    for p in polite(pages):
         state = p.get("layer") or p["state"]
         heat = "–" if p["heat"] is None else f"{p['heat']:.3f}"
         rows.append(

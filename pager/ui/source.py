@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,22 @@ import orjson
 from pager.errors import StoreError
 from pager.report import ReportLog
 
-__all__ = ["ReadOnlyStore", "ReportTail"]
+__all__ = ["ReadOnlyStore", "ReportTail", "polite"]
+
+
+def polite(items: Any, every: int = 32) -> Any:
+    """Yield ``items``, handing the interpreter to other threads every ``every`` items.
+
+    The viewer shares a process with the proxy: a thread computing a page
+    map holds the GIL until Python's switch interval (5 ms) takes it away,
+    and every model call whose thread comes back from a database read waits
+    that long. Giving it up every few dozen rows keeps that wait well under
+    a millisecond.
+    """
+    for i, item in enumerate(items):
+        if i and not i % every:
+            time.sleep(0)
+        yield item
 
 # the Store protocol's methods that only read (pager.storage.base.Store)
 _READS = frozenset(
