@@ -3,8 +3,8 @@
 A canned model server (tests/proxy_upstream.py) and ``pager proxy`` run on
 127.0.0.1 under uvicorn, with the viewer mounted at ``/pager/`` as always.
 A synthetic agent session (``pager.synth``) is replayed through the proxy
-step by step, once with no viewer and once with viewers open: threads that
-poll, as the page's script does, the sessions list and the page of the very
+step by step, once with no viewer and once with viewers open: processes that
+poll (as a browser's would be), as the page's script does, the sessions list and the page of the very
 session being written (the costliest page: it changes on every call), with
 ``If-None-Match``. Phases alternate (off, on, off, on, ...: ``--rounds``) on
 fresh sessions of one store, so drift shows. Reports, in milliseconds, the per-request latency
@@ -15,10 +15,10 @@ nothing changed (304) and when something did (200).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,25 +40,39 @@ def _pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
+def _poll(base: str, session: str, interval: float, stop: Any, out: Any) -> None:
+    """One open viewer, in a process of its own as a browser is: poll as the page's script does."""
+    tags: dict[str, str] = {}
+    times: dict[int, list[float]] = {}
+    out.put("ready")  # imported and started: the phase's timing may begin
+    with httpx.Client(timeout=30) as c:
+        while not stop.wait(interval):
+            for url in ("/pager/api/sessions?live=1", f"/pager/api/session?s={session}&live=1"):
+                t0 = time.perf_counter()
+                r = c.get(base + url, headers={"If-None-Match": tags.get(url, "")})
+                times.setdefault(r.status_code, []).append((time.perf_counter() - t0) * 1000)
+                if r.status_code == 200:
+                    tags[url] = r.headers.get("etag", "")
+    out.put(times)
+
+
 class Poller:
-    """One open viewer: polls the sessions list and one session's page every ``interval`` seconds."""
+    """A viewer process polling the sessions list and one session's page every ``interval`` seconds."""
 
     def __init__(self, base: str, session: str, interval: float) -> None:
-        self.base, self.session, self.interval = base, session, interval
-        self.stop = threading.Event()
-        self.times: dict[int, list[float]] = {200: [], 304: []}
-        self.thread = threading.Thread(target=self.run, daemon=True)
+        ctx = multiprocessing.get_context("spawn")
+        self.stop, self.out = ctx.Event(), ctx.Queue()
+        self.proc = ctx.Process(target=_poll, args=(base, session, interval, self.stop, self.out), daemon=True)
+        self.times: dict[int, list[float]] = {}
 
-    def run(self) -> None:
-        tags: dict[str, str] = {}
-        with httpx.Client(timeout=30) as c:
-            while not self.stop.wait(self.interval):
-                for url in ("/pager/api/sessions", f"/pager/api/session?s={self.session}"):
-                    t0 = time.perf_counter()
-                    r = c.get(self.base + url, headers={"If-None-Match": tags.get(url, "")})
-                    self.times.setdefault(r.status_code, []).append((time.perf_counter() - t0) * 1000)
-                    if r.status_code == 200:
-                        tags[url] = r.headers.get("etag", "")
+    def start(self) -> None:
+        self.proc.start()
+        assert self.out.get(timeout=120) == "ready"
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.times = self.out.get(timeout=60)
+        self.proc.join(30)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,24 +95,21 @@ def main(argv: list[str] | None = None) -> int:
             for phase in [f"{w}-{k}" for k in range(1, args.rounds + 1) for w in ("off", "on")]:
                 session = f"bench-{phase}"
                 pollers = [Poller(proxy, session, args.interval) for _ in range(args.viewers if "on" in phase else 0)]
+                for p in pollers:  # started (and their imports done) before the phase is timed
+                    p.start()
                 lat = []
-                # the first call creates the session (and, the very first time, the store the viewer opens)
-                for k, history in enumerate(steps):
+                for history in steps:
                     body = orjson.dumps({"model": "echo", "messages": history})
                     t0 = time.perf_counter()
                     r = client.post(proxy + "/v1/chat/completions", content=body,
                                     headers={**HEADERS, "x-pager-session": session})
                     lat.append((time.perf_counter() - t0) * 1000)
                     r.raise_for_status()
-                    if k == 0:
-                        for p in pollers:
-                            p.thread.start()
                 for p in pollers:
-                    p.stop.set()
-                    p.thread.join()
+                    p.finish()
                     for code, xs in p.times.items():
                         polls.setdefault(code, []).extend(xs)
-                results[phase] = lat[1:]
+                results[phase] = lat[1:]  # the first call creates the session (and the store, the first time)
                 print(f"{phase:<6} {len(lat) - 1} proxied calls: p50 {_pct(lat[1:], 0.5):6.2f} ms  "
                       f"p90 {_pct(lat[1:], 0.9):6.2f} ms  mean {statistics.mean(lat[1:]):6.2f} ms  "
                       f"({len(pollers)} viewers)", flush=True)
