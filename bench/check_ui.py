@@ -151,7 +151,13 @@ def demo_store(where: str) -> dict[str, Any]:
                        if "hostile" in str(store.message(r.id)[1].get("content")))
     finally:
         store.close()
-    return {"session": "fix-parser-bug", "call": 12, "hostile": ("review-notes", hostile), "query": "parse_config"}
+    # the call to show: the last one that ran a demotion round, where the request and the prompt differ most
+    from pager.report import ReportLog
+
+    rounds = [r["call"] for r in ReportLog(where).read()
+              if r.get("type") == "assemble" and r["session"] == "fix-parser-bug" and r.get("round")]
+    return {"session": "fix-parser-bug", "call": rounds[-1] if rounds else 12, "hostile": ("review-notes", hostile),
+            "query": "parse_config"}
 
 
 def urls(visit: dict[str, Any]) -> dict[str, str]:

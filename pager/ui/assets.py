@@ -75,9 +75,9 @@ border-top:8px solid var(--c);background:none;border-radius:0}
 .blk:hover{outline:2px solid #111827}
 .badge{display:inline-block;font-size:11px;padding:0 7px;border-radius:9px;background:var(--c,#e5e7eb);
 color:#111827;white-space:nowrap}
-.badge.st-l1,.badge.st-card,.badge.st-full,.badge.slot-full,.badge.slot-card{color:#fff}
+.badge.st-l1,.badge.st-card,.badge.st-full,.badge.slot-full,.badge.slot-card,.badge.slot-l1{color:#fff}
 .badge-stale{font-size:11px;padding:0 6px;border-radius:9px;background:#fde68a}
-.slot-full{--c:#7c3aed}.slot-stub{--c:#ddd6fe}.slot-card{--c:#3b0764}.slot-recall{--c:#c084fc}.slot-index{--c:#e5e7eb}
+.slot-l1{--c:#3b0764}.slot-full{--c:#7c3aed}.slot-stub{--c:#ddd6fe}.slot-card{--c:#3b0764}.slot-recall{--c:#c084fc}.slot-index{--c:#e5e7eb}
 .cols{display:grid;grid-template-columns:1fr 1fr;gap:16px}
 .cols section{min-width:0}
 ol.msgs{list-style:none;margin:0;padding:0}

@@ -339,7 +339,9 @@ class View:
         scheduler = PagingScheduler(o, self._counter, get_policy(o.policy, **dict(o.policy_params)))
         rendered = mirror.render(scheduler, slots, card)
         marks = slots if len(slots) == len(rendered) else [None] * len(rendered)
-        out["prompt"] = [{"role": m.get("role"), "text": message_text(m), "slot": s[0] if s else None,
+        l1 = set(mirror.ids[:pinned])
+        out["prompt"] = [{"role": m.get("role"), "text": message_text(m),
+                          "slot": ("l1" if s[0] == "full" and int(s[1]) in l1 else s[0]) if s else None,
                           "page": int(s[1]) if s and s[0] in ("full", "stub") else None,
                           "pages": [int(p) for p in s[2]] if s else [], "tokens": int(s[3]) if s else None}
                          for m, s in zip(rendered, marks)]

@@ -196,7 +196,7 @@ def session_page(d: Mapping[str, Any], session: str) -> str:
 
 # -- one call, one page, search -------------------------------------------------------------
 
-SLOT_NAMES = {"full": "in full", "stub": "stub", "card": "task-state card", "recall": "recalled pages",
+SLOT_NAMES = {"l1": "L1 (pinned)", "full": "in full", "stub": "stub", "card": "task-state card", "recall": "recalled pages",
               "index": "index of dropped pages"}
 
 
