@@ -168,10 +168,11 @@ def urls(visit: dict[str, Any]) -> dict[str, str]:
             "hostile-session": f"/pager/session?s={quote(hs, safe='')}"}
 
 
-def probing(app: Any) -> Any:
-    """Wrap an ASGI app: serve the probe at /__probe.js and name it first in every HTML page's <head>."""
+def probing(app: Any, probe: bool = True) -> Any:
+    """Wrap an ASGI app: serve /__frame (a page at a given width) and, with ``probe``, the probe at
+    /__probe.js, named first in every HTML page's <head>."""
     async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (not probe and scope["path"] != "/__frame"):
             return await app(scope, receive, send)
         if scope["path"] == "/__probe.js":
             body = PROBE_JS.encode()
@@ -223,7 +224,9 @@ EXPECT = {  # what each page must show: (probe field, at least)
 }
 
 
-def check(base: str, visit: dict[str, Any], chromium: str, tmp: str, shots: Path | None) -> list[str]:
+def check(base: str, visit: dict[str, Any], chromium: str, tmp: str, shots: Path | None,
+          plain: str | None = None) -> list[str]:
+    """Load every page at every width through ``base`` (the probing server); screenshots through ``plain``."""
     problems = []
     for name, path in urls(visit).items():
         for label, width in WIDTHS.items():
@@ -259,7 +262,7 @@ def check(base: str, visit: dict[str, Any], chromium: str, tmp: str, shots: Path
                 out = shots / f"ui-{name}-{label}.png"
                 _chromium(chromium, os.path.join(tmp, f"s-{name}-{label}"), width, "--virtual-time-budget=4000",
                           f"--screenshot={out}", f"--window-size={width if width >= 500 else 500},{1000}",
-                          frame if width < 500 else base + path)
+                          f"{plain}/__frame?w={width}&src={quote(path, safe='')}" if width < 500 else plain + path)
                 print(f"wrote {out}" if out.exists() else f"no screenshot {out}")
     return problems
 
@@ -292,8 +295,10 @@ def main(argv: list[str] | None = None) -> int:
             shots.mkdir(parents=True, exist_ok=True)
         view = open_view(where)
         try:
-            with ServerThread(probing(standalone(view, store_name="demo store" if not args.store else where))) as base:
-                problems = check(base, visit, chromium, tmp, shots)
+            app = standalone(view, store_name="demo store" if not args.store else where)
+            # the screenshots come from the app as served, without the probe (which selects a page)
+            with ServerThread(probing(app)) as base, ServerThread(probing(app, probe=False)) as plain:
+                problems = check(base, visit, chromium, tmp, shots, plain)
         finally:
             view.close()
     for p in problems:
