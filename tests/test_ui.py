@@ -276,6 +276,15 @@ def test_the_acl_view_shows_what_recall_may(tmp_path):
                     texts = [view.page(f"w{n}", p["page"])["text"] for p in d["pages"]]
                     assert any(secret(n) in t for t in texts) == want
                     assert (d["calls"] == []) or f"w{n}" == reader[0]
+            # over HTTP too: a page the reader may not read is not found, whoever asks for it by id
+            hidden = [(f"w{n}", r.id) for n, _who, want in cases([reader]) if not want
+                      for r in view.store.load_pages(view.store.branch_page_ids(view.store.head(f"w{n}")))]
+            with TestClient(standalone(view, store_name="t")) as client:
+                for session, pid in hidden:
+                    assert client.get("/pager/api/page", params={"s": session, "id": pid}).status_code == 404
+                    assert client.get("/pager/page", params={"s": session, "id": pid}).status_code == 404
+                if hidden:
+                    assert client.get("/pager/api/call", params={"s": hidden[0][0], "n": 1}).status_code == 404
         finally:
             view.close()
 
