@@ -33,7 +33,7 @@ from pager.errors import HandleError, InputError, ToolError
 from pager.options import Options, load_config
 from pager.formats.base import WireFormat, detect, get_format
 from pager.recording import Recorder, record_aside
-from pager.report import Report, ReportLog
+from pager.report import Report, ReportLog, layout_delta
 from pager.schedulers.base import ScheduleResult
 from pager.schedulers.window import handoff_from_events, task_state
 from pager.session import Session, open_store
@@ -233,7 +233,21 @@ class Pager(Sharing, Session):
             elapsed_ms=round(elapsed, 3), mode=self.options.mode, notices=result.notices, behind=behind,
         )
         self.last_report = report
-        self.reports.append({"type": "assemble", **report.to_dict()})
+        if not self.reports.enabled:
+            return
+        record: dict[str, Any] = {"type": "assemble", **report.to_dict(), "time": round(time.time(), 3)}
+        layout = (result.state or {}).get("layout") if self._rollover is None else None
+        if layout:
+            # the layout as a change against this writer's previous one (a few slots between rounds):
+            # what `pager ui` rebuilds each call's prompt from; the card only when it changed
+            base = getattr(self, "_report_layout", None)
+            start, tail = layout_delta(base[1] if base else None, layout["slots"])
+            delta: dict[str, Any] = {"base": base[0] if base and start else None, "from": start, "slots": tail}
+            if not start or base is None or base[2] != layout.get("card", ""):
+                delta["card"] = layout.get("card", "")
+            record["layout"] = delta
+            self._report_layout = (self._calls, layout["slots"], layout.get("card", ""))
+        self.reports.append(record)
 
     # -- usage --------------------------------------------------------------------------
 
@@ -248,7 +262,8 @@ class Pager(Sharing, Session):
             self._check_open()
             fmt = get_format(format or "openai-chat")
             figures = fmt.parse_usage(response).to_dict()
-            self.reports.append({"type": "usage", "session": self.session, "call": self._calls, **figures})
+            self.reports.append({"type": "usage", "session": self.session, "call": self._calls, **figures,
+                                 "time": round(time.time(), 3)})
             return figures
 
     # -- pins, notes, handles -------------------------------------------------------------

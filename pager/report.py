@@ -13,7 +13,7 @@ import orjson
 
 from pager.stateio import open_private
 
-__all__ = ["Report", "ReportLog"]
+__all__ = ["Report", "ReportLog", "layout_delta"]
 
 
 @attrs.frozen(slots=True)
@@ -63,6 +63,24 @@ class Report:
 
 
 log = logging.getLogger("pager.report")
+
+
+def layout_delta(prev: list[Any] | None, slots: list[Any]) -> tuple[int, list[Any]]:
+    """Return where ``slots`` first differ from ``prev`` and the slots from there on.
+
+    What a report keeps of its prompt's layout (``pager ui`` rebuilds each
+    call's prompt from it): between demotion rounds a layout only grows at its
+    tail, so the part kept per call is a few slots; a round keeps the whole
+    layout. ``prev`` is the layout of an earlier call of the same writer.
+    """
+    if prev is None:
+        return 0, slots
+    m = min(len(prev), len(slots))
+    # the common case first, at C speed: everything but the last few slots unchanged
+    j = max(0, m - 8) if slots[: max(0, m - 8)] == prev[: max(0, m - 8)] else 0
+    while j < m and slots[j] == prev[j]:
+        j += 1
+    return j, slots[j:]
 
 
 class ReportLog:

@@ -254,7 +254,7 @@ def run_doc(path: Path, work: Path, capsys: pytest.CaptureFixture[str]) -> list[
         elif lang in SHELL:
             for words in shell_commands(lang, code):
                 argv = pager_argv(words)
-                if argv is None or argv[:1] in (["proxy"], ["mcp"]):
+                if argv is None or argv[:1] in (["proxy"], ["mcp"], ["ui"]):
                     # servers run until stopped: tests/test_integrations_doc.py starts them as
                     # subprocesses and runs the recipes against them
                     not_run.append(shlex.join(words))

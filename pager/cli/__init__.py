@@ -18,7 +18,7 @@ from pager.errors import PagerError
 __all__ = ["main"]
 
 # Order is the order ``pager --help`` lists them in.
-SUBCOMMANDS = ("replay", "bench", "tune", "inspect", "pool", "reindex", "state", "proxy", "mcp")
+SUBCOMMANDS = ("replay", "bench", "tune", "inspect", "pool", "reindex", "state", "proxy", "ui", "mcp")
 
 
 def version() -> str:

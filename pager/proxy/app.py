@@ -40,7 +40,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
@@ -116,6 +116,7 @@ class _Proxy:
         self.config = config
         self.client: httpx.AsyncClient | None = None
         self.pool = SessionPool(config.store, config.options, config.max_open_sessions)
+        self.viewer: Any = None
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -129,6 +130,7 @@ class _Proxy:
             # uvicorn calls this after in-flight requests finished (graceful shutdown)
             await self.client.aclose()
             await self.pool.aclose()
+            self.viewer.close()
 
     # -- model calls ----------------------------------------------------------------------
 
@@ -395,6 +397,10 @@ def create_app(config: ProxyConfig) -> Starlette:
     routes.insert(0, Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]))
     routes.append(Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "DELETE"]))
     routes.append(Route("/", _root, methods=["GET", "HEAD"]))  # clients probe it before their first call
+    from pager.ui.app import Mounted
+
+    proxy.viewer = Mounted(config.store)  # `pager ui`'s read-only pages at /pager/, for loopback clients
+    routes.append(Mount("/pager", app=proxy.viewer))
     app = Starlette(routes=routes, lifespan=proxy.lifespan)
     app.state.proxy = proxy
     return app
