@@ -80,14 +80,35 @@ def _pager(pager_src: Path, *args: str, timeout: float = 120) -> str:
     return out.stdout
 
 
-def store_view(store: Path, pager_src: Path) -> dict[str, Any]:
-    """Sessions of a proxy store: branches, page kinds, file paths, the bed tags in each, call reasons."""
+def _system_snippet(run: RunResult) -> str:
+    """A piece of the client's own system prompt (its longest string there), to tell its sessions from side ones."""
+    m = _main(run.records)
+    if not m:
+        return ""
+    body = m[0]["body"]
+    parts = list(_texts(body.get("system"))) + list(_texts(body.get("instructions")))
+    for item in body.get("messages") or body.get("input") or []:
+        if isinstance(item, dict) and item.get("role") in ("system", "developer"):
+            parts += list(_texts(item.get("content")))
+    longest = max(parts, key=len, default="")
+    return longest[len(longest) // 2: len(longest) // 2 + 120]
+
+
+def store_view(store: Path, pager_src: Path, snippet: str = "") -> dict[str, Any]:
+    """Sessions of a proxy store: branches, page kinds, file paths, the bed tags in each, call reasons.
+
+    ``main`` says whether the session's history holds the client's own system prompt (``snippet``): a
+    session without it holds side requests only (a title, a summary).
+    """
     summary = json.loads(_pager(pager_src, "inspect", str(store), "--json"))
     tags: dict[str, set[str]] = {}
+    main: dict[str, bool] = {}
     for line in _pager(pager_src, "inspect", str(store), "--format", "openai-chat").splitlines():
         if line.strip():
             d = json.loads(line)
-            tags[d["session"]] = set(_TAG.findall(json.dumps(d["request"])))
+            text = "\n".join(_texts(d["request"]))
+            tags[d["session"]] = set(_TAG.findall(text))
+            main[d["session"]] = bool(snippet) and snippet in text
     reasons: dict[str, Counter[str]] = {}
     rep = store / "reports.jsonl"
     for line in rep.read_text().splitlines() if rep.exists() else ():
@@ -98,11 +119,20 @@ def store_view(store: Path, pager_src: Path) -> dict[str, Any]:
     for s in summary:
         name = s["session"]
         out[name] = {
+            "main": main.get(name, False),
             "branches": s.get("branches"), "pages": s.get("pages"), "pages_by_kind": s.get("pages_by_kind"),
             "file_paths": sorted({r["path"] for r in s.get("rows", []) if r.get("kind") == "file" and r.get("path")}),
             "tags": sorted(tags.get(name, ())), "reasons": dict(reasons.get(name, {})),
         }
     return out
+
+
+_MS = re.compile(r"session=(\S+) status=(\d+) .*?ms=([\d.]+)")
+
+
+def proxy_timings(log: str) -> list[tuple[str, float]]:
+    """(session, ms) of each request in the proxy's log, in the order they ended."""
+    return [(m.group(1), float(m.group(3))) for m in _MS.finditer(log)]
 
 
 def _texts(value: Any) -> Iterable[str]:
@@ -180,12 +210,13 @@ def compare(direct: RunResult, proxy: RunResult, pager_src: Path) -> dict[str, A
         "counts": {k: {"direct": len(a), "proxy": len(b)} for k, (a, b) in seq.items()},
         "first_difference": {k: _first_diff(a, b) for k, (a, b) in seq.items() if a != b},
     }
-    view = store_view(proxy.store, pager_src) if proxy.store else {}
-    holders = {t: [s for s, v in view.items() if t in v["tags"]] for t in proxy.tags}
-    mixed = [s for s, v in view.items() if len([t for t in v["tags"] if t in proxy.tags]) > 1]
+    view = store_view(proxy.store, pager_src, _system_snippet(proxy)) if proxy.store else {}
+    mains = {s: v for s, v in view.items() if v["main"]}
+    holders = {t: [s for s, v in mains.items() if t in v["tags"]] for t in proxy.tags}
+    mixed = [s for s, v in mains.items() if len([t for t in v["tags"] if t in proxy.tags]) > 1]
     checks["sessions_are_conversations"] = {
-        "ok": all(len(h) == 1 for h in holders.values()) and not mixed,
-        "conversations": len(proxy.tags), "sessions": len(view),
+        "ok": all(len(h) == 1 for h in holders.values()) and not mixed and len(mains) == len(proxy.tags),
+        "conversations": len(proxy.tags), "sessions": len(mains), "side_sessions": len(view) - len(mains),
         "sessions_per_conversation": {t.rsplit("-", 1)[0]: len(h) for t, h in holders.items()},
         "sessions_holding_two": len(mixed),
     }
@@ -201,7 +232,8 @@ def compare(direct: RunResult, proxy: RunResult, pager_src: Path) -> dict[str, A
     checks["refusals_served"] = {"ok": unserved == 0, "refusals_direct": seen_d, "refusals_proxy": seen_p,
                                  "unserved": unserved}
     if direct.client == "codex":
-        read = sorted({p for p in BIG_FILES})
+        calls = orjson.dumps([tool_calls(direct, t) for t in direct.tags]).decode()
+        read = sorted(p for p in BIG_FILES if f"cat {p}" in calls)
         paths = sorted({p for v in view.values() for p in v["file_paths"]})
         got = [p for p in read if any(x.endswith(p) for x in paths)]
         checks["codex_file_pages"] = {"ok": bool(got), "file_pages_for": got, "of_files_read": len(read)}
@@ -242,6 +274,9 @@ def metrics(direct: RunResult, proxy: RunResult) -> dict[str, Any]:
     tok_p = sum(r["prompt_tokens"] or 0 for r in _main(proxy.records))
     gd, gp = _gaps(direct), _gaps(proxy)
     diffs = [1000 * (gp[k] - gd[k]) for k in gd if k in gp]
+    served = [1000 * (r["t1"] - r["t0"]) for r in _main(direct.records) if r["t1"]]
+    timings = proxy_timings(proxy.proxy_log)
+    in_proxy = [ms for _, ms in timings]
     first = {}
     for name, run in (("direct", direct), ("proxy", proxy)):
         starts = [r.t_start for r in run.runs]
@@ -257,6 +292,10 @@ def metrics(direct: RunResult, proxy: RunResult) -> dict[str, Any]:
                         "direct_gap_median": _r(1000 * statistics.median(gd.values()) if gd else None),
                         "proxy_gap_median": _r(1000 * statistics.median(gp.values()) if gp else None)},
         "first_request_ms": first,
+        # the proxy's own log: milliseconds from a request's arrival to its response's end (upstream included)
+        "proxy_ms": {"median": _r(statistics.median(in_proxy) if in_proxy else None), "p95": _r(_pct(in_proxy, 0.95)),
+                     "first": _r(in_proxy[0] if in_proxy else None), "requests": len(in_proxy),
+                     "upstream_alone_median": _r(statistics.median(served) if served else None)},
         "client_seconds": {"direct": round(max((r.seconds for r in direct.runs), default=0), 1),
                            "proxy": round(max((r.seconds for r in proxy.runs), default=0), 1)},
     }

@@ -18,8 +18,11 @@ import attrs
 
 __all__ = ["CLIENTS", "PINS", "ClientRun", "install", "run_client"]
 
+# Claude Code 2.1.316 is the newest 2.1.x that refuses an unchanged re-read ("Wasted call — file unchanged
+# since your last Read"), the behaviour the proxy must serve; 2.1.317 to 2.1.332 (latest on 2026-12-01) answer
+# re-reads in full here (bisected with the bed, see README.md), so they cannot test it.
 PINS = {
-    "claude": ("@anthropic-ai/claude-code", "2.1.332"),
+    "claude": ("@anthropic-ai/claude-code", "2.1.316"),
     "codex": ("@openai/codex", "0.171.0"),
     "opencode": ("opencode-ai", "1.18.33"),
 }
@@ -33,8 +36,7 @@ def install(prefix: Path, timeout: float = 900.0) -> dict[str, str]:
     """Install the pinned clients under ``prefix`` (npm); return each one's ``--version`` line."""
     prefix.mkdir(parents=True, exist_ok=True)
     specs = [f"{pkg}@{ver}" for pkg, ver in PINS.values()]
-    have = all((prefix / "node_modules/.bin" / b).exists() for b in BINARIES.values())
-    if not have:
+    if any(_installed(prefix, pkg) != ver for pkg, ver in PINS.values()):
         subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel", "error",
                         *specs], check=True, timeout=timeout, stdout=subprocess.DEVNULL)
     versions = {}
@@ -45,6 +47,13 @@ def install(prefix: Path, timeout: float = 900.0) -> dict[str, str]:
                              timeout=60, env={**_base_env(home), "CODEX_HOME": str(home)})
         versions[name] = (out.stdout.strip().splitlines() or [out.stderr.strip()])[-1]
     return versions
+
+
+def _installed(prefix: Path, pkg: str) -> str | None:
+    try:
+        return json.loads((prefix / "node_modules" / pkg / "package.json").read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _base_env(home: Path) -> dict[str, str]:

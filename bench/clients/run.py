@@ -57,16 +57,16 @@ def _cell(check: dict[str, Any] | None) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = ["run", "turns d/p", "prompt tok d", "prompt tok p", "ratio", "ovh med ms", "ovh p95 ms",
-            "1st req d/p ms", *[c.replace("_", " ") for c in CHECK_COLUMNS]]
+    head = ["run", "turns d/p", "prompt tok d", "prompt tok p", "ratio", "in-proxy ms med/p95", "gap ovh ms med/p95",
+            "1st req ms", *[c.replace("_", " ") for c in CHECK_COLUMNS]]
     rows = [head]
     for r in results:
         m, c = r["metrics"], r["checks"]
         rows.append([
             f"{r['client']}-{r['scenario']}", f"{m['requests']['direct']}/{m['requests']['proxy']}",
             str(m["prompt_tokens"]["direct"]), str(m["prompt_tokens"]["proxy"]), str(m["prompt_tokens"]["ratio"]),
-            str(m["overhead_ms"]["median"]), str(m["overhead_ms"]["p95"]),
-            f"{m['first_request_ms']['direct']}/{m['first_request_ms']['proxy']}",
+            f"{m['proxy_ms']['median']}/{m['proxy_ms']['p95']}", f"{m['overhead_ms']['median']}/{m['overhead_ms']['p95']}",
+            str(m["proxy_ms"]["first"]),
             *[_cell(c.get(k)) for k in CHECK_COLUMNS],
         ])
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
