@@ -31,6 +31,7 @@ import orjson
 
 from fixture import BIG_FILES, SENTINELS
 from harness import RunResult
+from upstream import prompt_tokens
 
 __all__ = ["compare", "metrics"]
 
@@ -65,10 +66,19 @@ def tool_calls(run: RunResult, tag: str) -> list[Any]:
     return out
 
 
-def final_text(run: RunResult, tag: str) -> str:
-    texts = [(r["reply"] or {}).get("text") for r in _main(run.records, tag)]
-    texts = [t for t in texts if t]
-    return _norm(texts[-1], run) if texts else ""
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def client_answer(stdout: str) -> str:
+    """The final answer a client printed (the scripted model's report starts with "Report:"; else its last line)."""
+    text = _ANSI.sub("", stdout)
+    try:
+        text = str(json.loads(text).get("result", ""))  # claude -p --output-format json
+    except (ValueError, AttributeError):
+        pass
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    reports = [ln for ln in lines if ln.startswith("Report:")]
+    return reports[-1] if reports else (lines[-1] if lines else "")
 
 
 def _pager(pager_src: Path, *args: str, timeout: float = 120) -> str:
@@ -196,7 +206,9 @@ def compare(direct: RunResult, proxy: RunResult, pager_src: Path) -> dict[str, A
     checks["no_violations"] = {"ok": not v_direct and not v_proxy, "direct": len(v_direct), "proxy": len(v_proxy),
                                "examples": [v[0][:300] for v in (v_direct + v_proxy)[:3]]}
     tags = [(d, p) for d, p in zip(direct.tags, proxy.tags)]
-    texts = {d.rsplit("-", 1)[0]: (final_text(direct, d), final_text(proxy, p)) for d, p in tags}
+    # what each client process printed as its final answer (runs are in the order of the tags)
+    texts = {d.rsplit("-", 1)[0]: (_norm(client_answer(rd.stdout), direct), _norm(client_answer(rp.stdout), proxy))
+             for (d, p), rd, rp in zip(tags, direct.runs, proxy.runs)}
     files_same = direct.files == proxy.files
     checks["same_outcome"] = {
         "ok": files_same and all(a == b and a for a, b in texts.values()),
@@ -270,8 +282,8 @@ def _gaps(run: RunResult) -> dict[tuple[str, int], float]:
 
 def metrics(direct: RunResult, proxy: RunResult) -> dict[str, Any]:
     """Prompt tokens, per-request overhead and first-request latency, proxy against direct."""
-    tok_d = sum(r["prompt_tokens"] or 0 for r in _main(direct.records))
-    tok_p = sum(r["prompt_tokens"] or 0 for r in _main(proxy.records))
+    tok_d = sum(prompt_tokens(r) for r in _main(direct.records))
+    tok_p = sum(prompt_tokens(r) for r in _main(proxy.records))
     gd, gp = _gaps(direct), _gaps(proxy)
     diffs = [1000 * (gp[k] - gd[k]) for k in gd if k in gp]
     served = [1000 * (r["t1"] - r["t0"]) for r in _main(direct.records) if r["t1"]]

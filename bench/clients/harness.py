@@ -151,6 +151,9 @@ def run_scenario(up: Upstream, up_port: int, client: str, scenario: str, mode: s
         with Proxy(pager_src, store, up_port, proxy_args) as px:
             runs = go(f"http://127.0.0.1:{px.port}")
         proxy_log = px.log_path.read_text(errors="replace") if px.log_path else ""
+    for i, r in enumerate(runs):  # kept beside the run, for a person looking into a failed check
+        (root / f"client-{i}.stdout").write_text(r.stdout)
+        (root / f"client-{i}.stderr").write_text(r.stderr)
     time.sleep(0.2)  # the last stream's end time is set as its generator finishes
     records = up.log[start:]
     return RunResult(client, scenario, mode, tags, repo, runs, records, tree_hashes(repo), store, proxy_log)

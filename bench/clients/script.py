@@ -11,8 +11,9 @@ Before a step that needs a file's content (``needs``) the model checks that
 the file's sentinel is in its prompt. If not, it acts as a careful model
 would: it opens the pager handle with ``expand`` when that tool is offered and
 the stub names the file, else it re-reads the file with the client's own
-tool, once; what is still missing after that is reported as MISSING in the
-final answer, so a lost file changes the outcome.
+tool, once (all missing files in one turn, as parallel calls; expands first,
+alone); what is still missing after that is reported as MISSING in the final
+answer, so a lost file changes the outcome.
 
 Each client gets the calls in its own tools: Claude Code ``Read`` / ``Bash`` /
 ``Edit``; Codex ``exec_command`` (``cat``, ``sed -n``, ``grep``) and the
@@ -181,6 +182,9 @@ def next_reply(client: str, tag: str, raw: str, tools: frozenset[str], repo: str
     spec = script[step]
     needs = spec[-1] if spec[0] == "final" else (spec[-1] if isinstance(spec[-1], tuple) else ())
     short = hashlib.blake2b(f"{tag}{step}".encode(), digest_size=3).hexdigest()
+    # every missing file at once, as parallel calls (one round, as a model asks for all it lacks)
+    recover: list[Call] = []
+    how = set()
     for k, path in enumerate(needs):
         if SENTINELS[path] in raw:
             continue
@@ -190,9 +194,18 @@ def next_reply(client: str, tag: str, raw: str, tools: frozenset[str], repo: str
         cid = f"call_bedfix{fix_id}x{tag}x{short}"
         handle = _handle_for(raw, path)
         if handle and "expand" in tools:
-            return Reply(calls=(Call(cid, "expand", {"handle": handle}),), step=step, recovery="expand")
-        name, args, custom = _render(client, ("read", path), repo, tools)
-        return Reply(calls=(Call(cid, name, args, custom),), step=step, recovery="reread")
+            recover.append(Call(cid, "expand", {"handle": handle}))
+            how.add("expand")
+        else:
+            name, args, custom = _render(client, ("read", path), repo, tools)
+            recover.append(Call(cid, name, args, custom))
+            how.add("reread")
+    if recover:
+        # pager's tools alone in a turn: a turn mixing them with the client's own is not answered by the proxy
+        # (it strips pager's calls), so the re-reads wait for the next turn
+        if "expand" in how:
+            recover, how = [c for c in recover if c.name == "expand"], {"expand"}
+        return Reply(calls=tuple(recover), step=step, recovery="+".join(sorted(how)))
     if spec[0] == "final":
         return Reply(text=_final_text(raw, needs), step=step)
     name, args, custom = _render(client, spec[:-1] if isinstance(spec[-1], tuple) else spec, repo, tools)

@@ -30,7 +30,7 @@ from starlette.routing import Route
 import validate
 from script import Reply, next_reply, side_text, task_of
 
-__all__ = ["Upstream", "count_tokens"]
+__all__ = ["Upstream", "count_tokens", "prompt_tokens"]
 
 _ENC: Any = None
 
@@ -56,6 +56,15 @@ def count_tokens(value: Any) -> int:
 
     walk(value)
     return len(_ENC.encode("\n".join(parts), disallowed_special=()))
+
+
+def prompt_tokens(rec: dict[str, Any]) -> int:
+    """The prompt tokens of a logged model call (counted once, after the run: off the timed path)."""
+    if rec.get("prompt_tokens") is None:
+        b = rec["body"] if isinstance(rec["body"], dict) else {}
+        rec["prompt_tokens"] = count_tokens([b.get("system"), b.get("instructions"), b.get("tools"),
+                                             b.get("messages"), b.get("input")])
+    return rec["prompt_tokens"]
 
 
 def _tool_names(req: Mapping[str, Any]) -> frozenset[str]:
@@ -181,7 +190,7 @@ class Upstream:
         tag, tools = self._classify(rec, req, raw)
         reply = self._reply(tag, raw, tools, req)
         rec["reply"] = self._reply_json(reply)
-        n_in = rec["prompt_tokens"] = count_tokens([req.get("system"), req.get("tools"), req["messages"]])
+        n_in = len(raw) // 4  # usage for the client; the bed's own count is exact and done later (prompt_tokens)
         content: list[dict[str, Any]] = []
         if tag is not None and (req.get("thinking") or {}).get("type") in ("enabled", "adaptive"):
             text = f"Step {reply.step}: deciding the next action."
@@ -236,7 +245,7 @@ class Upstream:
         tag, tools = self._classify(rec, req, raw)
         reply = self._reply(tag, raw, tools, req)
         rec["reply"] = self._reply_json(reply)
-        n_in = rec["prompt_tokens"] = count_tokens([req.get("instructions"), req.get("tools"), req.get("input")])
+        n_in = len(raw) // 4
         n = len(self.log)
         out: list[dict[str, Any]] = []
         if tag is not None and "reasoning.encrypted_content" in (req.get("include") or ()):
@@ -286,7 +295,7 @@ class Upstream:
         tag, tools = self._classify(rec, req, raw)
         reply = self._reply(tag, raw, tools, req)
         rec["reply"] = self._reply_json(reply)
-        n_in = rec["prompt_tokens"] = count_tokens([req.get("tools"), req["messages"]])
+        n_in = len(raw) // 4
         calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": orjson.dumps(c.args).decode()}}
                  for c in reply.calls]
         finish = "tool_calls" if calls else "stop"
