@@ -33,6 +33,7 @@ from capture import write_capture  # noqa: E402
 from checks import compare, metrics  # noqa: E402
 from clients import CLIENTS, PINS, install  # noqa: E402
 from harness import RunResult, run_scenario, start_upstream  # noqa: E402
+from validate import self_test  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = {"claude": ["main"], "codex": ["main", "pair"], "opencode": ["main"]}
@@ -48,6 +49,20 @@ def _capture(dir: Path, run: RunResult, versions: dict[str, str], suffix: str = 
         "note": "requests as the client sent them to the scripted upstream (mode direct) or as the proxy "
                 "forwarded them (mode proxy); system prompts and tool descriptions redacted to placeholders",
     })
+
+
+def _revision(src: Path) -> str:
+    """The commit of the pager checkout under test, with "+dirty" when its work tree has changes."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "pager"], capture_output=True,
+                               text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def _cell(check: dict[str, Any] | None) -> str:
@@ -92,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args(argv)
 
+    self_test()  # a lenient upstream would let any proxy pass
+    revision = _revision(args.pager_src)
+    print(f"pager under test: {args.pager_src} at {revision}", flush=True)
     work = args.work or Path(tempfile.mkdtemp(prefix="pager-bench-clients-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"installing {', '.join(f'{p}@{v}' for p, v in PINS.values())} into {args.prefix}", flush=True)
@@ -128,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({k: v for k, v in checks.items()}, default=str)[:3000], flush=True)
     finally:
         server.should_exit = True
-    out = {"pager_src": str(args.pager_src), "versions": versions, "pins": PINS, "work": str(work),
+    out = {"pager_src": str(args.pager_src), "pager_revision": revision, "versions": versions, "pins": PINS, "work": str(work),
            "context_window": args.context_window, "proxy_args": list(proxy_args), "results": results}
     if results:
         print()

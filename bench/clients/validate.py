@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 import orjson
 
-__all__ = ["canon", "anthropic", "chat", "count_cache_marks", "responses"]
+__all__ = ["anthropic", "canon", "chat", "count_cache_marks", "responses", "self_test"]
 
 
 def canon(value: Any) -> bytes:
@@ -194,3 +194,59 @@ def chat(req: Mapping[str, Any]) -> list[str]:
         bad.append(f"An assistant message with 'tool_calls' must be followed by tool messages responding to each "
                    f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(open_ids)}")
     return bad
+
+
+def self_test() -> None:
+    """Check the rules catch what they must (and pass a valid request); raise AssertionError if not.
+
+    The bench runs this before any client: a lenient upstream would let every proxy pass.
+    """
+    think = {"type": "thinking", "thinking": "t", "signature": "s1"}
+    emitted = {"s1": canon(think)}
+    use = {"type": "tool_use", "id": "u1", "name": "Read", "input": {}}
+    res = {"type": "tool_result", "tool_use_id": "u1", "content": "x"}
+    good = {"model": "m", "max_tokens": 1, "tools": [{"name": "Read"}], "thinking": {"type": "enabled"},
+            "messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": [think, use]},
+                         {"role": "user", "content": [res, {"type": "text", "text": "more"}]}]}
+    assert anthropic(good, emitted) == [], anthropic(good, emitted)
+    mark = {"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}
+    bad_cases = {
+        "unknown tool_result id": lambda r: r["messages"][2]["content"][0].update(tool_use_id="u9"),
+        "unanswered tool_use": lambda r: r["messages"][2].update(content=[{"type": "text", "text": "no"}]),
+        "tool_result not first": lambda r: r["messages"][2]["content"].reverse(),
+        "two users in a row": lambda r: r["messages"].insert(1, {"role": "user", "content": "again"}),
+        "five cache marks": lambda r: r.update(system=[dict(mark) for _ in range(5)]),
+        "thinking edited": lambda r: r["messages"][1]["content"][0].update(thinking="T"),
+        "thinking dropped": lambda r: r["messages"][1]["content"].pop(0),
+        "empty text": lambda r: r["messages"][2]["content"][1].update(text=""),
+        "tool blocks without tools": lambda r: r.pop("tools"),
+    }
+    for name, mutate in bad_cases.items():
+        r = orjson.loads(orjson.dumps(good))
+        mutate(r)
+        assert anthropic(r, emitted), f"anthropic: {name} not caught"
+    rs = {"type": "reasoning", "id": "rs1", "summary": [], "encrypted_content": "e"}
+    emitted = {"rs1": canon(rs)}
+    call = {"type": "function_call", "id": "fc1", "call_id": "c1", "name": "exec_command", "arguments": "{}"}
+    out = {"type": "function_call_output", "call_id": "c1", "output": "x"}
+    good_r = {"input": [{"role": "user", "content": "go"}, rs, call, out]}
+    assert responses(good_r, emitted) == [], responses(good_r, emitted)
+    for name, items in {
+        "output without call": [{"role": "user", "content": "go"}, out],
+        "call without output": [{"role": "user", "content": "go"}, rs, call],
+        "reasoning edited": [{"role": "user", "content": "go"}, {**rs, "encrypted_content": "E"}, call, out],
+        "reasoning last": [{"role": "user", "content": "go"}, rs],
+        "duplicate item": [{"role": "user", "content": "go"}, rs, call, out, call, out],
+    }.items():
+        assert responses({"input": items}, emitted), f"responses: {name} not caught"
+    tc = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                                                                "function": {"name": "read", "arguments": "{}"}}]}
+    tool = {"role": "tool", "tool_call_id": "c1", "content": "x"}
+    assert chat({"messages": [{"role": "user", "content": "go"}, tc, tool]}) == []
+    for name, msgs in {
+        "tool without tool_calls": [{"role": "user", "content": "go"}, tool],
+        "unanswered tool_calls": [{"role": "user", "content": "go"}, tc, {"role": "user", "content": "x"}],
+        "tool after a user message": [{"role": "user", "content": "go"}, tc, tool, {"role": "user", "content": "x"},
+                                      tool],
+    }.items():
+        assert chat({"messages": msgs}), f"chat: {name} not caught"
