@@ -129,7 +129,7 @@ def run_scenario(up: Upstream, up_port: int, client: str, scenario: str, mode: s
     """Run ``client`` through ``scenario`` (main / pair) in ``mode`` (direct / proxy)."""
     root = work / f"{client}-{scenario}-{mode}"
     repo = make_repo(root / "repo")
-    parts = ["pair-a", "pair-b"] if scenario == "pair" else ["main"]
+    parts = ["pair-a", "pair-b"] if scenario == "pair" else [scenario]
     tags = [f"{p}-{client}-{mode}" for p in parts]
     for t in tags:
         up.tasks[t] = {"client": client, "repo": str(repo), "model": MODELS[client]}
@@ -138,8 +138,8 @@ def run_scenario(up: Upstream, up_port: int, client: str, scenario: str, mode: s
     def go(base_url: str) -> list[ClientRun]:
         with ThreadPoolExecutor(len(tags)) as pool:
             futs = [pool.submit(run_client, client, prefix, repo, root / f"home-{i}", base_url,
-                                PROMPTS["-".join(t.split("-")[:2]) if t.startswith("pair-") else "main"]
-                                .format(tag=t), timeout) for i, t in enumerate(tags)]
+                                PROMPTS[parts[i] if parts[i] in PROMPTS else "main"].format(tag=t), timeout)
+                    for i, t in enumerate(tags)]
             return [f.result() for f in futs]
 
     store = None

@@ -36,7 +36,9 @@ from harness import RunResult, run_scenario, start_upstream  # noqa: E402
 from validate import self_test  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = {"claude": ["main"], "codex": ["main", "pair"], "opencode": ["main"]}
+# serial: the main session, but the model opens what pager hid one handle per turn (more than the proxy's
+# 4 tool rounds per client turn)
+SCENARIOS = {"claude": ["main", "serial"], "codex": ["main", "pair", "serial"], "opencode": ["main"]}
 CHECK_COLUMNS = ("clients_ok", "no_violations", "same_outcome", "same_tool_calls", "sessions_are_conversations",
                  "no_forks", "handles_openable", "refusals_served", "codex_file_pages")
 
@@ -93,7 +95,8 @@ def table(results: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", nargs="+", choices=CLIENTS, default=list(CLIENTS))
-    ap.add_argument("--scenarios", nargs="+", choices=("main", "pair"), default=["main", "pair"])
+    ap.add_argument("--scenarios", nargs="+", choices=("main", "pair", "serial"),
+                    default=["main", "pair", "serial"])
     ap.add_argument("--pager-src", type=Path, default=REPO, help="the pager checkout whose proxy is tested")
     ap.add_argument("--prefix", type=Path, default=Path(tempfile.gettempdir()) / "pager-bench-clients-npm",
                     help="npm prefix the pinned clients are installed into (reused when present)")

@@ -80,6 +80,7 @@ def _pair_script(files: tuple[str, ...], extra: str) -> list[Step]:
 
 SCRIPTS: dict[str, list[Step]] = {
     "main": _main_script(),
+    "serial": _main_script(),  # the same session; the model opens what it lost one handle per turn
     "pair-a": _pair_script((CORE, UTIL, DESIGN), "LEDGER"),
     "pair-b": _pair_script((STORAGE, PRICING, REPORT), "SHARD"),
 }
@@ -200,6 +201,8 @@ def next_reply(client: str, tag: str, raw: str, tools: frozenset[str], repo: str
             name, args, custom = _render(client, ("read", path), repo, tools)
             recover.append(Call(cid, name, args, custom))
             how.add("reread")
+    if recover and tag.startswith("serial-"):
+        recover = recover[:1]  # one call per turn: a model that opens its handles one after the other
     if recover:
         # pager's tools alone in a turn: a turn mixing them with the client's own is not answered by the proxy
         # (it strips pager's calls), so the re-reads wait for the next turn
