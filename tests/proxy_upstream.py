@@ -88,8 +88,8 @@ def _chat_plan(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     msgs = body.get("messages") or []
     last = msgs[-1] if msgs else {}
     model = body.get("model", "")
-    if model in ("use-recall", "use-both", "recall-user") and last.get("role") != "tool" \
-            and "recall" in _tool_names(body.get("tools")):
+    if "recall" in _tool_names(body.get("tools")) and (
+            model == "recall-forever" or (model in ("use-recall", "use-both", "recall-user") and last.get("role") != "tool")):
         query = _text_of(last.get("content")) if model == "recall-user" else "ZEBRA-42"
         calls = [{"id": f"call_r{len(msgs)}", "type": "function",
                   "function": {"name": "recall", "arguments": orjson.dumps({"query": query}).decode()}}]

@@ -166,6 +166,30 @@ def test_tools_answered_in_a_stream(proxy, upstream):
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_past_the_tool_rounds_the_model_answers_without_pagers_tools(proxy, upstream, stream):
+    """A model that keeps calling recall gets its answers, then one request without pager's tools.
+
+    It used to get the turn handed back with pager's calls stripped: an empty
+    turn for the client (and, on Responses, a reasoning item with nothing after it).
+    """
+    url = proxy(tools=True, max_tool_rounds=2)
+    kw = dict(model="recall-forever", messages=history("which code?"), tools=[BASH])
+    if stream:
+        chunks = list(oa(url).chat.completions.create(stream=True, **kw))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    else:
+        msg = oa(url).chat.completions.create(**kw).choices[0].message
+        text = msg.content or ""
+        assert msg.tool_calls is None
+    assert text.startswith("tool said: ")  # the model answered the last recall result itself
+    calls = [b for p, _h, b in upstream[0].state.seen if p == "/v1/chat/completions"]
+    assert len(calls) == 3  # two rounds of recall answered, then the last request offers only the client's tools
+    assert "recall" in {t["function"]["name"] for t in calls[1]["tools"]}
+    assert {t["function"]["name"] for t in calls[2]["tools"]} == {"bash"}
+
+
 def test_a_turn_mixing_pager_and_client_tools(proxy):
     url = proxy(tools=True)
     weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}

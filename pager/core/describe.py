@@ -12,7 +12,17 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
-__all__ = ["brief", "encode_problem"]
+__all__ = ["ENVELOPE_LEVELS", "brief", "encode_problem", "envelope"]
+
+# the levels a request wraps one message in ({"messages": [...]}, the provider's own), with room
+ENVELOPE_LEVELS = 8
+
+
+def envelope(value: Any) -> list[Any]:
+    """Return ``value`` inside ``ENVELOPE_LEVELS`` lists: encoded, it fails where its request would."""
+    for _ in range(ENVELOPE_LEVELS):
+        value = [value]
+    return value
 
 _REPR = reprlib.Repr()
 _REPR.maxlevel = 3
@@ -39,7 +49,7 @@ def encode_problem(exc: BaseException) -> str:
     if "Dict key must be" in text:
         return "an object has a key that is not a string"
     if "Recursion limit" in text:
-        return "a value is nested too deeply (more than 254 levels)"
+        return "a value is nested too deeply (a request holds at most 254 levels, its envelope included)"
     if "Integer exceeds" in text:
         return "an integer does not fit in 64 bits"
     if "not JSON serializable" in text:

@@ -20,7 +20,7 @@ import attrs
 from pager.core import terms as terms_mod
 from pager.core.canonical import canonical_bytes
 from pager.core.compact import compact_line
-from pager.core.describe import encode_problem
+from pager.core.describe import ENVELOPE_LEVELS, encode_problem, envelope
 from pager.core.fileread import RANGE_MARK, base_path
 from pager.core.tasks import detect_task, task_of
 from pager.core.messages import Classified, message_text, tool_calls
@@ -48,14 +48,15 @@ def hash_messages(
 
     The hash is of the message's canonical form (``pager.core.canonical``: no
     cache marks, no Responses item ids), so a client moving a mark between
-    calls resends the same history; the bytes are the message as sent. A lone surrogate makes orjson refuse a message; that is reported as a
-    ``MessageError`` naming it (``offset`` is added to the index).
+    calls resends the same history; the bytes are the message as sent. A lone
+    surrogate, or nesting too deep for the request that carries it, makes
+    orjson refuse a message; that is reported as a ``MessageError`` naming it (``offset`` is added to the index).
     """
     hashes: list[str] = []
     raws: list[bytes | None] = []
     for i, msg in enumerate(messages):
-        try:
-            raw = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
+        try:  # inside a request's envelope: a message that passes is one whose request still encodes
+            raw = orjson.dumps(envelope(msg), option=orjson.OPT_SORT_KEYS)[ENVELOPE_LEVELS:-ENVELOPE_LEVELS]
         except orjson.JSONEncodeError as exc:
             raise MessageError(i + offset, f"cannot be encoded: {encode_problem(exc)}") from None
         hashes.append(hash_bytes(canonical_bytes(msg, raw)))

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import orjson
 
-from pager.core.describe import brief, encode_problem
+from pager.core.describe import brief, encode_problem, envelope
 from pager.errors import InputError, ToolError
 
 __all__ = [
@@ -64,8 +64,8 @@ def check_encodable(value: Any, fail: Callable[[str], Exception]) -> None:
     a key that is not a string, a ``bytearray`` or other non-JSON value, a
     value nested past orjson's limit. ``reason`` says which, in words.
     """
-    try:
-        orjson.dumps(value)
+    try:  # inside a request's envelope: a message that passes is one whose request still encodes
+        orjson.dumps(envelope(value))
     except orjson.JSONEncodeError as exc:
         raise fail(encode_problem(exc)) from None
 

@@ -154,6 +154,10 @@ class _Proxy:
         kind = passthrough_kind(dialect.format, req, len(body), named=SESSION_HEADER in request.headers,
                                 helper=request.headers.get("x-stainless-helper", ""))
         if kind is not None:
+            try:  # untouched, but still a request pager could read: a malformed one is the client's 400
+                get_format(dialect.format).to_messages(req)
+            except InputError as exc:
+                return self._error(dialect, 400, f"pager cannot page this request: {exc}")
             return await self._forward(request, body, dialect, stream, kind, t0)
         name = session_for(dialect.session_seed(req), req, request.headers)
         try:
@@ -208,6 +212,18 @@ class _Proxy:
         client = {fmt.tool_name(t) for t in req.get("tools") or ()}
         return frozenset(t["function"]["name"] for t in p.tools()) - client
 
+    @staticmethod
+    def _without_tools(dialect: Dialect, out: dict[str, Any], added: frozenset[str]) -> dict[str, Any]:
+        """Return ``out`` offering the client's tools only: the last of pager's tool rounds.
+
+        Past ``max_tool_rounds`` the model must answer with what the client
+        can run; handing back a turn stripped of pager's calls would leave the
+        client an empty turn (on Responses, a reasoning item with nothing after
+        it, which the provider refuses on the next call).
+        """
+        fmt = get_format(dialect.format)
+        return {**out, "tools": [t for t in out.get("tools") or () if fmt.tool_name(t) not in added]}
+
     async def _forward(self, request: Request, body: bytes, dialect: Dialect, stream: bool, kind: str,
                        t0: float) -> Response:
         """Send a compaction or side request upstream as the client wrote it, and its answer back as is."""
@@ -255,10 +271,12 @@ class _Proxy:
             await self._observe(p, dialect, data)
             calls = dialect.calls(data) if added else []
             ours = [c for c in calls if dialect.call_name(c) in added]
-            if ours and len(ours) == len(calls) and rounds < self.config.max_tool_rounds:
+            if ours and len(ours) == len(calls):
                 results = [await p.acall_tool(c, format=dialect.format) for c in ours]
                 out = dialect.continue_request(out, dialect.assistant_items(data), results)
                 rounds += 1
+                if rounds >= self.config.max_tool_rounds:
+                    out, added = self._without_tools(dialect, out, added), frozenset()
                 continue
             if ours:  # a turn mixing pager's calls with the client's: the client sees its own only
                 data = dialect.strip_calls(data, added)
@@ -294,11 +312,13 @@ class _Proxy:
                     await self._observe(p, dialect, turn.usage)
                 calls = turn.calls() if added else []
                 ours = [c for c in calls if dialect.call_name(c) in added]
-                if ours and len(ours) == len(calls) and round_no < self.config.max_tool_rounds:
+                if ours and len(ours) == len(calls):
                     results = [await p.acall_tool(c, format=dialect.format) for c in ours]
                     out = dialect.continue_request(out, turn.assistant_items(), results)
                     offset += turn.forwarded
                     round_no += 1
+                    if round_no >= self.config.max_tool_rounds:
+                        out, added = self._without_tools(dialect, out, added), frozenset()
                     nxt = await self._send(url, out, headers, stream=True, style=dialect.error_style)
                     if isinstance(nxt, Response):
                         yield stream_error_event(dialect.error_style, nxt.status_code, bytes(nxt.body).decode())

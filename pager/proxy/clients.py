@@ -12,10 +12,12 @@ untouched, unrecorded (``passthrough_kind``):
     not pager's paged one, and its answer replaces the history on the client
     side: recording it would fork the conversation for nothing.
 ``side``
-    A short one-off request with no tools, and no tool calls in its history:
-    title generation (opencode), topic detection and the quota probe (Claude
-    Code, on a small model). It is not part of the conversation and there is
-    nothing to page in it.
+    A short one-off request with no tools, no tool calls and no assistant turn
+    in its history: title generation (opencode), topic detection and the quota
+    probe (Claude Code, on a small model). It is not part of the conversation
+    and there is nothing to page in it. A tool-less chat of the caller's own is
+    recorded from its second call on (its first is one-off by this rule), with
+    its whole history: nothing of it is lost.
 
 A tool result that refuses a re-read because "the earlier result is still
 there" is a page fault pager caused: the earlier result is what pager moved
@@ -97,19 +99,20 @@ def passthrough_kind(
     text = _last_user_text(fmt, req).lower()
     if "compaction" in helper.lower() or any(marker in text for marker in _COMPACTION):
         return "compaction"
-    if not named and not req.get("tools") and body_size <= SIDE_MAX_BYTES and not _has_tool_traffic(req):
+    if not named and not req.get("tools") and body_size <= SIDE_MAX_BYTES and not _has_turns(req):
         return "side"
     return None
 
 
-def _has_tool_traffic(req: Mapping[str, Any]) -> bool:
+def _has_turns(req: Mapping[str, Any]) -> bool:
+    """Return whether the history holds an assistant turn or tool traffic (a conversation, not a one-off)."""
     items = req.get("input") if "input" in req else req.get("messages")
     if not isinstance(items, list):
         return False
     for item in items:
         if not isinstance(item, Mapping):
             continue
-        if item.get("tool_calls") or item.get("role") == "tool" or str(item.get("type", "")).endswith("call") \
+        if item.get("role") == "assistant" or item.get("tool_calls") or item.get("role") == "tool" or str(item.get("type", "")).endswith("call") \
                 or str(item.get("type", "")).endswith("_output"):
             return True
         content = item.get("content")
