@@ -51,12 +51,19 @@ class Sharing:
     """Pool operations of a ``Pager`` (a mixin over ``pager.session.Session``)."""
 
     def _dated(self: "Session", hits: list[Any]) -> list[Any]:
-        """Return ``hits`` with the date each other session's page was stored (a label the model weighs)."""
+        """Return ``hits`` with the date each other session's page was stored (a label the model weighs).
+
+        Another session's hit is checked against its stored page again: an
+        index another process (or another ``Pager``) has not refreshed yet
+        may still hold a page that was retired from its pool since.
+        """
         foreign = [h.page_id for h in hits if h.session != self.session]
         if not foreign:
             return hits
-        created = {r.id: r.created for r in self.store.load_pages(foreign)}
-        return [attrs.evolve(h, created=created[h.page_id]) if h.page_id in created else h for h in hits]
+        reader, acls = self._reader(), self.store.pool_acls()
+        records = {r.id: r for r in self.store.load_pages(foreign)}
+        return [attrs.evolve(h, created=records[h.page_id].created) if h.page_id in records else h for h in hits
+                if h.session == self.session or (h.page_id in records and can_read(records[h.page_id], reader, acls))]
 
     def _readable_page(self: "Session", handle: str) -> int | None:
         """Return the page ``handle`` names that this session may read (its own first), else None.

@@ -118,3 +118,17 @@ def test_a_session_page_still_demotes_to_private_and_is_not_retired(where):
             a.retire(handle, reason="nothing to retire")
         assert a.demote(handle).scope == "private"
         assert [e.kind for e in a.store.events("s1") if e.kind in ("demote", "retire")] == ["demote"]
+
+
+def test_a_reader_already_open_stops_finding_a_retired_page_at_once(where):
+    """Its index may not have seen the retire yet: a hit is checked against the stored page again."""
+    handle = _written(where)
+    with _open(where, "s1", "alice") as a:
+        a.promote(handle, "shared")
+        with _open(where, "s3", "bob") as b:
+            assert [h.handle for h in b.search(WORD, cross_session=True)] == [handle]
+            a.retire(handle, reason="a draft, not a decision")
+            assert b.search(WORD, cross_session=True) == []
+            assert handle not in b.call_tool(call("c1", "recall", query=WORD))["content"]
+            with pytest.raises(HandleError):
+                b.expand(handle)
