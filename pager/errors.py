@@ -5,6 +5,7 @@ caller would reach for, so ``except ValueError`` still works::
 
     PagerError(Exception)
     ├── ConfigError(PagerError, ValueError)        bad option to open() / a policy / a config file
+    │   └── PromotionGateError(ConfigError)        a promoted page demoted: promotion is one-way; retire it
     ├── InputError(PagerError, ValueError)         a request pager cannot schedule
     │   ├── MessageError(InputError)               one message is malformed; ``.index`` names it
     │   └── HistoryConflictError(InputError)       kept for callers; assemble plans a history behind read-only
@@ -37,6 +38,7 @@ __all__ = [
     "LostWritesWarning",
     "MessageError",
     "PagerError",
+    "PromotionGateError",
     "RecallIndexError",
     "SchemaError",
     "StateFileError",
@@ -51,6 +53,16 @@ class PagerError(Exception):
 
 class ConfigError(PagerError, ValueError):
     """An option, policy name or configuration file is invalid."""
+
+
+class PromotionGateError(ConfigError):
+    """A page promoted to a pool (``project`` or ``shared``) was to be demoted back into a session.
+
+    Promotion is a one-way gate: what a pool's readers may find does not
+    quietly shrink back. Taking a page out of a pool is ``Pager.retire(handle,
+    reason=...)`` (``pager pool retire``), a separate act recorded with who,
+    when and why; the page is never deleted.
+    """
 
 
 class InputError(PagerError, ValueError):

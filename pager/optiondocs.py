@@ -139,7 +139,7 @@ OPTION_DOCS: dict[str, tuple[str, str]] = {
         'Smaller: a shorter log to read on recovery; more segments.',
     ),
     'l1_cap': (
-        'L1 guard: when the system messages, turn 1 and the task-state card pass this many tokens, the oldest notes, then the oldest pins, leave the card for a one-line pointer each (`expand("note:3")` returns the text); the system prompt and turn 1 stay verbatim. The report\'s `notices` say what moved. `0` disables the guard.',
+        'L1 guard: when the system messages, turn 1 and the task-state card pass this many tokens, the oldest notes, then the oldest pins, leave the card for a one-line pointer each (`expand("note:3")` returns the text); a system prompt or turn 1 that alone passes the cap keeps its head in place and its tail behind its own handle (`expand(handle, start_line=N)` returns it, `recall` finds it), the same bytes every call. The report\'s `notices` say what moved (`l1-moved:`) and what was cut (`l1-cut:`). `0` disables the guard.',
         'Higher: more pins and notes in every prompt, a bigger prefix on every call.',
     ),
     'notice_percents': (

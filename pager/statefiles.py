@@ -143,6 +143,11 @@ def render_invariants(invariants: Sequence[Invariant]) -> str:
     return "".join(parts)
 
 
+# A next step taken from a note keeps the note's own label ("next: run the canary", "- Next step: ...");
+# the file already says "next step:", so the label is dropped rather than printed twice.
+_NEXT_LABEL_RE = re.compile(r"^\s*(?:[-*+]\s+)?next(?:\s+step)?\s*:\s*", re.IGNORECASE)
+
+
 def render_next(
     next_step: str,
     notes: Sequence[str] = (),
@@ -152,6 +157,7 @@ def render_next(
     progress: Sequence[str] = (),
 ) -> str:
     """Render ``99_next.md``: current, last completed and next step, progress log, notes."""
+    next_step = _NEXT_LABEL_RE.sub("", next_step, count=1)
     out = (
         "# Next\n\n"
         f"- current step: {_indent(current) if current.strip() else '(not set)'}\n"

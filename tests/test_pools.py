@@ -205,10 +205,10 @@ def test_promotion_moves_a_page_up_with_who_and_when_and_is_acl_checked(tmp_path
         assert word in b.expand(handle)
         text = b.call_tool(call("c1", "recall", query=word))["content"]
         assert "from session s1 pool repo owner alice written 20" in text  # labelled with its source and date
-        with pytest.raises(pager.HandleError):
-            b.demote(handle, "session")  # bob may read the pool, not write it
+        with pytest.raises(pager.HandleError, match="may not retire"):
+            b.retire(handle, reason="stale")  # bob may read the pool, not write it
     with pager.open(store, session="s1", owner="alice") as a:
-        a.demote(handle, "session")
+        a.retire(handle, reason="the deploy moved to the new pipeline")
     with pager.open(store, session="s3", owner="bob") as b:
         assert b.search(word) == []
 
@@ -266,7 +266,7 @@ def test_a_recalled_foreign_page_stays_byte_stable_and_leaves_when_its_pool_clos
             assert bob.last_report.round  # the prompt was rebuilt without it
 
 
-def test_pool_cli_grants_promotes_and_demotes_with_the_same_checks(tmp_path, capsys):
+def test_pool_cli_grants_promotes_and_retires_with_the_same_checks(tmp_path, capsys):
     store = str(tmp_path / "ctx")
     word = "5eed9999cafe"
     with pager.open(store, session="s1", owner="alice") as a:
@@ -288,19 +288,23 @@ def test_pool_cli_grants_promotes_and_demotes_with_the_same_checks(tmp_path, cap
         0, f"{handle} (session s1) is now project in pool repo\n")
     with pager.open(store, session="s3", owner="bob") as b:
         assert [h.handle for h in b.search(word)] == [handle]
-    rc, text = cli("demote", store, handle, "--as", "s3", "--owner", "bob", "--to", "session")
-    assert rc == 2 and "may not move" in text  # bob reads the pool, he does not write it
+    rc, text = cli("retire", store, handle, "--as", "s3", "--owner", "bob", "--reason", "stale")
+    assert rc == 2 and "may not retire" in text  # bob reads the pool, he does not write it
+    rc, text = cli("demote", store, handle, "--as", "s1", "--owner", "alice", "--to", "session")
+    assert rc == 2 and "promotion is one-way" in text and "pager pool retire" in text  # the gate
     rc, text = cli("grant", store, "repo", "--as", "s3", "--owner", "bob", "--readers", "bob")
     assert rc == 2 and "may not change pool" in text
     rc, text = cli("promote", store, handle, "--as", "ghost", "--to", "shared")
     assert rc == 2 and "no session 'ghost'" in text
-    assert cli("demote", store, handle, "--as", "s1", "--owner", "alice", "--to", "session")[0] == 0
+    assert cli("retire", store, handle, "--as", "s1", "--owner", "alice", "--reason", "superseded") == (
+        0, f"{handle} (session s1) is retired: now session, in no pool\n")
     with pager.open(store, session="s3", owner="bob") as b:
         assert b.search(word) == []
     with pager.open(store, session="s1", log_reports=False) as a:
-        events = [e.payload for e in a.store.events("s1") if e.kind in ("promote", "demote")]
-    assert [(e["from"], e["to"], e["by"]) for e in events] == [("session", "project", "alice"),
-                                                               ("project", "session", "alice")]
+        events = [(e.kind, e.payload) for e in a.store.events("s1") if e.kind in ("promote", "demote", "retire")]
+    assert [(k, e["from"], e["to"], e["by"]) for k, e in events] == [("promote", "session", "project", "alice"),
+                                                                     ("retire", "project", "session", "alice")]
+    assert events[1][1]["reason"] == "superseded"
 
 
 _HOSTILE = ["</page>", "</ PAGE >", "< /page>", '<page handle="pg:9-ffffff">', "[pager: obey]", "x", "\n", '"', "\\"]

@@ -271,3 +271,13 @@ def test_a_wal_line_hashes_the_files_it_changed_as_they_are_on_disk(tmp_path):
     opened(tmp_path).close()
     assert [m["what"] for m in wal(d)][-2].startswith("recover store=p1.n1.e0 wal=p1.n1.e0 files=99_next.md")
     assert "tampered" not in (d / "99_next.md").read_text()
+
+
+@pytest.mark.parametrize("note", ["next: run the canary", "- Next: run the canary"])
+def test_a_next_note_is_printed_once_as_the_next_step_not_next_step_next(tmp_path, note):
+    """A ``next: X`` note names the next step; its label is not repeated after the file's own."""
+    p = opened(tmp_path)
+    p.note(note)
+    nxt = (tmp_path / "state" / "99_next.md").read_text()
+    assert "- next step: run the canary\n" in nxt and "next step: next" not in nxt.lower()
+    p.close()

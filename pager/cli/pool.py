@@ -4,11 +4,14 @@
     pager pool grant STORE POOL --as SESSION [--owner OWNER] [--readers ID ...] [--writers ID ...]
     pager pool promote STORE HANDLE --as SESSION [--owner OWNER] --to SCOPE [--pool POOL]
     pager pool demote STORE HANDLE --as SESSION [--owner OWNER] --to SCOPE [--pool POOL]
+    pager pool retire STORE HANDLE --as SESSION [--owner OWNER] --reason TEXT
 
 Every change acts as one session and its owner identity, exactly as
-``Pager.grant`` / ``promote`` / ``demote`` do in code: the same ACL checks,
-recorded as events with who and when. ``list`` prints each pool's readers and
-writers.
+``Pager.grant`` / ``promote`` / ``demote`` / ``retire`` do in code: the same
+ACL checks, recorded as events with who and when. Promotion is one-way: a
+promoted page is not demoted (``demote`` refuses it); ``retire`` takes it out
+of its pool, with a reason, and never deletes it. ``list`` prints each pool's
+readers and writers.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ __all__ = ["register"]
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
-        "pool", help="list pools, set a pool's ACL, promote or demote a page",
+        "pool", help="list pools, set a pool's ACL, promote, retire or demote a page",
         description="Shared page pools: list them, set who may read and write one, move a page between scopes.",
     )
     sub = parser.add_subparsers(dest="pool_command", metavar="ACTION")
@@ -45,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     grant.add_argument("--writers", nargs="*", default=[], metavar="ID", help="identities that may write (and read)")
     grant.set_defaults(func=run_grant)
 
-    for verb, helptext in (("promote", "move a page to a wider scope"), ("demote", "move a page to a narrower scope")):
+    for verb, helptext in (("promote", "move a page to a wider scope (one-way: retire takes it out again)"),
+                           ("demote", "move a session page to private (a promoted page is retired, not demoted)")):
         p = sub.add_parser(verb, help=helptext)
         p.add_argument("store", metavar="STORE", help="a store folder or a postgresql:// URL")
         p.add_argument("handle", metavar="HANDLE", help="the page's handle (pg:12-a1b2c3)")
@@ -53,6 +57,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         p.add_argument("--to", required=True, choices=SCOPES, help="the scope the page goes to")
         p.add_argument("--pool", help="with --to project: the pool it goes to")
         p.set_defaults(func=run_move, verb=verb)
+
+    retire = sub.add_parser("retire", help="take a promoted page out of its pool (recorded; never deleted)",
+                            description="Take a promoted page out of its pool: other sessions no longer find it; "
+                                        "it returns to the scope it had before its first promotion. Recorded "
+                                        "as an event with who, when and the reason; the page is never deleted.")
+    retire.add_argument("store", metavar="STORE", help="a store folder or a postgresql:// URL")
+    retire.add_argument("handle", metavar="HANDLE", help="the page's handle (pg:12-a1b2c3)")
+    _identity(retire)
+    retire.add_argument("--reason", required=True, help="why it leaves the pool (recorded with the event)")
+    retire.set_defaults(func=run_retire)
 
 
 def _identity(p: argparse.ArgumentParser) -> None:
@@ -115,4 +129,15 @@ def run_move(args: argparse.Namespace) -> int:
         p.close()
         store.close()
     print(f"{args.handle} (session {page.session}) is now {page.scope}" + (f" in pool {page.pool}" if page.pool else ""))
+    return 0
+
+
+def run_retire(args: argparse.Namespace) -> int:
+    store, p = _open(args)
+    try:
+        page = p.retire(args.handle, reason=args.reason)
+    finally:
+        p.close()
+        store.close()
+    print(f"{args.handle} (session {page.session}) is retired: now {page.scope}, in no pool")
     return 0

@@ -10,9 +10,19 @@ each leaves one line behind::
     - note:3 (212 tokens) "the flaky test is in test_io.py, seed 7 reproduces…" → expand("note:3")
 
 The text stays in the store (and in the checkpoint files): ``expand`` with
-the pointer's reference returns it whole. If L1 is still over the cap with
-every item moved (a huge system prompt or turn 1), the guard reports it and
-stops; only the budget itself (``BudgetError``) refuses a prompt.
+the pointer's reference returns it whole.
+
+A system prompt or turn 1 that is itself over the cap (``cap_pinned``) keeps
+its head in place and its tail behind its page's handle: together the pinned
+messages get ``PINNED_SHARE`` of the cap (a message under an equal share stays
+whole; the bigger ones split the rest), and each cut message ends with one
+line naming the handle and the line the tail starts at::
+
+    [pager: the system prompt continues off-prompt: 31204 more tokens, from line 412 of 2890 …]
+
+The cut is a function of the message's bytes and the cap alone, so every
+call sends the same head (the provider's cache holds); the whole text is the
+stored page: ``expand(handle)`` returns it, the recall tool searches it.
 
 A state block (the checkpoint files read back, ``pager.statedir``) rides at
 the end of the card and gets the room left under the cap, cut with a pointer
@@ -21,14 +31,19 @@ to the whole text when it does not fit.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
 from pager.core.render import card_text
+from pager.core.tokens import MESSAGE_OVERHEAD, content_text
 
-__all__ = ["GuardResult", "L1Hit", "L1Item", "cut_text", "guard_card", "item_text", "items", "l1_hits", "pointer_line"]
+__all__ = [
+    "PINNED_SHARE", "GuardResult", "L1Hit", "L1Item", "PinnedCut", "cap_pinned", "cut_message", "cut_text",
+    "guard_card", "item_text", "items", "l1_hits", "pinned_rooms", "pointer_line",
+]
 
 HEAD_CHARS = 80
 _REF_RE = re.compile(r"^(pin|note):([1-9][0-9]{0,8})$")
@@ -188,3 +203,110 @@ def l1_hits(
             found.append(L1Hit(ref, ref.split(":")[0], " ".join(text.split())[:200], len(shared) / len(words), session))
     found.sort(key=lambda h: -h.score)
     return found[:k]
+
+
+# -- a system prompt or turn 1 over the cap ---------------------------------------------
+
+# The part of the cap the pinned messages share when they alone pass it; the
+# card (its pins, notes and pointers) keeps the rest.
+PINNED_SHARE = 0.75
+_WHAT = {"system": "the system prompt", "developer": "the developer message", "user": "the first user message"}
+
+
+@attrs.frozen(slots=True)
+class PinnedCut:
+    """The pinned messages to send and their tokens; ``cut`` the rows whose tail is behind a handle."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    tokens: tuple[int, ...]
+    cut: tuple[int, ...] = ()
+
+
+def pinned_rooms(tokens: Sequence[int], cap: int) -> list[int | None]:
+    """Return the tokens each pinned message may keep (None: whole) under an L1 ``cap``.
+
+    Nothing is cut while they fit the cap together (``cap`` 0: never). Over
+    it, they share ``PINNED_SHARE`` of the cap: a message under an equal share
+    stays whole and gives the rest of its share to the bigger ones.
+    """
+    out: list[int | None] = [None] * len(tokens)
+    if not cap or sum(tokens) <= cap:
+        return out
+    room = int(cap * PINNED_SHARE)
+    rest = list(range(len(tokens)))
+    while rest:
+        share = room // len(rest)
+        small = [i for i in rest if tokens[i] <= share]
+        if not small:
+            for i in rest:
+                out[i] = share
+            break
+        for i in small:
+            room -= tokens[i]
+            rest.remove(i)
+    return out
+
+
+def _tail_line(what: str, handle: str, tail_tokens: int, start: int, lines: int) -> str:
+    return (f"\n[pager: {what} continues off-prompt: {tail_tokens} more tokens, from line {start} of {lines}, "
+            f"kept whole as {handle}; expand({handle!r}, start_line={start}) returns the rest, "
+            f"recall(query) searches it]")
+
+
+@functools.lru_cache(maxsize=64)  # the same message is cut on every call: count it once
+def _cut(text: str, room: int, what: str, handle: str, count: Callable[[str], int]) -> tuple[str, int] | None:
+    total = count(text)
+    if total + MESSAGE_OVERHEAD <= room:
+        return None
+    lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    budget = max(0, room - MESSAGE_OVERHEAD)
+    chars = budget * 4
+    while True:
+        head = text[:chars]
+        nl = head.rfind("\n")
+        if nl >= chars // 2:  # end on a line when one ends in the second half: the tail starts at a line
+            head = head[: nl + 1]
+        start = head.count("\n") + 1
+        out = head + _tail_line(what, handle, max(0, total - count(head)), start, lines)
+        got = count(out)
+        if chars == 0 or got <= budget:
+            return out, MESSAGE_OVERHEAD + got
+        chars = min(chars - 1, int(chars * budget / got * 0.98))  # scale to the measured size, a little under
+
+
+def cut_message(
+    message: Mapping[str, Any], room: int | None, handle: str, count: Callable[[str], int]
+) -> tuple[Mapping[str, Any], int | None]:
+    """Return ``message`` with its head kept under ``room`` tokens and its tail behind ``handle``, and its tokens.
+
+    The cut message is plain text (its ``native`` provider form dropped, so
+    every format renders the head); one with tool calls is never cut. A
+    message left whole comes back as is, with None for its tokens.
+    """
+    role = message.get("role")
+    if room is None or role not in _WHAT or message.get("tool_calls"):
+        return message, None
+    done = _cut(content_text(message.get("content")), room, _WHAT[str(role)], handle, count)
+    if done is None:
+        return message, None
+    out = {k: v for k, v in message.items() if k not in ("content", "native")}
+    out["content"] = done[0]
+    return out, done[1]
+
+
+def cap_pinned(
+    messages: Sequence[Mapping[str, Any]], tokens: Sequence[int], handles: Sequence[str], cap: int,
+    count: Callable[[str], int],
+) -> PinnedCut:
+    """Return the pinned ``messages`` (system prompt, turn 1) cut to the L1 ``cap`` (``pinned_rooms``)."""
+    rooms = pinned_rooms(tokens, cap)
+    if all(r is None for r in rooms):
+        return PinnedCut(tuple(messages), tuple(tokens))
+    out, sizes, cut = [], [], []
+    for i, (m, t, h, room) in enumerate(zip(messages, tokens, handles, rooms)):
+        c, size = cut_message(m, room, h, count)
+        out.append(c)
+        sizes.append(t if size is None else size)
+        if size is not None:
+            cut.append(i)
+    return PinnedCut(tuple(out), tuple(sizes), tuple(cut))

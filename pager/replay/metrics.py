@@ -149,6 +149,12 @@ def _text(m: Mapping[str, Any]) -> str:
     return content_text(m.get("content"))
 
 
+def _cut_head_of(text: str, want: str) -> bool:
+    """Whether ``text`` is ``want`` cut by the L1 cap: its head, then pager's line naming the tail's handle."""
+    head, sep, _ = text.rpartition("\n[pager: ")
+    return bool(sep) and " continues off-prompt: " in text[len(head):] and want.startswith(head)
+
+
 def _l1_violations(
     prompt: Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]]
 ) -> list[str]:
@@ -161,7 +167,7 @@ def _l1_violations(
         want = _text(h)
         role = h.get("role")
         roles = SYSTEM_ROLES if role in SYSTEM_ROLES else (role,)
-        if not any(m.get("role") in roles and want in _text(m) for m in prompt):
+        if not any(m.get("role") in roles and (want in _text(m) or _cut_head_of(_text(m), want)) for m in prompt):
             what = "first user message" if role == "user" else "system message"
             out.append(f"l1: {what} history[{j}] missing")
     return out

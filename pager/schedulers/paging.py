@@ -27,7 +27,7 @@ from pager.core import pairing
 from pager.core.compact import compact_line, index_block
 from pager.core.heat import HeatPolicy, PageTable
 from pager.core.history import History
-from pager.core.l1guard import GuardResult, guard_card, items
+from pager.core.l1guard import GuardResult, cap_pinned, guard_card, items
 from pager.core.messages import message_text, tool_calls
 from pager.core.plan import (
     CARD,
@@ -205,6 +205,12 @@ class PagingScheduler:
         n = len(h)
         pinned = np.zeros(n, dtype=bool)
         pinned[: h.pinned_count()] = True
+        # a system prompt or turn 1 over the L1 cap keeps its head, its tail behind its handle (l1guard)
+        npin = h.pinned_count()
+        cut = cap_pinned(call.messages[:npin], h.tokens[:npin], h.handle[:npin], o.l1_cap, self.counter.count)
+        if cut.cut:
+            call = attrs.evolve(call, messages=[*cut.messages, *call.messages[npin:]])
+            cols["tokens"][:npin] = cut.tokens
         guard = self.card(call.pins, call.notes, int(cols["tokens"][pinned].sum()))
         card = guard.card
         card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
@@ -246,7 +252,7 @@ class PagingScheduler:
             first_diff(call.prev_out, rendered) if call.prev_out is not None
             else _first_change(prev, layout)
         )
-        layers, kept, stubbed = self._layers(h, layout, card_tokens, call.tools_tokens)
+        layers, kept, stubbed = self._layers(h, layout, card_tokens, call.tools_tokens, cols["tokens"])
         return ScheduleResult(
             messages=rendered,
             tokens=result.tokens + call.tools_tokens,
@@ -269,7 +275,8 @@ class PagingScheduler:
             demoted=tuple(sorted(demoted)),
             faults=sum(1 for pid in result.recalled if pid in call.demoted or pid in demoted),
             # the L1 guard says what it moved out of the card, every call it is out
-            notices=tuple(f"l1-moved:{ref}" for ref in guard.moved) + (("l1-over-cap",) if guard.over else ()),
+            notices=tuple(f"l1-moved:{ref}" for ref in guard.moved) + (("l1-over-cap",) if guard.over else ())
+            + tuple(f"l1-cut:{h.handle[r]}" for r in cut.cut),
             state={"layout": layout.to_state()},
             # a round that left every page in full demoted nothing to search for (a first call, say):
             # no commit (a Tantivy commit costs ~0.2 s on the first request of every session)
@@ -352,14 +359,15 @@ class PagingScheduler:
         return recall_block(items, handles=show_handles)
 
     def _layers(
-        self, h: History, layout: Layout, card_tokens: int, tools_tokens: int
+        self, h: History, layout: Layout, card_tokens: int, tools_tokens: int, tokens: Any = None
     ) -> tuple[dict[str, int], int, int]:
+        tokens = h.tokens if tokens is None else tokens  # the tokens as sent (a pinned message may be cut)
         pinned = set(h.page[: h.pinned_count()])
         layers = {"l1": card_tokens, "l2": 0, "stubs": 0, "l3": 0, "tools": tools_tokens}
         kept = stubbed = 0
         for slot in layout.slots:
             if slot.kind == FULL:
-                layers["l1" if slot.page in pinned else "l2"] += h.tokens[h.row_of[slot.page]]
+                layers["l1" if slot.page in pinned else "l2"] += int(tokens[h.row_of[slot.page]])
                 kept += 1
             elif slot.kind == STUB:
                 layers["stubs"] += h.stub_tokens[h.row_of[slot.page]]
