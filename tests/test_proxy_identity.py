@@ -78,6 +78,9 @@ def test_compaction_and_side_requests_pass_untouched():
     with_calls = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"id": "c"}]},
                                {"role": "tool", "tool_call_id": "c", "content": "y"}]}
     assert passthrough_kind("openai-chat", with_calls, 2_500) is None  # tool traffic: a conversation
+    chat = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                         {"role": "user", "content": "what did I say?"}]}
+    assert passthrough_kind("openai-chat", chat, 2_500) is None  # a tool-less chat's second call is recorded
 
 
 def test_refusals_are_recognised():

@@ -53,6 +53,9 @@ def register(sub: Any) -> None:
                             "has tools of its own, and the proxy answers the model's calls to them")
     tools.add_argument("--tools", dest="tools", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.set_defaults(tools=True)
+    p.add_argument("--max-tool-rounds", type=int, default=4, metavar="N",
+                   help="rounds of pager's tools the proxy answers in one client turn (default 4); the request "
+                        "after the last offers the client's own tools only")
     p.add_argument("--context-window", type=int, default=200_000, help="the models' window in tokens")
     p.add_argument("--config", help="a JSON options file (as `pager tune --write` makes)")
     p.add_argument("--timeout", type=float, default=600.0,
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--scope project needs --pool NAME (the project pool the pages go to)")
     config = ProxyConfig(
         store=args.store, upstream_openai=args.upstream_openai, upstream_anthropic=args.upstream_anthropic,
-        tools=args.tools, timeout=args.timeout, options=options,
+        tools=args.tools, timeout=args.timeout, options=options, max_tool_rounds=args.max_tool_rounds,
         session_header_required=args.session_header_required,
         **({"max_body": args.max_body} if args.max_body is not None else {}),
     )
