@@ -118,7 +118,7 @@ def test_a_session_named_like_a_pool_or_an_owner_reads_neither_through_the_proxy
                 client.chat.completions.create(
                     model="recall-user", messages=[{"role": "system", "content": "agent"},
                                                    {"role": "user", "content": secret(n, what)}],
-                    extra_headers={"x-pager-session": session})
+                    tools=[SEARCH], extra_headers={"x-pager-session": session})
                 sent = [b for p, _h, b in app_up.state.seen if p == "/v1/chat/completions"]
                 answer = sent[-1]["messages"][-1]
                 assert answer["role"] == "tool"

@@ -135,7 +135,8 @@ def test_session_header_required_refuses_a_call_without_it(proxy, tmp_path):
 def test_without_the_flag_a_call_without_the_header_is_named_from_its_messages(proxy, tmp_path):
     url = proxy()
     openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0).chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "hello"}])
+        model="m", messages=[{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+                             {"role": "user", "content": "again"}])  # a one-off first call is a side request
     assert pager.store_sessions(tmp_path / "ctx")[0].startswith("proxy-")
 
 

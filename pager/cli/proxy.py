@@ -53,9 +53,8 @@ def register(sub: Any) -> None:
                             "has tools of its own, and the proxy answers the model's calls to them")
     tools.add_argument("--tools", dest="tools", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.set_defaults(tools=True)
-    p.add_argument("--max-tool-rounds", type=int, default=4, metavar="N",
-                   help="rounds of pager's tools the proxy answers in one client turn (default 4); the request "
-                        "after the last offers the client's own tools only")
+    p.add_argument("--max-tool-rounds", type=int, default=8, metavar="N",
+                   help="rounds of pager's tools the proxy answers in one client turn (default 8)")
     p.add_argument("--context-window", type=int, default=200_000, help="the models' window in tokens")
     p.add_argument("--config", help="a JSON options file (as `pager tune --write` makes)")
     p.add_argument("--timeout", type=float, default=600.0,

@@ -77,7 +77,7 @@ class ProxyConfig:
     tools: bool = True
     timeout: float = 600.0  # seconds between bytes of an upstream response (models can think a while)
     connect_timeout: float = 10.0
-    max_tool_rounds: int = 4
+    max_tool_rounds: int = 8  # a model opening lost pages one per turn (bench/clients' serial) needs 6
     max_open_sessions: int = 256
     options: Mapping[str, Any] = attrs.field(factory=dict)
     max_body: int = DEFAULT_MAX_BODY  # bytes; a bigger body gets a 413 before it is read (pager.proxy.limits)
@@ -212,18 +212,6 @@ class _Proxy:
         client = {fmt.tool_name(t) for t in req.get("tools") or ()}
         return frozenset(t["function"]["name"] for t in p.tools()) - client
 
-    @staticmethod
-    def _without_tools(dialect: Dialect, out: dict[str, Any], added: frozenset[str]) -> dict[str, Any]:
-        """Return ``out`` offering the client's tools only: the last of pager's tool rounds.
-
-        Past ``max_tool_rounds`` the model must answer with what the client
-        can run; handing back a turn stripped of pager's calls would leave the
-        client an empty turn (on Responses, a reasoning item with nothing after
-        it, which the provider refuses on the next call).
-        """
-        fmt = get_format(dialect.format)
-        return {**out, "tools": [t for t in out.get("tools") or () if fmt.tool_name(t) not in added]}
-
     async def _forward(self, request: Request, body: bytes, dialect: Dialect, stream: bool, kind: str,
                        t0: float) -> Response:
         """Send a compaction or side request upstream as the client wrote it, and its answer back as is."""
@@ -271,12 +259,10 @@ class _Proxy:
             await self._observe(p, dialect, data)
             calls = dialect.calls(data) if added else []
             ours = [c for c in calls if dialect.call_name(c) in added]
-            if ours and len(ours) == len(calls):
+            if ours and len(ours) == len(calls) and rounds < self.config.max_tool_rounds:
                 results = [await p.acall_tool(c, format=dialect.format) for c in ours]
                 out = dialect.continue_request(out, dialect.assistant_items(data), results)
                 rounds += 1
-                if rounds >= self.config.max_tool_rounds:
-                    out, added = self._without_tools(dialect, out, added), frozenset()
                 continue
             if ours:  # a turn mixing pager's calls with the client's: the client sees its own only
                 data = dialect.strip_calls(data, added)
@@ -312,13 +298,11 @@ class _Proxy:
                     await self._observe(p, dialect, turn.usage)
                 calls = turn.calls() if added else []
                 ours = [c for c in calls if dialect.call_name(c) in added]
-                if ours and len(ours) == len(calls):
+                if ours and len(ours) == len(calls) and round_no < self.config.max_tool_rounds:
                     results = [await p.acall_tool(c, format=dialect.format) for c in ours]
                     out = dialect.continue_request(out, turn.assistant_items(), results)
                     offset += turn.forwarded
                     round_no += 1
-                    if round_no >= self.config.max_tool_rounds:
-                        out, added = self._without_tools(dialect, out, added), frozenset()
                     nxt = await self._send(url, out, headers, stream=True, style=dialect.error_style)
                     if isinstance(nxt, Response):
                         yield stream_error_event(dialect.error_style, nxt.status_code, bytes(nxt.body).decode())
