@@ -335,10 +335,10 @@ def test_cli_notes_skipped_and_sampled(sessions):
 
 def test_cli_grid_file_and_errors(tmp_path):
     g = tmp_path / "g.json"
-    g.write_text('{"recall_pages": [3, 4]}')
+    g.write_text('{"recall_pages": [4, 5]}')
     _, out, _ = run_cli(["--dry-run", "--grid-file", str(g), "--grid", "recent_units=2"])
-    assert out.splitlines()[1:] == ["p02  recent_units=2 recall_pages=3",
-                                    "p03  recent_units=2 recall_pages=4"]
+    assert out.splitlines()[1:] == ["p02  recent_units=2 recall_pages=4",
+                                    "p03  recent_units=2 recall_pages=5"]
     with pytest.raises(ConfigError):
         run_cli(["--dry-run", "--grid", "bogus=1"])
     for argv in (["--target-coverage", "2"], ["--max-points", "0"]):
