@@ -7,13 +7,16 @@
     python bench/ablations.py --merge f0.json f1.json             # both halves, pooled
 
 Every row is replayed on the same calls in one process, beside full resend, with
-the same replay as ``pager bench`` (``pager.replay.run``). Besides cost and
-coverage it prints the fault rate and the *effective cost* of issue 15: a call
+the same replay as ``pager bench`` (``pager.replay.run``). The headline is the
+*re-read cost* of issue 24, the price ``pager bench`` puts first: a call
 *faults* when at least one of its needs is missing from its prompt, and each
-fault costs ``read x prompt + write x 340 + 5 x 40`` base-input tokens (one more
-model call on the cached prompt, a recall call and its result, its output).
-The price is ``pager.replay.cost.FAULT_COST`` and a call's fault
-``CallRecord.fault``, the same figures ``pager bench`` prints.
+fault re-reads every page that last held a missed need, whole, at the write
+price, plus one more call on the cached prompt and its output
+(``pager.replay.cost.FAULT_COST.reread``). Issue 15's *effective cost* (a
+340-token excerpt per fault) is kept as a column, with names coverage and the
+worst session's coverage.
+
+    python bench/ablations.py --need-gap 6          # needs that stood 6+ messages back
 
 ``+/-`` columns are paired differences from the defaults row with a
 session-bootstrap standard error (2,000 resamples of sessions, fixed seed): a
@@ -42,7 +45,8 @@ ROWS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "heat fifo": {"policy": "fifo"},
     "recall off": {"recall_pages": 0},
-    "task labels off": {"task_focus": False},
+    "tasks off": {"task_focus": False},
+    "objective off": {"objective": False},
     "stubs off": {"stub_threshold": 10**9, "inline_max": 10**9},
     "tail stubs off": {"inline_max": 0},
     "minor rounds off": {"minor_rounds": False},
@@ -66,18 +70,20 @@ def per_session(result: BenchResult, name: str) -> dict[str, np.ndarray]:
     """Return per-session sums of one strategy: cost, effective cost, faults, needs, ..."""
     p = result.pricing
     cols: dict[str, list[float]] = {k: [] for k in (
-        "cost", "effective", "calls", "faults", "needs", "covered", "long_needs", "long_covered",
-        "prompt", "completion")}
+        "cost", "effective", "reread", "calls", "faults", "needs", "covered", "long_needs", "long_covered",
+        "names", "names_covered", "prompt", "completion")}
     for r in result.runs:
         recs = r.records.get(name, ())
         cost = sum(p.cost(c.prompt_tokens, c.cached_tokens) for c in recs)
         faults = [c for c in recs if c.fault]
         cols["cost"].append(cost)
         cols["effective"].append(cost + sum(FAULT_COST.cost(c.prompt_tokens, p) for c in faults))
+        cols["reread"].append(cost + sum(FAULT_COST.reread(c.prompt_tokens, c.reread_pages, p) for c in faults))
         cols["calls"].append(len(recs))
         cols["faults"].append(len(faults))
         for key, attr in (("needs", "needs"), ("covered", "covered"), ("long_needs", "long_needs"),
-                          ("long_covered", "long_covered"), ("prompt", "prompt_tokens"),
+                          ("long_covered", "long_covered"), ("names", "names"),
+                          ("names_covered", "names_covered"), ("prompt", "prompt_tokens"),
                           ("completion", "completion_tokens")):
             cols[key].append(sum(getattr(c, attr) for c in recs))
     return {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
@@ -89,6 +95,10 @@ def figures(s: dict[str, np.ndarray], full: dict[str, np.ndarray]) -> dict[str, 
     return {
         "cost": s["cost"].sum() / full["cost"].sum(),
         "effective": s["effective"].sum() / full["effective"].sum(),
+        "reread": s["reread"].sum() / full["reread"].sum(),
+        "names_coverage": s["names_covered"].sum() / max(s["names"].sum(), 1),
+        "worst_coverage": float(min((c / n for c, n in zip(s["covered"], s["needs"]) if n), default=1.0)),
+        "below_90": int(sum(1 for c, n in zip(s["covered"], s["needs"]) if n and c / n < 0.9)),
         "fault_rate": s["faults"].sum() / s["calls"].sum(),
         "coverage": s["covered"].sum() / s["needs"].sum(),
         "long_coverage": s["long_covered"].sum() / max(s["long_needs"].sum(), 1),
@@ -103,12 +113,13 @@ def paired_se(a: dict[str, np.ndarray], b: dict[str, np.ndarray], full: dict[str
     rng = np.random.default_rng(seed)
     n = full["calls"].size
     idx = rng.integers(0, n, size=(reps, n))
-    num, den = {"effective": ("effective", None), "cost": ("cost", None), "coverage": ("covered", "needs"),
+    num, den = {"effective": ("effective", None), "cost": ("cost", None), "reread": ("reread", None),
+                "coverage": ("covered", "needs"), "names_coverage": ("names_covered", "names"),
                 "long_coverage": ("long_covered", "long_needs")}[key]
 
     def pooled(s: dict[str, np.ndarray]) -> np.ndarray:
         top = s[num][idx].sum(axis=1)
-        bottom = (full[key if key in ("effective", "cost") else "cost"] if den is None else s[den])[idx].sum(axis=1)
+        bottom = (full[key if key in ("effective", "cost", "reread") else "cost"] if den is None else s[den])[idx].sum(axis=1)
         return top / np.maximum(bottom, 1e-9)
 
     return float(np.std(pooled(a) - pooled(b)))
@@ -125,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="add the clear-old-tool-results baseline (trigger 100,000, keep 3) as a row")
     ap.add_argument("--only", default=None, help="comma-separated standard rows to keep")
     ap.add_argument("--min-assistant", type=int, default=10)
+    ap.add_argument("--need-gap", type=int, default=None, help="needs stood at least N messages back (bench default 1)")
     ap.add_argument("--folds", type=int, default=1, help="split sessions into N folds by session")
     ap.add_argument("--fold", type=int, default=0, help="the fold to replay (with --folds)")
     ap.add_argument("--json", metavar="FILE", help="write the figures as JSON")
@@ -160,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         strategies.append(ClearToolResults(100_000, 3, name="clear (baseline)", facts=facts))
         rows["clear (baseline)"] = {}
     price = pricing("anthropic")
-    result = run(sessions, strategies, pricing=price, facts=facts, progress=args.progress)
+    extra = {} if args.need_gap is None else {"need_gap": args.need_gap}
+    result = run(sessions, strategies, pricing=price, facts=facts, progress=args.progress, **extra)
     sums = {name: per_session(result, name) for name in ["full", *rows]}
     print_table(sums, rows, f"{len(sessions)} sessions, {int(sums['full']['calls'].sum())} calls, "
                 f"{result.seconds:.0f} s", args.json)
@@ -182,26 +195,26 @@ def print_table(sums: dict[str, dict[str, np.ndarray]], rows: dict[str, Any], ti
     full = sums["full"]
     base = sums["defaults"]
     table = []
-    head = ("row", "cost/full", "eff/full", "+/- eff (se)", "faults", "coverage", "+/- cov (se)",
-            "long cov", "+/- long (se)", "prompt/full", "med ratio")
+    head = ("row", "re-read/full", "+/- (se)", "eff/full", "cost/full", "faults", "coverage", "+/- cov (se)",
+            "names cov", "+/- names (se)", "worst", "< 0.90", "long cov", "+/- long (se)", "prompt/full", "med ratio")
     out: dict[str, Any] = {"sessions": int(full["calls"].size), "calls": int(full["calls"].sum()), "rows": {},
                            "per_session": {n: {k: v.tolist() for k, v in d.items()} for n, d in sums.items()}}
+    b = figures(base, full)
+    keys = ("reread", "effective", "coverage", "names_coverage", "long_coverage")
     for name, opts in rows.items():
         s = sums[name]
         f = figures(s, full)
-        b = figures(base, full)
-        d_eff = f["effective"] - b["effective"]
-        d_cov = f["coverage"] - b["coverage"]
-        d_long = f["long_coverage"] - b["long_coverage"]
-        se = {k: paired_se(s, base, full, k) for k in ("effective", "coverage", "long_coverage")}
-        out["rows"][name] = {"options": opts, **{k: float(v) for k, v in f.items()}, "d_effective": float(d_eff), "se_effective": se["effective"],
-                             "d_coverage": float(d_cov), "se_coverage": se["coverage"],
-                             "d_long_coverage": float(d_long), "se_long_coverage": se["long_coverage"]}
+        d = {k: f[k] - b[k] for k in keys}
+        se = {k: paired_se(s, base, full, k) for k in keys}
+        out["rows"][name] = {"options": opts, **{k: float(v) for k, v in f.items()},
+                             **{f"d_{k}": float(d[k]) for k in keys}, **{f"se_{k}": se[k] for k in keys}}
         table.append((
-            name, f"{f['cost']:.3f}", f"{f['effective']:.3f}", f"{d_eff:+.3f} ({se['effective']:.3f})",
-            f"{f['fault_rate']:.3f}", f"{f['coverage']:.3f}", f"{d_cov:+.3f} ({se['coverage']:.3f})",
-            f"{f['long_coverage']:.3f}", f"{d_long:+.3f} ({se['long_coverage']:.3f})",
-            f"{f['prompt']:.2f}", f"{f['median_ratio']:.0f}",
+            name, f"{f['reread']:.3f}", f"{d['reread']:+.3f} ({se['reread']:.3f})", f"{f['effective']:.3f}",
+            f"{f['cost']:.3f}", f"{f['fault_rate']:.3f}", f"{f['coverage']:.3f}",
+            f"{d['coverage']:+.3f} ({se['coverage']:.3f})", f"{f['names_coverage']:.3f}",
+            f"{d['names_coverage']:+.3f} ({se['names_coverage']:.3f})", f"{f['worst_coverage']:.3f}",
+            f"{f['below_90']} of {full['calls'].size}", f"{f['long_coverage']:.3f}",
+            f"{d['long_coverage']:+.3f} ({se['long_coverage']:.3f})", f"{f['prompt']:.2f}", f"{f['median_ratio']:.0f}",
         ))
     widths = [max(len(str(r[i])) for r in [head, *table]) for i in range(len(head))]
     print(title)

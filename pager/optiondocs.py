@@ -64,7 +64,7 @@ OPTION_DOCS: dict[str, tuple[str, str]] = {
     ),
     'recall_pages': (
         'At most this many pages recalled (L3) into one call; `0` turns automatic recall off.',
-        'More: better long-range coverage, more tokens per call (recall blocks stay until the next round).',
+        'More: better long-range coverage, more tokens per call (with `recall_leaves` a block is written for its call, then leaves).',
     ),
     'recall_tokens': (
         'Token cap of the recall block of one call (also limited by the room left under the high watermark).',
@@ -170,6 +170,10 @@ OPTION_DOCS: dict[str, tuple[str, str]] = {
     'minor_rounds': ("Paging: a round keeps the old generation byte for byte while it fits `old_share` (a *minor* round); `False` makes every round *major*, rebuilding everything after L1.", 'Off: fresher rounds, more cache rewrites (effective cost +0.002 on the development sessions, docs/tuning.md).'),
     'task_rounds': ("Paging: a detected task switch, or a return to an earlier task (see docs/policies.md, Task clustering), runs a major round at once, so the old task's units leave and a returned-to task's come back in one batch. Needs `task_focus`.", 'On: follows a user who switches tasks; on the development sessions it lowered long-range coverage (0.713 against 0.752), so it ships off.'),
     'compact_tokens': ('Paging: a round may spend this many tokens on an index block of compact lines, one per page of the units it drops (the agent\'s call with cut arguments, a one-line head of each result, every handle); `0` writes none.', 'Higher: a trace of more dropped steps, less room for pages in full; measured cost-neutral and coverage-neutral at 600-1,500 (docs/tuning.md).'),
+    'objective': ("Paging (issue 24): demote a page only when it pays: its tokens at the read price over the calls it would ride until the next round, against its chance of being needed again (`heat.NEEDS`, measured by kind, size and age) times a re-read (the whole page at the write price plus one more call). A short session keeps what it read; the agent's own words outlive bulky outputs; a page reached for again stays. `False`: the heat order under the low watermark, big outputs stubbed one step after they arrive.", 'Off: re-read cost 0.799 against 0.805 on the development sessions, but coverage 0.947 against 0.960 and 5 sessions under 0.90 coverage against 1 (docs/tuning.md).'),
+    'need_scale': ('Paging, under `objective`: the measured need rates (`heat.NEEDS`) times this; the shipped 2.0 was chosen on the training half of the development sessions (an open-loop replay misses a demoted page on every call that needs it, so the one-call rates understate it).', 'Higher: keeps more, fewer faults, more tokens per call.'),
+    'keep_room': ('Paging, under `objective`: tokens past `low_watermark` a round may give to pages that pay (never more than half the way to `high_watermark`).', 'Higher: more kept, sooner rounds; 16,000 cost more than it saved on the training half (docs/tuning.md).'),
+    'recall_leaves': ('Paging: a recall block serves the call it was placed for and is removed at the next call, while it is still the tail of the previous prompt (so its removal re-bills nothing); it stays when the next call would recall the same pages.', 'Off: recalled excerpts ride the prompt until the next round.'),
 }
 
 # The knobs `pager tune` trades against each other (docs/tuning.md's table).

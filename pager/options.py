@@ -75,8 +75,8 @@ class Options:
     old_share: float = attrs.field(default=0.9, validator=_non_negative)
     stub_threshold: int = attrs.field(default=2_000, validator=_non_negative)
     inline_max: int = attrs.field(default=2_000, validator=_non_negative)
-    recall_pages: int = attrs.field(default=1, validator=_non_negative)
-    recall_tokens: int = attrs.field(default=300, validator=_non_negative)
+    recall_pages: int = attrs.field(default=3, validator=_non_negative)
+    recall_tokens: int = attrs.field(default=900, validator=_non_negative)
     recall_page_tokens: int = attrs.field(default=300, validator=_positive)
     recall_min_score: float = attrs.field(default=0.0, validator=_non_negative)
     recall_min_strength: int = attrs.field(default=8, validator=_non_negative)
@@ -113,6 +113,11 @@ class Options:
     # (0.713 against 0.752, docs/tuning.md) at equal effective cost
     task_rounds: bool = False
     compact_tokens: int = attrs.field(default=0, validator=_non_negative)  # rounds: tokens for compact lines
+    # issue 24: demote a page only when the expected saving beats the expected re-read (docs/how-it-works.md)
+    objective: bool = True
+    need_scale: float = attrs.field(default=2.0, validator=_non_negative)  # times the measured need rates (heat.NEEDS)
+    keep_room: int = attrs.field(default=8_000, validator=_non_negative)  # tokens past low_watermark paying pages may hold
+    recall_leaves: bool = True  # a recall block serves its call and leaves at the next one
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:

@@ -18,11 +18,13 @@ Theory of operation:
    one ``SessionMetrics`` per variant; a ``Log`` keeps them, so that an
    interrupted search can be resumed without replaying what finished. The
    per-session figures of a variant, over every session, become its ``Point``.
-4. ``pareto`` marks the points no other point beats on both effective cost
-   (cache-adjusted cost plus the price of each fault; lower is better) and
-   need coverage (higher is better); a point with violations or failures is
-   never on the frontier. ``choose`` picks the frontier point of least
-   effective cost whose coverage is at least a floor.
+4. ``pareto`` marks the points no other point beats on both re-read cost
+   (cache-adjusted cost plus each fault priced as the re-read of its pages;
+   lower is better) and a coverage figure (names coverage by default; higher
+   is better); a point with violations or failures is never on the frontier.
+   ``choose_floors`` picks the point of least re-read cost that meets every
+   floor (names coverage, the worst session's coverage, ...), or none;
+   ``choose`` the frontier point of least cost above one floor.
 5. ``config_document`` is what ``--write`` saves: the full options under
    ``"options"`` (``pager.open(config=...)`` reads that key) beside the
    figures that justified them.
@@ -57,6 +59,8 @@ __all__ = [
     "cap",
     "changes",
     "choose",
+    "choose_floors",
+    "floors_text",
     "config_document",
     "expand_grid",
     "flatten",
@@ -93,10 +97,10 @@ DEFAULT_POINTS: tuple[Mapping[str, Any], ...] = (
 )
 
 # Coverage figures a run can be tuned for: the StrategySummary attribute names.
-OBJECTIVES = ("coverage", "long_coverage")
+OBJECTIVES = ("names_coverage", "coverage", "long_coverage", "worst_coverage")
 
-# Cost figures the frontier can be drawn on; the first is what tune minimises.
-COSTS = ("effective_vs_full", "cost_vs_full")
+# Cost figures the frontier can be drawn on; the first (the re-read price) is what tune minimises.
+COSTS = ("reread_vs_full", "effective_vs_full", "cost_vs_full")
 
 
 # --------------------------------------------------------------------------
@@ -323,6 +327,11 @@ class Point:
     effective_vs_full: float | None = None
     fault_rate: float | None = None
     failures: tuple[tuple[str, str], ...] = ()  # (session, error)
+    reread_vs_full: float | None = None
+    names_coverage: float | None = None
+    worst_coverage: float | None = None
+    worst_session: str | None = None
+    sessions_below: int = 0
 
     def score(self, objective: str = "coverage") -> float | None:
         """Return the coverage figure ``objective`` names."""
@@ -331,7 +340,7 @@ class Point:
         return getattr(self, objective)
 
     def price(self, cost: str = COSTS[0]) -> float | None:
-        """Return the cost figure ``cost`` names (effective cost by default)."""
+        """Return the cost figure ``cost`` names (re-read cost by default)."""
         if cost not in COSTS:
             raise ConfigError(f"cost must be one of {COSTS}, got {cost!r}")
         return getattr(self, cost)
@@ -344,8 +353,13 @@ class Point:
     def figures(self) -> dict[str, Any]:
         """Return the measured figures as a JSON-able dict."""
         return {
+            "reread_vs_full": self.reread_vs_full,
             "effective_vs_full": self.effective_vs_full,
             "fault_rate": self.fault_rate,
+            "names_coverage": self.names_coverage,
+            "worst_coverage": self.worst_coverage,
+            "worst_session": self.worst_session,
+            "sessions_below": self.sessions_below,
             "cost_vs_full": self.cost_vs_full,
             "coverage": self.coverage,
             "long_coverage": self.long_coverage,
@@ -366,7 +380,7 @@ class Point:
 def pareto(points: Sequence[Point], objective: str = "coverage", cost: str = COSTS[0]) -> list[Point]:
     """Return ``points`` with ``frontier`` set on those no other point dominates.
 
-    A point dominates another when it costs no more (``cost``: effective cost
+    A point dominates another when it costs no more (``cost``: re-read cost
     by default) and covers no less, and is strictly better on one of the two.
     Points with violations, failures or a missing figure are never on the
     frontier and dominate nothing. Equal points do not dominate each other,
@@ -388,7 +402,7 @@ def pareto(points: Sequence[Point], objective: str = "coverage", cost: str = COS
 
 def choose(points: Sequence[Point], floor: float, objective: str = "coverage",
            cost: str = COSTS[0]) -> Point | None:
-    """Return the frontier point of least cost (effective cost) covering at least ``floor``.
+    """Return the frontier point of least cost (re-read cost) covering at least ``floor``.
 
     If no frontier point reaches the floor, return the one covering most
     (the cheaper on a tie); None when the frontier is empty. ``points`` must
@@ -410,8 +424,38 @@ def choose(points: Sequence[Point], floor: float, objective: str = "coverage",
     return max(front, key=lambda p: (cov(p), -price(p)))
 
 
+def choose_floors(points: Sequence[Point], floors: Mapping[str, float],
+                  cost: str = COSTS[0]) -> Point | None:
+    """Return the clean point of least ``cost`` (re-read cost) meeting every floor, or None.
+
+    ``floors`` maps coverage figures (``OBJECTIVES``) to the least each must
+    reach, e.g. ``{"names_coverage": 0.97, "worst_coverage": 0.90}``. A point
+    with violations, failures or a missing figure never qualifies. On a tie
+    of cost, the one covering more names wins, then the name.
+    """
+    for objective in floors:
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"floor on {objective!r}: expected one of {OBJECTIVES}")
+
+    def meets(p: Point) -> bool:
+        if not p.eligible(OBJECTIVES[0], cost):
+            return False
+        return all((p.score(k) is not None and p.score(k) >= v)  # type: ignore[operator]
+                   for k, v in floors.items())
+
+    good = [p for p in points if meets(p)]
+    if not good:
+        return None
+    return min(good, key=lambda p: (p.price(cost), -(p.names_coverage or 0.0), p.name))
+
+
+def floors_text(floors: Mapping[str, float]) -> str:
+    """Return the floors as words: ``names coverage >= 0.97, worst coverage >= 0.9``."""
+    return ", ".join(f"{k.replace('_', ' ')} >= {v:g}" for k, v in floors.items()) or "no floor"
+
+
 def by_cost(points: Iterable[Point], cost: str = COSTS[0]) -> list[Point]:
-    """Return points sorted by ``cost`` (effective cost; unmeasured last), then by name."""
+    """Return points sorted by ``cost`` (re-read cost; unmeasured last), then by name."""
     return sorted(points, key=lambda p: (p.price(cost) is None, p.price(cost) or 0.0, p.name))
 
 
@@ -423,10 +467,12 @@ def config_document(
     objective: str = "coverage",
     target: float | None = None,
     fault_cost: Mapping[str, Any] | None = None,
+    floors: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Return what ``--write`` saves: full options under ``"options"``, and the evidence.
 
-    ``target`` is the coverage floor the choice was made under.
+    ``target`` is the coverage floor the choice was made under; ``floors``
+    every floor (figure -> least value).
     """
     return {
         "options": dict(point.options),
@@ -437,6 +483,7 @@ def config_document(
         "fault_cost": dict(fault_cost) if fault_cost is not None else None,
         "objective": objective,
         "target": target,
+        "floors": dict(floors) if floors is not None else None,
         "written_by": "pager tune",
     }
 
@@ -464,6 +511,7 @@ def tune_session(
     fault: Any,
     counter: Any = None,
     opener: Callable[..., Any] | None = None,
+    need_gap: int | None = None,
 ) -> dict[str, Any]:
     """Replay one session through ``variants`` (name, options), ``batch`` at a time.
 
@@ -474,7 +522,7 @@ def tune_session(
     from pager.replay.facts import Facts
     from pager.replay.metrics import summarize_session
     from pager.replay.parallel import Emitter, emit
-    from pager.replay.runner import run_session
+    from pager.replay.runner import NEED_GAP, run_session
     from pager.replay.strategies import FullResend, PagerStrategy
 
     facts = Facts(counter)
@@ -488,7 +536,8 @@ def tune_session(
             strategies: list[Any] = [] if full_records is not None else [FullResend("full", facts=facts)]
             strategies += [PagerStrategy(name, **extra, **dict(opts)) for name, opts in chunk]
             r = run_session(session, strategies, facts=facts, long_gap=long_gap, progress=bar,
-                            warn=lambda text: emit("warn", text))
+                            warn=lambda text: emit("warn", text),
+                            need_gap=NEED_GAP if need_gap is None else need_gap)
             if full_records is None:
                 full_records = r.records["full"]
             for name, _ in chunk:
@@ -569,6 +618,7 @@ def run_points(
     fault: Any = None,
     log: Log | None = None,
     on_progress: Callable[[Log], None] | None = None,
+    need_gap: int | None = None,
 ) -> list[Point]:
     """Replay ``sessions`` through every candidate; return their points.
 
@@ -594,7 +644,7 @@ def run_points(
         todo = [(n, dict(c.options)) for n, c in zip(names, candidates) if not log.has(c.options, s.id)]
         if not todo:
             continue
-        tasks.append((s, todo, batch, gap, pricing, fault, None, opener))
+        tasks.append((s, todo, batch, gap, pricing, fault, None, opener, need_gap))
         groups = -(-len(todo) // batch)
         weights.append(session_weight(s) * (len(todo) + groups))
         n_calls = max(0, s.n_assistant - (bool(s.messages) and s.messages[0].get("role") == "assistant"))
@@ -649,6 +699,9 @@ def points_from(log: Log, sessions: Sequence[Any], candidates: Sequence[Candidat
             violations=s.violations, errors=s.errors,
             effective_vs_full=s.effective_vs_full, fault_rate=s.fault_rate,
             failures=tuple((m.session, m.error) for m in metrics if m.error),
+            reread_vs_full=s.reread_vs_full, names_coverage=s.names_coverage,
+            worst_coverage=s.worst_coverage, worst_session=s.worst_session,
+            sessions_below=s.sessions_below,
         ))
     return points
 

@@ -141,7 +141,7 @@ def test_big_tool_output_is_stubbed_and_expandable(tmp_path):
     history = [system("s"), user("task"), assistant(None, call("a", "bash", command="pytest")), tool("a", text)]
     for i in range(5):
         history += [assistant(f"next {i}", call(f"b{i}", "bash", command="ls")), tool(f"b{i}", "ok")]
-    with open_pager(tmp_path, high_watermark=3_000, low_watermark=1_500) as p:
+    with open_pager(tmp_path, high_watermark=3_000, low_watermark=1_500, objective=False) as p:
         out = p.assemble({"messages": history})["messages"]
         stubbed = [m for m in out if m.get("tool_call_id") == "a"]
         assert len(stubbed) == 1

@@ -24,7 +24,8 @@ def _index(messages) -> list[str]:
 def test_a_round_writes_an_index_block_and_a_reopened_store_counts_its_lines(tmp_path) -> None:
     history = coding_session(30, output_lines=20) + [assistant("done")]
     opts = dict(counter=HeuristicCounter(), context_window=60_000, output_reserve=1_000, high_watermark=6_000,
-                low_watermark=3_000, recent_units=2, compact_tokens=500)
+                low_watermark=3_000, recent_units=2, compact_tokens=500,
+                objective=False)  # index lines are written by the heat order's rounds
     with pager.open(tmp_path, session="c", **opts) as p:
         out = p.assemble({"messages": history[:-1]})
         blocks = _index(out["messages"])

@@ -251,7 +251,7 @@ def test_a_recalled_foreign_page_stays_byte_stable_and_leaves_when_its_pool_clos
     with pager.open(store, session="alice/a", owner="alice", scope="project", pool="repo") as alice:
         alice.grant("repo", readers=["*"], writers=["alice"])
         alice.note("decision: 5eed8888cafe ships behind a flag because the canary failed")
-        with pager.open(store, session="bob/b", owner="bob", recall_min_strength=0) as bob:
+        with pager.open(store, session="bob/b", owner="bob", recall_min_strength=0, recall_leaves=False) as bob:
             history = [system("agent"), user("status of 5eed8888cafe?")]
             first = bob.assemble({"messages": history})["messages"]
             block = first[-1]

@@ -193,13 +193,19 @@ def test_values_on_hover(page):
 def test_effective_cost_and_faults_are_shown(page):
     text, root, result = page
     head = [th.all_text() for th in root.find_all("thead")[0].find_all("th")]
-    assert head[:4] == ["strategy", "cost / full", "effective cost / full", "fault rate"]
+    assert head[:10] == ["strategy", "cost / full (re-read)", "effective cost / full (excerpt)",
+                         "cost / full", "fault rate", "coverage", "names coverage",
+                         "worst session", "sessions < 0.90", "long-range coverage"]
     pager_row = next(r for r in root.find_all("tbody")[0].find_all("tr")
                      if r.find_all("td")[0].all_text() == "pager")
     s = {x.strategy: x for x in result.summary}["pager"]
     cells = [td.all_text() for td in pager_row.find_all("td")]
-    assert cells[2] == f"{s.effective_vs_full:.2f}" and cells[3] == f"{s.fault_rate:.3f}"
-    assert 'id="chart-faults"' in text and "a fault costs 0.1 × prompt + 1.25 × 340" in text
+    assert cells[1] == f"{s.reread_vs_full:.3f}" and cells[2] == f"{s.effective_vs_full:.3f}"
+    assert cells[4] == f"{s.fault_rate:.3f}" and cells[6] == f"{s.names_coverage:.3f}"
+    assert cells[7] == f"{s.worst_coverage:.3f}"
+    assert cells[8] == f"{s.sessions_below} of {s.sessions_measured}"
+    assert 'id="chart-faults"' in text and "a fault costs 0.1 × prompt + 1.25 × (each page" in text
+    assert "as an excerpt: 1.25 × 340" in text
 
 
 def test_narrow_screens_and_long_names(page):

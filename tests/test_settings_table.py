@@ -29,7 +29,7 @@ def test_the_table_shows_the_shipped_defaults():
     for field in attrs.fields(Options):
         assert f"| `{field.name}` |" in table
     assert "| `high_watermark` | `40000` |" in table
-    assert "| `recall_pages` | `1` |" in table and "| `recall_page_tokens` | `300` |" in table
+    assert "| `recall_pages` | `3` |" in table and "| `recall_page_tokens` | `300` |" in table
     assert "| `notice_percents` | `[25, 50, 75]` |" in table
     # a changed default shows up in the table, so the docs test above would fail
     changed = attrs.evolve(Options(), high_watermark=12_345)

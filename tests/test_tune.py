@@ -126,11 +126,15 @@ def test_changes_and_label():
 # The frontier and the choice
 
 
-def pt(name, cost, cov, violations=0, errors=0, long=None, raw=None):
-    # ``cost`` is the effective cost the frontier is drawn on; ``raw`` the cache-adjusted one
+def pt(name, cost, cov, violations=0, errors=0, long=None, raw=None, eff=None, names=None,
+       worst=None):
+    # ``cost`` is the re-read cost the frontier is drawn on; ``raw`` the cache-adjusted one,
+    # ``eff`` the one with faults priced as excerpts
     return tune.Point(name=name, changes={"n": name}, options={},
-                      cost_vs_full=cost if raw is None else raw, effective_vs_full=cost,
-                      coverage=cov, long_coverage=long, violations=violations, errors=errors)
+                      cost_vs_full=cost if raw is None else raw,
+                      effective_vs_full=cost if eff is None else eff, reread_vs_full=cost,
+                      coverage=cov, long_coverage=long, violations=violations, errors=errors,
+                      names_coverage=names, worst_coverage=worst)
 
 
 def frontier(points, objective="coverage"):
@@ -173,16 +177,38 @@ def test_choose_cheapest_reaching_target_else_highest_coverage():
     assert tune.choose([], 0.9) is None
 
 
-def test_frontier_and_choice_use_effective_cost_not_raw_cost():
-    # b is cheaper before faults are priced, a after: tune minimises effective cost
-    points = tune.pareto([pt("a", 0.50, 0.96, raw=0.45), pt("b", 0.55, 0.96, raw=0.40)])
+def test_frontier_and_choice_use_reread_cost_not_raw_or_excerpt_cost():
+    # b is cheaper before faults are priced, or priced as excerpts; a once priced as re-reads
+    points = tune.pareto([pt("a", 0.50, 0.96, raw=0.45, eff=0.47),
+                          pt("b", 0.55, 0.96, raw=0.40, eff=0.42)])
     assert frontier(points) == ["a"]
     assert tune.choose(points, 0.95).name == "a"
     raw = tune.pareto(points, cost="cost_vs_full")
     assert [p.name for p in raw if p.frontier] == ["b"]
     assert tune.choose(raw, 0.95, cost="cost_vs_full").name == "b"
+    excerpt = tune.pareto(points, cost="effective_vs_full")
+    assert [p.name for p in excerpt if p.frontier] == ["b"]
     with pytest.raises(ConfigError):
         tune.pareto(points, cost="tokens")
+
+
+def test_choose_floors_least_reread_cost_meeting_every_floor():
+    floors = {"names_coverage": 0.97, "worst_coverage": 0.90}
+    points = [
+        pt("cheap", 0.50, 0.95, names=0.96, worst=0.95),  # names under the floor
+        pt("spotty", 0.55, 0.99, names=0.99, worst=0.85),  # one session under 0.90
+        pt("good", 0.60, 0.98, names=0.97, worst=0.90),  # both floors met exactly
+        pt("dear", 0.80, 1.00, names=1.00, worst=1.00),
+        pt("broken", 0.10, 1.00, names=1.00, worst=1.00, violations=1),
+        pt("unmeasured", 0.20, 1.00, names=None, worst=1.00),
+    ]
+    assert tune.choose_floors(points, floors).name == "good"
+    assert tune.choose_floors(points, {"names_coverage": 0.97}).name == "spotty"
+    assert tune.choose_floors(points, {**floors, "coverage": 0.99}).name == "dear"
+    assert tune.choose_floors(points, {"worst_coverage": 1.01}) is None
+    assert tune.floors_text(floors) == "names coverage >= 0.97, worst coverage >= 0.9"
+    with pytest.raises(ConfigError):
+        tune.choose_floors(points, {"cost": 0.5})
 
 
 def test_by_cost_puts_unmeasured_last():
@@ -236,13 +262,15 @@ def test_cli_two_point_grid_writes_a_config_pager_accepts(sessions, tmp_path):
         "--grid", "high_watermark=8000,16000", "--grid", "low_watermark=4000",
         "--grid", "high_watermark=6000,16000",  # a later --grid for a key replaces the earlier
         "--context-window", "100000", "--write", str(cfg), "--json", str(js),
+        "--names-floor", "0.5", "--worst-floor", "0",
     ])
     # the base (defaults) plus the two grid points
     assert [tune.label(p.changes) for p in points] == [
         "defaults", "high_watermark=6000 low_watermark=4000",
         "high_watermark=16000 low_watermark=4000"]
     assert "1 sessions" in err and "3 configurations" in err
-    assert "Pareto frontier" in out and "chosen for coverage >= 0.95" in out
+    assert "Pareto frontier (re-read cost against names coverage)" in out
+    assert "chosen for names coverage >= 0.5, worst coverage >= 0: p0" in out
     for p in points:
         assert p.violations == 0 and p.errors == 0 and p.cost_vs_full is not None
     assert any(p.frontier for p in points)
@@ -250,8 +278,11 @@ def test_cli_two_point_grid_writes_a_config_pager_accepts(sessions, tmp_path):
     doc = orjson.loads(cfg.read_bytes())
     assert doc["sessions"] == 1 and doc["pricing"]["name"] == "anthropic"
     assert set(doc["figures"]) >= {"cost_vs_full", "effective_vs_full", "fault_rate", "coverage",
-                                   "long_coverage", "growth", "violations"}
-    assert doc["fault_cost"] == {"recall_tokens": 340, "output_tokens": 40, "output_price": 5.0}
+                                   "long_coverage", "growth", "violations", "reread_vs_full",
+                                   "names_coverage", "worst_coverage", "sessions_below"}
+    assert doc["fault_cost"] == {"recall_tokens": 340, "output_tokens": 40, "output_price": 5.0,
+                                 "reread_cap": None}
+    assert doc["floors"] == {"names_coverage": 0.5, "worst_coverage": 0.0}
     chosen = orjson.loads(js.read_bytes())["chosen"]
     assert doc["options"] == next(p.options for p in points if p.name == chosen)
     assert doc["options"]["context_window"] == 100_000
@@ -263,6 +294,27 @@ def test_cli_two_point_grid_writes_a_config_pager_accepts(sessions, tmp_path):
 
     allp = orjson.loads(js.read_bytes())
     assert len(allp["points"]) == 3 and sum(q["frontier"] for q in allp["points"]) >= 1
+
+
+def test_cli_floors_no_point_meets_writes_nothing(sessions, tmp_path):
+    cfg, js, base = tmp_path / "tuned.json", tmp_path / "points.json", tmp_path / "base.json"
+    # a base that pages hard, so every point misses needs on the synthetic session
+    base.write_text('{"high_watermark": 2000, "low_watermark": 1000, "recent_units": 1, '
+                    '"stub_threshold": 200}')
+    argv = [str(sessions), "--min-assistant", "1", "--no-progress", "--base", str(base),
+            "--grid", "high_watermark=4000", "--write", str(cfg), "--json", str(js),
+            "--names-floor", "1", "--worst-floor", "1", "--coverage-floor", "1"]
+    points, out, err = run_cli(argv)
+    assert points and all(p.coverage is not None and p.coverage < 1 for p in points)
+    assert ("no point meets the floors (names coverage >= 1, worst coverage >= 1, "
+            "coverage >= 1)") in out
+    assert "Pareto frontier (re-read cost against names coverage)" in out
+    assert "nothing written" in err and not cfg.exists()
+    doc = orjson.loads(js.read_bytes())
+    assert doc["chosen"] is None and doc["floors"]["coverage"] == 1.0
+    assert all(q["reread_vs_full"] >= q["cost_vs_full"] for q in doc["points"])
+    args = parse(argv)
+    assert args.func(args) == 1  # a configuration was asked for and none qualifies
 
 
 def test_cli_dry_run_lists_the_default_grid(capsys):
@@ -283,10 +335,10 @@ def test_cli_notes_skipped_and_sampled(sessions):
 
 def test_cli_grid_file_and_errors(tmp_path):
     g = tmp_path / "g.json"
-    g.write_text('{"recall_pages": [3, 4]}')
+    g.write_text('{"recall_pages": [4, 5]}')
     _, out, _ = run_cli(["--dry-run", "--grid-file", str(g), "--grid", "recent_units=2"])
-    assert out.splitlines()[1:] == ["p02  recent_units=2 recall_pages=3",
-                                    "p03  recent_units=2 recall_pages=4"]
+    assert out.splitlines()[1:] == ["p02  recent_units=2 recall_pages=4",
+                                    "p03  recent_units=2 recall_pages=5"]
     with pytest.raises(ConfigError):
         run_cli(["--dry-run", "--grid", "bogus=1"])
     for argv in (["--target-coverage", "2"], ["--max-points", "0"]):

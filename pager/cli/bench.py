@@ -28,7 +28,7 @@ from pager.replay.cost import FAULT_COST, PRICING, FaultCost, Pricing, pricing
 from pager.replay.facts import Facts
 from pager.replay.metrics import SessionMetrics, StrategySummary
 from pager.replay.parallel import default_jobs
-from pager.replay.runner import LONG_GAP, BenchResult, run
+from pager.replay.runner import LONG_GAP, NEED_GAP, BenchResult, run
 from pager.replay.session import Session, discover, load_session
 from pager.replay.strategies import (
     ClearToolResults,
@@ -112,12 +112,18 @@ def add_fault_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-price", type=non_negative, default=FAULT_COST.output_price,
                    metavar="X", help="effective cost: an output token's price in base input "
                    f"tokens (default {FAULT_COST.output_price:g})")
+    p.add_argument("--reread-cap", type=non_negative, default=None, metavar="TOKENS",
+                   help="re-read cost: write at most TOKENS of each page a fault re-reads "
+                   "(default: the whole page)")
 
 
 def add_long_gap(p: argparse.ArgumentParser) -> None:
-    """Add ``--long-gap`` (what makes a need long-range)."""
+    """Add ``--long-gap`` (what makes a need long-range) and ``--need-gap`` (what makes one a need)."""
     p.add_argument("--long-gap", type=positive_int, default=LONG_GAP, metavar="N",
                    help=f"messages back that make a need long-range (default {LONG_GAP})")
+    p.add_argument("--need-gap", type=positive_int, default=NEED_GAP, metavar="N",
+                   help="count a need only when it was last seen N or more messages back "
+                   f"(default {NEED_GAP}: any earlier message; issue 24's measure used 6)")
 
 
 def add_jobs(p: argparse.ArgumentParser) -> None:
@@ -150,7 +156,7 @@ def jobs_of(args: argparse.Namespace) -> int:
 def fault_of(args: argparse.Namespace) -> FaultCost:
     """Return the fault price the ``--fault-*`` options describe."""
     return FaultCost(recall_tokens=args.fault_tokens, output_tokens=args.fault_output,
-                     output_price=args.output_price)
+                     output_price=args.output_price, reread_cap=getattr(args, "reread_cap", None))
 
 
 def pricing_of(args: argparse.Namespace) -> Pricing:
@@ -429,13 +435,21 @@ def _kt(tokens: float | None) -> str:
 
 # What each column means: printed under the table with --explain, and in docs/bench.md.
 GLOSSARY: dict[str, str] = {
+    "cost/full (re-read)": "the honest price, over full resend's: cost plus, per fault, one more "
+                           "call on the cached prompt and each page that last held a missed need "
+                           "written again at the write price (whole, or --reread-cap tokens)",
     "cost/full": "cache-adjusted input cost (cached reads and writes priced) over full resend's",
-    "eff/full": "effective cost over full resend's: cost plus, per fault, one more call on the "
-                "cached prompt with a recall result (--fault-tokens, --fault-output, --output-price)",
+    "eff/full": "the miss priced as today, over full resend's: cost plus, per fault, one more "
+                "call on the cached prompt with a recall excerpt (--fault-tokens, "
+                "--fault-output, --output-price)",
     "fault rate": "share of calls whose prompt missed at least one need of the next message",
-    "coverage": "share of needs (paths, identifiers, numbers the next message used that "
-                "appeared earlier) found in the prompt",
+    "coverage": "share of needs (paths, identifiers, numbers, and rare words of 6+ letters the "
+                "next message used that appeared earlier) found in the prompt",
     "long cov": "coverage of the needs last seen 40+ messages back (--long-gap)",
+    "names cov": "coverage of the needs that name a thing: paths, identifiers, numbers",
+    "worst cov": "the coverage of the strategy's worst session (named under the table)",
+    "< 0.90": "sessions whose coverage is under 0.90, of the sessions with needs",
+    "re-read pages": "pages re-read by faults, summed over calls (one per page per call)",
     "prompt/full": "prompt tokens over full resend's, summed over calls",
     "mean prompt": "mean prompt tokens per call",
     "max prompt": "largest prompt of any call",
@@ -462,9 +476,10 @@ def glossary(head: Sequence[str], *, extra: Mapping[str, str] | None = None) -> 
     return "\n".join(lines)
 
 
-SUMMARY_HEAD = ("strategy", "cost/full", "eff/full", "fault rate", "coverage", "long cov",
-                "prompt/full", "mean prompt", "max prompt", "med ratio", "growth", "violations",
-                "p50 ms", "p99 ms")
+SUMMARY_HEAD = ("strategy", "cost/full (re-read)", "eff/full", "cost/full", "fault rate",
+                "coverage", "names cov", "worst cov", "< 0.90", "long cov", "prompt/full",
+                "mean prompt", "max prompt", "med ratio", "growth", "violations", "p50 ms",
+                "p99 ms")
 
 
 def summary_rows(summary: Sequence[StrategySummary]) -> list[tuple[str, ...]]:
@@ -473,8 +488,10 @@ def summary_rows(summary: Sequence[StrategySummary]) -> list[tuple[str, ...]]:
     for s in summary:
         name = s.strategy + (f" ({s.errors} failed)" if s.errors else "")
         rows.append((
-            name, _fmt(s.cost_vs_full, ".2f"), _fmt(s.effective_vs_full, ".2f"),
-            _fmt(s.fault_rate, ".3f"), _fmt(s.coverage, ".3f"),
+            name, _fmt(s.reread_vs_full, ".3f"), _fmt(s.effective_vs_full, ".3f"),
+            _fmt(s.cost_vs_full, ".3f"), _fmt(s.fault_rate, ".3f"), _fmt(s.coverage, ".3f"),
+            _fmt(s.names_coverage, ".3f"), _fmt(s.worst_coverage, ".3f"),
+            f"{s.sessions_below} of {s.sessions_measured}",
             _fmt(s.long_coverage, ".3f"), _fmt(s.mean_vs_full, ".2f"), _kt(s.mean_prompt),
             _kt(s.max_prompt), _fmt(s.median_ratio, ".0f"), _fmt(s.growth, ".2f"),
             str(s.violations), _fmt(s.latency_p50_ms, ".2f"), _fmt(s.latency_p99_ms, ".2f"),
@@ -482,9 +499,9 @@ def summary_rows(summary: Sequence[StrategySummary]) -> list[tuple[str, ...]]:
     return rows
 
 
-SESSION_HEAD = ("strategy", "calls", "cost/full", "eff/full", "fault rate", "coverage",
-                "long cov", "prompt/full", "mean prompt", "max prompt", "ratio", "growth",
-                "violations")
+SESSION_HEAD = ("strategy", "calls", "cost/full (re-read)", "eff/full", "cost/full",
+                "fault rate", "coverage", "names cov", "long cov", "re-read pages",
+                "prompt/full", "mean prompt", "max prompt", "ratio", "growth", "violations")
 
 
 def session_rows(metrics: Sequence[SessionMetrics]) -> list[tuple[str, ...]]:
@@ -495,13 +512,25 @@ def session_rows(metrics: Sequence[SessionMetrics]) -> list[tuple[str, ...]]:
             rows.append((m.strategy, "failed (below)", *[""] * (len(SESSION_HEAD) - 2)))
             continue
         rows.append((
-            m.strategy, str(m.calls), _fmt(m.cost_vs_full, ".2f"),
-            _fmt(m.effective_vs_full, ".2f"), _fmt(m.fault_rate, ".3f"),
-            _fmt(m.coverage, ".3f"), _fmt(m.long_coverage, ".3f"), _fmt(m.mean_vs_full, ".2f"),
+            m.strategy, str(m.calls), _fmt(m.reread_vs_full, ".3f"),
+            _fmt(m.effective_vs_full, ".3f"), _fmt(m.cost_vs_full, ".3f"),
+            _fmt(m.fault_rate, ".3f"), _fmt(m.coverage, ".3f"), _fmt(m.names_coverage, ".3f"),
+            _fmt(m.long_coverage, ".3f"), str(m.reread_pages), _fmt(m.mean_vs_full, ".2f"),
             _kt(m.mean_prompt), _kt(m.max_prompt), _fmt(m.ratio, ".0f"), _fmt(m.growth, ".2f"),
             str(m.violations),
         ))
     return rows
+
+
+def worst_text(summary: Sequence[StrategySummary]) -> str:
+    """Return one line per strategy naming its worst session, and what kinds of miss dominate."""
+    lines = ["worst session per strategy:"]
+    width = max((len(s.strategy) for s in summary), default=0)
+    for s in summary:
+        if s.worst_session is None:
+            continue
+        lines.append(f"  {s.strategy.ljust(width)}  {_fmt(s.worst_coverage, '.3f')}  {s.worst_session}")
+    return "\n".join(lines)
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -545,7 +574,8 @@ def run_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> BenchResult
     facts = Facts()
     strategies = build_strategies(args, facts, err)
     result = run(sessions, strategies, pricing=price, facts=facts, long_gap=args.long_gap,
-                 progress=args.progress, stream=err, skipped=skipped, jobs=jobs, fault=fault)
+                 progress=args.progress, stream=err, skipped=skipped, jobs=jobs, fault=fault,
+                 need_gap=args.need_gap)
 
     if args.per_session:
         for r in result.runs:
@@ -558,6 +588,7 @@ def run_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> BenchResult
           f"(read {price.read:g}x, write {price.write:g}x), {result.seconds:.1f} s "
           f"on {min(jobs, len(sessions))} process(es)", file=out)
     print(table(SUMMARY_HEAD, summary_rows(result.summary)), file=out)
+    print(worst_text(result.summary), file=out)
     if result.failures:
         print(failures_text(result.failures), file=out)
     if args.explain:

@@ -1,10 +1,13 @@
 """``pager tune``: search scheduler options on replayed sessions.
 
 Replays the sessions through every configuration of a grid (beside full
-resend), prints every point sorted by effective cost with the Pareto frontier
-of effective cost against need coverage marked, then the frontier with each
-point's configuration, and the chosen point: least effective cost with
-coverage at or above a floor. ``--write`` saves the chosen point as a file
+resend), prints every point sorted by re-read cost (faults priced as the
+re-read of the pages they lost) with the Pareto frontier of re-read cost
+against names coverage marked, then the frontier with each point's
+configuration, and the chosen point: least re-read cost with names coverage
+and the worst session's coverage at or above their floors (``--names-floor``,
+``--worst-floor``; ``--coverage-floor`` adds one on all needs). When no point
+meets them it says so, and the frontier shows what is reachable. ``--write`` saves the chosen point as a file
 ``pager.open(config=...)`` and ``pager bench --pager-config`` accept.
 
 Every argument (grid values included) is checked before anything is
@@ -50,20 +53,22 @@ from pager.cli.bench import (
 
 __all__ = ["register", "run_tune"]
 
-DEFAULT_FLOOR = 0.95
+NAMES_FLOOR = 0.97
+WORST_FLOOR = 0.90
 
 
 def register(subparsers: Any) -> None:
     """Add the ``tune`` subcommand."""
     p = one_line_errors(subparsers.add_parser(
         "tune",
-        help="search scheduler options on replayed sessions (effective cost vs coverage frontier)",
+        help="search scheduler options on replayed sessions (re-read cost vs coverage frontier)",
         description=(
             "Replay recorded sessions through a grid of pager configurations and print the "
-            "Pareto frontier of effective cost (cache-adjusted cost plus the price of each "
-            "fault) against need coverage, and the point of least effective cost above a "
-            "coverage floor. With no --grid, a small built-in grid around the defaults "
-            "(one knob moved at a time)."
+            "Pareto frontier of re-read cost (cache-adjusted cost plus each fault priced as "
+            "the re-read of the pages it lost) against names coverage, and the point of least "
+            "re-read cost meeting the floors on names coverage and on the worst session's "
+            "coverage. With no --grid, a small built-in grid around the defaults (one knob "
+            "moved at a time)."
         ),
     ))
     add_paths(p)
@@ -83,12 +88,16 @@ def register(subparsers: Any) -> None:
     add_session_options(p)
     p.add_argument("--context-window", type=positive_int, default=None, metavar="TOKENS",
                    help="context_window of every point (default: the base's, 200000)")
-    p.add_argument("--objective", choices=tune.OBJECTIVES, default="coverage",
-                   help="coverage figure the frontier and the floor use (default coverage)")
+    p.add_argument("--objective", choices=tune.OBJECTIVES, default=tune.OBJECTIVES[0],
+                   help=f"coverage figure the frontier is drawn against (default {tune.OBJECTIVES[0]})")
+    p.add_argument("--names-floor", type=fraction, default=NAMES_FLOOR, metavar="F",
+                   help=f"the chosen point covers at least F of the names (default {NAMES_FLOOR})")
+    p.add_argument("--worst-floor", type=fraction, default=WORST_FLOOR, metavar="F",
+                   help="the chosen point's worst session covers at least F of its needs "
+                   f"(default {WORST_FLOOR})")
     p.add_argument("--coverage-floor", "--target-coverage", dest="coverage_floor", type=fraction,
-                   default=DEFAULT_FLOOR, metavar="F",
-                   help="choose the point of least effective cost covering at least F "
-                   f"(default {DEFAULT_FLOOR})")
+                   default=None, metavar="F",
+                   help="also: the chosen point covers at least F of all needs (default: no floor)")
     p.add_argument("--write", metavar="FILE.json",
                    help="write the chosen configuration as a pager config file")
     p.add_argument("--json", metavar="FILE",
@@ -167,23 +176,39 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-HEAD = ("point", "pareto", "eff/full", "cost/full", "fault rate", "coverage", "long cov",
-        "prompt/full", "med ratio", "growth", "violations")
+HEAD = ("point", "pareto", "floors", "re-read/full", "eff/full", "cost/full", "fault rate",
+        "coverage", "names cov", "worst cov", "< 0.90", "long cov", "prompt/full", "med ratio",
+        "growth", "violations")
 
 GLOSSARY = {
     "point": "the configuration's name (p01 is the base: the defaults or --base)",
-    "pareto": "* = on the Pareto frontier: no other point has less effective cost and more coverage",
+    "pareto": "* = on the Pareto frontier: no other point has less re-read cost and more "
+              "coverage (--objective, names coverage by default)",
+    "floors": "ok = meets every floor (--names-floor, --worst-floor, --coverage-floor)",
+    "re-read/full": "cost with each fault priced as the re-read of its pages, over full "
+                    "resend's (what tune minimises)",
     "changes": "the options this point sets differently from the base",
 }
 
 
-def points_table(points: Sequence[tune.Point]) -> str:
-    """Return the table of points, sorted by effective cost, each line ending with its changes."""
+def floors_of(args: argparse.Namespace) -> dict[str, float]:
+    """Return the floors the chosen point must meet: figure -> least value."""
+    floors = {"names_coverage": args.names_floor, "worst_coverage": args.worst_floor}
+    if args.coverage_floor is not None:
+        floors["coverage"] = args.coverage_floor
+    return floors
+
+
+def points_table(points: Sequence[tune.Point], floors: dict[str, float] | None = None) -> str:
+    """Return the table of points, sorted by re-read cost, each line ending with its changes."""
     ordered = tune.by_cost(points)
+    ok = {p.name for p in points if floors is not None and tune.choose_floors([p], floors)}
     rows = [(
         p.name + (f" ({p.errors} failed)" if p.errors else ""), "*" if p.frontier else "",
+        "ok" if p.name in ok else "", _fmt(p.reread_vs_full, ".3f"),
         _fmt(p.effective_vs_full, ".3f"), _fmt(p.cost_vs_full, ".3f"), _fmt(p.fault_rate, ".3f"),
-        _fmt(p.coverage, ".3f"), _fmt(p.long_coverage, ".3f"),
+        _fmt(p.coverage, ".3f"), _fmt(p.names_coverage, ".3f"), _fmt(p.worst_coverage, ".3f"),
+        str(p.sessions_below), _fmt(p.long_coverage, ".3f"),
         _fmt(p.mean_vs_full, ".2f"), _fmt(p.median_ratio, ".0f"), _fmt(p.growth, ".2f"),
         str(p.violations),
     ) for p in ordered]
@@ -200,12 +225,14 @@ def frontier_text(points: Sequence[tune.Point], chosen: tune.Point | None, objec
     if not front:
         return "no point is on the frontier (every one had violations or failures)"
     what = objective.replace("_", " ")
-    out = [f"Pareto frontier (effective cost against {what}):"]
+    out = [f"Pareto frontier (re-read cost against {what}):"]
     for p in front:
         mark = "  <- chosen" if chosen is not None and p.name == chosen.name else ""
-        out.append(f"  {p.name}  eff/full {_fmt(p.effective_vs_full, '.3f')}  "
+        out.append(f"  {p.name}  re-read/full {_fmt(p.reread_vs_full, '.3f')}  "
+                   f"eff/full {_fmt(p.effective_vs_full, '.3f')}  "
                    f"cost/full {_fmt(p.cost_vs_full, '.3f')}  "
-                   f"{what} {_fmt(p.score(objective), '.3f')}{mark}")
+                   f"{what} {_fmt(p.score(objective), '.3f')}  "
+                   f"worst {_fmt(p.worst_coverage, '.3f')}{mark}")
         if p.changes:
             out.extend(f"      {k} = {tune.show(v)}" for k, v in p.changes.items())
         else:
@@ -247,8 +274,10 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
         "pricing": attrs.asdict(price),
         "fault_cost": attrs.asdict(fault),
         "long_gap": args.long_gap,
+        "need_gap": args.need_gap,
     }
     log = tune.Log.resume(args.json, settings) if args.resume else tune.Log(settings=settings)
+    floors = floors_of(args)
     print(f"pager tune: {note}; {len(cands)} configurations{sampled}", file=err)
     if not sessions:
         print("pager tune: nothing to replay", file=err)
@@ -263,6 +292,7 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
             "fault_cost": attrs.asdict(fault),
             "objective": args.objective,
             "target": args.coverage_floor,
+            "floors": floors,
             "chosen": chosen.name if chosen is not None else None,
             "points": [p.to_json() for p in points],
             "settings": settings,
@@ -285,14 +315,15 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
     try:
         points = tune.run_points(sessions, cands, pricing=price, batch=args.batch,
                                  progress=args.progress, stream=err, long_gap=args.long_gap,
-                                 jobs=jobs, fault=fault, log=log, on_progress=on_progress)
+                                 jobs=jobs, fault=fault, log=log, on_progress=on_progress,
+                                 need_gap=args.need_gap)
     except KeyboardInterrupt:
         points = tune.pareto(tune.points_from(log, sessions, cands), args.objective)
         save(points, None, False)
         print(f"\npager tune: interrupted; {len(points)} of {len(cands)} configurations "
               f"measured on every session", file=err)
         if points:
-            print(points_table(points), file=out)
+            print(points_table(points, floors), file=out)
         if args.json:
             print(f"pager tune: wrote {args.json}; continue with the same command and --resume",
                   file=err)
@@ -301,7 +332,7 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
                   file=err)
         raise
     points = tune.pareto(points, args.objective)
-    chosen = tune.choose(points, args.coverage_floor, args.objective)
+    chosen = tune.choose_floors(points, floors)
     print(f"pager tune: {process_note()}", file=err)
 
     calls = sum(max(0, s.n_assistant - (s.messages[0].get("role") == "assistant"))
@@ -309,8 +340,8 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
     print(f"{len(sessions)} sessions, {calls} calls, pricing {price.name} "
           f"(read {price.read:g}x, write {price.write:g}x), {len(points)} configurations in "
           f"{time.monotonic() - t0:.0f} s on {min(jobs, len(sessions))} process(es); "
-          f"* = on the Pareto frontier", file=out)
-    print(points_table(points), file=out)
+          f"* = on the Pareto frontier, ok = meets the floors", file=out)
+    print(points_table(points, floors), file=out)
     failed = [(p.name, sid, e) for p in points for sid, e in p.failures]
     if failed:
         print(f"failed: {len(failed)} run(s)", file=out)
@@ -321,19 +352,19 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
     print(file=out)
     print(frontier_text(points, chosen, args.objective), file=out)
     if chosen is not None:
-        reached = chosen.score(args.objective)
-        why = ("least effective cost on the frontier at or above the floor"
-               if reached is not None and reached >= args.coverage_floor
-               else "no frontier point reaches the floor; the one covering most")
-        print(f"\nchosen for {args.objective.replace('_', ' ')} >= {args.coverage_floor:g}: "
-              f"{chosen.name} ({why})", file=out)
+        print(f"\nchosen for {tune.floors_text(floors)}: {chosen.name} (least re-read cost "
+              f"{_fmt(chosen.reread_vs_full, '.3f')} meeting every floor; worst session "
+              f"{chosen.worst_session})", file=out)
+    else:
+        print(f"\nno point meets the floors ({tune.floors_text(floors)}); the frontier above "
+              "is what this grid reaches: lower a floor or widen the grid", file=out)
 
-    if args.write:
-        if chosen is None:
-            raise ConfigError("no point to write: nothing is on the frontier")
+    if args.write and chosen is None:
+        print(f"pager tune: no point meets the floors; nothing written to {args.write}", file=err)
+    elif args.write and chosen is not None:
         doc = tune.config_document(chosen, sessions=len(sessions), pricing=attrs.asdict(price),
                                    objective=args.objective, target=args.coverage_floor,
-                                   fault_cost=attrs.asdict(fault))
+                                   fault_cost=attrs.asdict(fault), floors=floors)
         Path(args.write).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         print(f"pager tune: wrote {args.write} ({chosen.name})", file=err)
     if args.json:
@@ -355,6 +386,8 @@ def main(args: argparse.Namespace) -> int:
         return 130
     if points is None:
         return 0 if args.dry_run else 1
+    if args.write and tune.choose_floors(points, floors_of(args)) is None:
+        return 1  # asked for a configuration, and none meets the floors (said on stdout)
     if any(p.errors for p in points):
         print("pager tune: some configurations failed on some sessions (listed under the table)",
               file=sys.stderr)

@@ -49,6 +49,9 @@ from pager.core.pages import KIND_CODE, KINDS, PageRecord
 
 __all__ = [
     "DEFAULT_POLICY",
+    "HORIZONS",
+    "NEEDS",
+    "NeedTable",
     "POLICIES",
     "DecayPolicy",
     "FIFOPolicy",
@@ -541,6 +544,89 @@ class ReferencePolicy(HeatPolicy):
         if self.overlap_weight:
             heat += self.overlap_weight * np.clip(np.nan_to_num(table.overlap), 0.0, 1.0)
         return heat
+
+
+# ---------------------------------------------------------------------------
+# The need table: how often a call needs a page, by kind, size and age
+
+
+# The horizons (calls ahead) at which ``NeedTable.expected`` answers; the planner interpolates.
+HORIZONS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_MAX_AGE = 4096
+
+
+@attrs.frozen(eq=False)
+class NeedTable:
+    """Per-call chance that a call needs a page (the page last held one of the call's needs).
+
+    ``rates[group][size][age]``: ``group`` is "call" (the agent's own
+    messages, its tool calls, user turns) or "tool" (tool and file output);
+    ``size`` the first of ``sizes`` (tokens) the page is within; ``age`` the
+    first of ``ages`` (assistant messages since the page was written, or last
+    referred to) it is within. The shipped table, ``NEEDS``, was measured by
+    ``bench/need_rates.py`` on the training half of the development sessions
+    (docs/tuning.md): the chance falls with age like a power law, not the
+    halving of heat, which is why it is a table.
+    """
+
+    ages: tuple[int, ...]
+    sizes: tuple[int, ...]
+    rates: Mapping[str, tuple[tuple[float, ...], ...]]
+    _cum: np.ndarray = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        groups = ("call", "tool")
+        if set(self.rates) != set(groups):
+            raise ConfigError(f"need table groups must be {groups}, got {sorted(self.rates)}")
+        span = _MAX_AGE + HORIZONS[-1] + 1
+        age = np.arange(span)
+        cols = np.searchsorted(np.asarray(self.ages), age, side="left").clip(0, len(self.ages) - 1)
+        cum = np.zeros((len(groups), len(self.sizes), span + 1))
+        for g, name in enumerate(groups):
+            rows = self.rates[name]
+            if len(rows) != len(self.sizes) or any(len(r) != len(self.ages) for r in rows):
+                raise ConfigError(f"need table {name!r}: one row per size, one rate per age")
+            for k, row in enumerate(rows):
+                rate = np.clip(np.asarray(row, dtype=np.float64), 0.0, 1.0)[cols]
+                cum[g, k, 1:] = np.cumsum(rate)
+        object.__setattr__(self, "_cum", cum)
+
+    def expected(self, table: PageTable, clock: int, scale: float = 1.0) -> np.ndarray:
+        """Return, per row and per horizon of ``HORIZONS``, the calls expected to need the page.
+
+        Row ``i``, column ``k``: the sum over the next ``HORIZONS[k]`` calls of
+        the chance each needs page ``i`` (times ``scale``), its age counted
+        from its last reference.
+        """
+        group = np.isin(table.kind, _TOOL_CODES).astype(np.int64)
+        size = np.searchsorted(np.asarray(self.sizes), table.tokens, side="left").clip(0, len(self.sizes) - 1)
+        since = np.maximum(table.created, table.last_ref)
+        age = np.clip(_age(clock, since), 0, _MAX_AGE).astype(np.int64)
+        ahead = np.asarray(HORIZONS, dtype=np.int64)
+        cum = self._cum[group, size]  # (n, span + 1)
+        lo = np.take_along_axis(cum, (age + 1)[:, None], axis=1)
+        hi = np.take_along_axis(cum, (age[:, None] + ahead[None, :] + 1), axis=1)
+        return np.clip((hi - lo) * scale, 0.0, None)
+
+
+NEEDS = NeedTable(
+    ages=(1, 2, 4, 8, 16, 32, 64, 128, 1 << 30),
+    sizes=(200, 1000, 3000, 1 << 62),
+    rates={
+        "call": (
+            (0.222, 0.065, 0.042, 0.028, 0.0145, 0.0075, 0.0039, 0.001, 0.0005),
+            (0.308, 0.143, 0.105, 0.0755, 0.0384, 0.0211, 0.0067, 0.001, 0.0005),
+            (0.353, 0.223, 0.142, 0.0734, 0.0514, 0.0402, 0.0049, 0.001, 0.0005),
+            (0.353, 0.223, 0.142, 0.0734, 0.0514, 0.0402, 0.0049, 0.001, 0.0005),
+        ),
+        "tool": (
+            (0.181, 0.034, 0.0166, 0.0128, 0.0067, 0.0028, 0.002, 0.0005, 0.0002),
+            (0.256, 0.0906, 0.0749, 0.0503, 0.0257, 0.0149, 0.0063, 0.0017, 0.0005),
+            (0.275, 0.110, 0.110, 0.071, 0.047, 0.0256, 0.011, 0.0028, 0.001),
+            (0.274, 0.175, 0.0838, 0.0786, 0.0525, 0.0312, 0.0109, 0.0028, 0.001),
+        ),
+    },
+)
 
 
 assert DEFAULT_POLICY in POLICIES

@@ -27,6 +27,28 @@ the most recent units verbatim,
 then older units hottest first while they fit under the low watermark; older
 tool outputs larger than the stub threshold are kept as stubs; units that do
 not fit are dropped whole (pairing rule 1), to be recalled if needed again.
+
+The *objective* (``PlanConfig.objective``) makes every demotion pay for
+itself. Demoting a row saves its tokens at the read price on every call it
+would otherwise ride until the next round, plus its share of that round's
+rewrite; it costs, on each call that needs it again, a re-read: the whole
+page written at the write price plus one more call on the cached prompt.
+The chance that a call needs a row comes from ``PlanInput.need``: the calls
+expected to need it within each horizon, from a table of measured rates by
+kind, size and age since the last reference (``heat.NeedTable``); the horizon is the number of calls until
+the next round (how far the prompt is from the high watermark, at the rate it
+grows) or the session's expected remaining life, whichever is shorter. So a
+short session that fits the window keeps what it read, a small unit (the
+agent's own words, its tool calls) outlives a bulky output, and a page that
+keeps being referred to stays. Under the objective a round keeps every unit
+that pays, best value per token first, up to ``keep_room`` tokens past the low
+watermark, and drops units that do not pay even when there is room; at the
+tail a big output is stubbed only when stubbing pays, and otherwise rides
+until the next round (changing it later would rewrite the cached prefix).
+
+A recall block serves one call (``PlanConfig.recall_leaves``): it is placed
+at the tail, and the next call removes it while it is still the tail of the
+previous prompt, so its removal re-bills nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +60,7 @@ import enum
 import attrs
 import numpy as np
 
+from pager.core.heat import HORIZONS
 from pager.errors import BudgetError
 
 __all__ = ["INDEX", "Layout", "Plan", "PlanConfig", "PlanInput", "Reason", "Slot", "SlotKind", "plan"]
@@ -147,6 +170,13 @@ class PlanConfig:
     minor_rounds: bool = True  # False: every round is a major one (rebuilds everything after L1)
     task_rounds: bool = False  # a switch of the active task runs a major round at once
     compact_tokens: int = 0  # a round may spend this much on compact lines of the units it drops (0: none)
+    # the objective: demote a row only when the expected saving beats the expected re-read
+    objective: bool = False
+    keep_room: int = 0  # under the objective, paying units may hold this many tokens past the low watermark
+    read_price: float = 0.1  # a cached token, in base input tokens
+    write_price: float = 1.25  # a written token
+    call_price: float = 200.0  # the output of the extra call a re-read takes
+    recall_leaves: bool = False  # a recall block is removed at the next call, while it is the tail
 
 
 @attrs.frozen(slots=True)
@@ -169,6 +199,12 @@ class PlanInput:
     branch: int = 0
     task: int = -1  # the active task (-1: unknown); a change is a task switch
     compact_tokens: np.ndarray | None = None  # int64 tokens of each row's compact line
+    # the objective's inputs (``PlanConfig.objective``): per row, the calls expected to need it
+    # within each horizon of ``heat.HORIZONS`` (rows x horizons); the history tokens a call adds
+    # on average; the calls the session is expected to have left
+    need: np.ndarray | None = None
+    growth: float = 0.0
+    life: float = 0.0
 
     def __len__(self) -> int:
         return int(self.page.shape[0])
@@ -183,6 +219,57 @@ class Plan:
     round: bool
     reason: Reason
     recalled: tuple[int, ...] = ()
+
+
+MAX_HORIZON = 1000.0  # calls; a horizon this long already makes every saving outweigh a rare re-read
+
+
+def _horizon(inp: PlanInput, cfg: PlanConfig, total: int) -> tuple[float, float]:
+    """Return ``(calls it rides, calls to the next round)`` for a row shown now (each at least 1).
+
+    The calls to the next round: how far ``total`` is from the high watermark,
+    at the rate the history grows per call. A row shown now rides that many
+    calls, or as many as the session is expected to have left, if fewer; the
+    next round's rewrite is shared over the calls until it.
+    """
+    to_round = float(min(max(max(cfg.high - total, 0) / max(inp.growth, 1.0), 1.0), MAX_HORIZON))
+    rides = min(to_round, inp.life) if inp.life > 0 else to_round
+    return float(max(rides, 1.0)), to_round
+
+
+def _need_over(inp: PlanInput, rows: np.ndarray, h: float) -> np.ndarray:
+    """Return each row's mean per-call chance of being needed over the next ``h`` calls."""
+    if inp.need is None or not rows.size:
+        return np.zeros(rows.size)
+    cum = np.asarray(inp.need, dtype=np.float64)[rows]
+    grid = np.asarray(HORIZONS, dtype=np.float64)[: cum.shape[1]]
+    h = float(min(max(h, grid[0]), grid[-1]))
+    k = int(np.searchsorted(grid, h, side="right")) - 1
+    k = min(k, grid.size - 2) if grid.size > 1 else 0
+    if grid.size == 1:
+        at = cum[:, 0]
+    else:
+        w = (h - grid[k]) / (grid[k + 1] - grid[k])
+        at = cum[:, k] * (1.0 - w) + cum[:, k + 1] * w
+    return np.clip(np.nan_to_num(at) / h, 0.0, 1.0)
+
+
+def _fault_price(cfg: PlanConfig, page_tokens: np.ndarray, prompt: int) -> np.ndarray:
+    """Return what one call that needs a demoted row pays: the page re-read whole, and one more call."""
+    return cfg.write_price * page_tokens + cfg.read_price * prompt + cfg.call_price
+
+
+def _keep_price(cfg: PlanConfig, to_round: float) -> float:
+    """Return what one shown token costs per call: its cached read, and its share of the next round's rewrite."""
+    return cfg.read_price + cfg.write_price / to_round
+
+
+def _stub_pays(inp: PlanInput, cfg: PlanConfig, rows: np.ndarray, total: int) -> np.ndarray:
+    """Return, per row, whether stubbing it now beats letting it ride in full until the next round."""
+    h, to_round = _horizon(inp, cfg, total)
+    saved = (inp.tokens[rows] - inp.stub_tokens[rows]).astype(np.float64)
+    p = _need_over(inp, rows, h)
+    return saved * _keep_price(cfg, to_round) > p * _fault_price(cfg, inp.tokens[rows].astype(np.float64), total)
 
 
 def _slot_tokens(slot: Slot, idx: dict[int, int], inp: PlanInput) -> int:
@@ -231,6 +318,11 @@ def _rebuild(
     if inp.unit.size:
         # the newest step's outputs are shown in full unless they could not fit at all
         huge &= (inp.unit != inp.unit[-1]) | (inp.tokens > hard_max)
+    if cfg.objective and inp.unit.size:
+        # past the newest step, a big output is stubbed only when stubbing pays
+        h_rows = np.flatnonzero(huge & (inp.tokens <= hard_max))
+        if h_rows.size:
+            huge[h_rows] = _stub_pays(inp, cfg, h_rows, min(target, cfg.budget))
     full_cost = np.zeros(uniq.size, dtype=np.int64)
     kept_cost = np.zeros(uniq.size, dtype=np.int64)
     stub_cost = np.zeros(uniq.size, dtype=np.int64)
@@ -262,6 +354,13 @@ def _rebuild(
     older = np.arange(uniq.size - n_recent)
     compact = np.zeros(uniq.size, dtype=bool)
     compact_cost = np.zeros(uniq.size, dtype=np.int64)
+    if cfg.objective and older.size:
+        big = big.copy()
+        # past the low watermark, but never so far that the next call runs a round again
+        room = min(cfg.keep_room, max(0, (cfg.high - min(target, cfg.budget)) // 2))
+        left = min(left + room, hard_left)
+        hottest = _objective_fill(inp, cfg, rows, upos, older, mode, big, stub_cost, min(target, cfg.budget), left)
+        older = older[:0]
     if older.size:
         hottest = older[np.lexsort((-older, -heat[older]))]
         # compact lines of dropped units get a reserve of the quota, if any unit must go
@@ -306,6 +405,55 @@ def _rebuild(
         slots.append(Slot(STUB if stubbed else FULL, page))
         total += int(inp.stub_tokens[r] if stubbed else inp.tokens[r])
     return slots, total, (first_young if first_young >= 0 else len(slots))
+
+
+def _objective_fill(
+    inp: PlanInput, cfg: PlanConfig, rows: np.ndarray, upos: np.ndarray, older: np.ndarray, mode: np.ndarray,
+    stub_mask: np.ndarray, stub_cost: np.ndarray, prompt: int, left: int,
+) -> np.ndarray:
+    """Keep the older units that pay, best value per token first, within ``left`` tokens.
+
+    Per row, per call: shown in full costs its tokens at ``_keep_price``;
+    stubbed (tool outputs) costs its stub plus its chance of being needed
+    times a re-read; dropped costs that chance times a re-read. A unit takes
+    its cheapest form per row; it is dropped when dropping it whole is
+    cheaper, or when it no longer fits even stubbed. Sets ``mode`` and
+    ``stub_mask`` (rows of kept units shown as stubs); returns the units in
+    the order they were considered.
+    """
+    h, to_round = _horizon(inp, cfg, prompt)
+    price = _keep_price(cfg, to_round)
+    p = _need_over(inp, rows, h)
+    fault = p * _fault_price(cfg, inp.tokens[rows].astype(np.float64), prompt)
+    tool = inp.tool[rows]
+    full = inp.tokens[rows] * price
+    stub = np.where(tool, inp.stub_tokens[rows] * price + fault, full)
+    stub_row = tool & (stub < full)
+    stub_mask[rows] = stub_row
+    best = np.where(stub_row, stub, full)
+    shown = np.where(stub_row, inp.stub_tokens[rows], inp.tokens[rows])
+    n_units = mode.size
+    drop_u = np.zeros(n_units)
+    best_u = np.zeros(n_units)
+    stub_u = np.zeros(n_units)
+    shown_u = np.zeros(n_units, dtype=np.int64)
+    np.add.at(drop_u, upos, fault)
+    np.add.at(best_u, upos, best)
+    np.add.at(stub_u, upos, stub)
+    np.add.at(shown_u, upos, shown)
+    value = drop_u[older] - best_u[older]
+    density = value / np.maximum(shown_u[older], 1)
+    order = older[np.lexsort((-older, -density))]
+    for k in order:
+        if best_u[k] >= drop_u[k] and stub_u[k] >= drop_u[k]:
+            continue  # dropping pays
+        if best_u[k] < drop_u[k] and shown_u[k] <= left:
+            mode[k] = _Mode.KEPT
+            left -= int(shown_u[k])
+        elif stub_u[k] < drop_u[k] and stub_cost[k] <= left:
+            mode[k] = _Mode.STUBBED
+            left -= int(stub_cost[k])
+    return order
 
 
 def _is_big(inp: PlanInput, r: int, limit: int) -> bool:
@@ -381,17 +529,42 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
         reason = Reason.DIVERGED
     else:
         slots = list(prev.slots)
+        if cfg.recall_leaves:
+            # the last call's recall block served that call; it is still the
+            # tail of the previous prompt, so removing it re-bills nothing. It
+            # stays when this call would recall the same pages again.
+            again = {int(p) for p, _ in inp.recall} if cfg.recall_pages > 0 else set()
+            while len(slots) > prev.stable and slots[-1].kind == RECALL and not set(slots[-1].pages) <= again:
+                slots.pop()
+        prev_newest = int(inp.unit[prev.upto - 1]) if prev.upto > 0 else -1
         # A big output is shown in full only while it belongs to the newest
         # step: the model reads it once, then it becomes a stub. It sits at the
         # tail of the previous prompt, so stubbing it re-bills almost nothing.
+        # Under the objective it becomes a stub only when that pays; otherwise
+        # it rides in full until the next round.
+        tail: list[int] = []
         for j in range(len(slots) - 1, prev.stable - 1, -1):
             sl = slots[j]
             if sl.kind == FULL and _is_big(inp, idx[sl.page], inline_max) and int(inp.unit[idx[sl.page]]) != newest:
-                slots[j] = Slot(STUB, sl.page)
+                if not cfg.objective or int(inp.tokens[idx[sl.page]]) > hard_max:
+                    slots[j] = Slot(STUB, sl.page)
+                elif int(inp.unit[idx[sl.page]]) == prev_newest:
+                    tail.append(j)
+        new_slots: list[Slot] = []
         for r in range(prev.upto, n):
             big = _is_big(inp, r, inline_max)
             stubbed = big and (int(inp.unit[r]) != newest or int(inp.tokens[r]) > hard_max)
-            slots.append(Slot(STUB if stubbed else FULL, int(inp.page[r])))
+            if stubbed and cfg.objective and int(inp.tokens[r]) <= hard_max:
+                tail.append(-1 - len(new_slots))  # decided below, with the total known
+            new_slots.append(Slot(STUB if stubbed else FULL, int(inp.page[r])))
+        slots.extend(new_slots)
+        if tail:
+            at = [j if j >= 0 else len(slots) - len(new_slots) + (-1 - j) for j in tail]
+            full_total = sum(_slot_tokens(Slot(FULL, s.page) if i in at else s, idx, inp) for i, s in enumerate(slots))
+            tail_rows = np.asarray([idx[slots[i].page] for i in at], dtype=np.int64)
+            pays = _stub_pays(inp, cfg, tail_rows, full_total)
+            for i, stub in zip(at, pays.tolist()):
+                slots[i] = Slot(STUB if stub else FULL, slots[i].page)
         total = sum(_slot_tokens(s, idx, inp) for s in slots)
         if total > cfg.budget:
             reason, slots = Reason.OVER_BUDGET, None

@@ -31,6 +31,21 @@ holds those constants; a fault costs, in base-input-token units,
 with ``read`` and ``write`` the pricing model's (Anthropic: 0.1 and 1.25), by
 default 340 recall tokens and 40 output tokens at 5x the base input price.
 The effective cost of a call is its cost plus that, when it faults.
+
+*Re-read cost* is the honest price of a miss (issue 24). An agent that lost
+something it needs does not get a 340-token excerpt back: it re-reads the
+file, or expands the handle, and the whole page comes back. The *pages* of a
+faulting call are the distinct history messages that last held one of its
+missed needs (several needs in one page: one page; a page is counted once per
+call). The fault then costs one more call on the cached prompt, each page
+written at the write price (whole, or at most ``reread_cap`` tokens of it),
+and the output of that call:
+
+    read x prompt + write x sum(min(page, cap)) + output_price x output_tokens
+
+The page is paid once: in an open-loop replay the next calls' prompts are the
+strategy's, built without it, so it rides no later call (a closed-loop agent
+would carry it a while; this model does not guess for how long).
 """
 
 from __future__ import annotations
@@ -66,20 +81,23 @@ PRICING = {
 
 @attrs.frozen(slots=True)
 class FaultCost:
-    """What one fault costs beside the call that faulted: a recall round trip on the cached prompt.
+    """What one fault costs beside the call that faulted: an excerpt (``cost``) or a re-read (``reread``).
 
     ``recall_tokens``: the recall (or expand) call and its result, written
     after the cached prompt; ``output_tokens``: the model's output for that
     extra call; ``output_price``: an output token's price in base input
-    tokens (5 for Claude and most GPT models).
+    tokens (5 for Claude and most GPT models); ``reread_cap``: the most
+    tokens of one page a re-read writes (None: the whole page).
     """
 
     recall_tokens: float = 340
     output_tokens: float = 40
     output_price: float = 5.0
+    reread_cap: float | None = None
 
     def __attrs_post_init__(self) -> None:
-        for name in ("recall_tokens", "output_tokens", "output_price"):
+        names = ("recall_tokens", "output_tokens", "output_price")
+        for name in names + (("reread_cap",) if self.reread_cap is not None else ()):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ConfigError(f"fault cost: {name} must be a non-negative number, got {value!r}")
@@ -87,6 +105,17 @@ class FaultCost:
     def cost(self, prompt_tokens: int, pricing: Pricing) -> float:
         """Return the price of one fault on a prompt of ``prompt_tokens`` under ``pricing``."""
         return (pricing.read * prompt_tokens + pricing.write * self.recall_tokens
+                + self.output_price * self.output_tokens)
+
+    def reread(self, prompt_tokens: int, pages: Sequence[int], pricing: Pricing) -> float:
+        """Return the re-read price of one fault: the extra call and each page of ``pages``.
+
+        ``pages`` are the token counts of the distinct pages that last held a
+        missed need; each is written whole, or at most ``reread_cap`` tokens.
+        """
+        cap = self.reread_cap
+        written = sum(pages) if cap is None else sum(min(p, cap) for p in pages)
+        return (pricing.read * prompt_tokens + pricing.write * written
                 + self.output_price * self.output_tokens)
 
 

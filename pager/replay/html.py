@@ -30,7 +30,7 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
-from pager.replay.metrics import StrategySummary
+from pager.replay.metrics import SESSION_FLOOR, StrategySummary
 from pager.replay.runner import BenchResult
 
 __all__ = ["colors", "render"]
@@ -87,6 +87,7 @@ dl.glossary{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;font
 max-width:900px}
 dl.glossary dt{font-weight:600}dl.glossary dd{margin:0}
 .failed{color:#b91c1c}
+td.low{color:#b91c1c;font-weight:600}
 @media (max-width:600px){
 body{margin:12px auto;padding:0 8px}
 .card{flex-basis:100%;padding:8px}
@@ -355,21 +356,30 @@ def _swatch(c: str) -> str:
     return f'<span class="sw" style="background:{c}"></span>'
 
 
-SUMMARY_HEAD = ("strategy", "cost / full", "effective cost / full", "fault rate", "coverage",
-                "long-range coverage", "mean prompt / full", "mean prompt", "max prompt",
-                "median prompt / completion", "growth", "violations", "latency p50 ms",
-                "latency p99 ms")
+SUMMARY_HEAD = ("strategy", "cost / full (re-read)", "effective cost / full (excerpt)",
+                "cost / full", "fault rate", "coverage", "names coverage", "worst session",
+                "sessions < 0.90", "long-range coverage", "mean prompt / full", "mean prompt",
+                "max prompt", "median prompt / completion", "growth", "violations",
+                "latency p50 ms", "latency p99 ms")
 
 GLOSSARY = (
+    ("cost / full (re-read)", "the honest price: cost plus, for each fault, one more call on "
+     "the cached prompt and each page that last held a missed need written again at the write "
+     "price (whole, or capped): read × prompt + write × pages + output price × output tokens; "
+     "over full resend's"),
+    ("effective cost / full (excerpt)", "the miss priced as an excerpt: cost plus, for each "
+     "fault, one more call on the cached prompt with a recall result: read × prompt + write × "
+     "recall tokens + output price × output tokens; over full resend's"),
     ("cost / full", "cache-adjusted input cost (cached tokens at the read price, the rest at the "
-     "write price) over full resend's, pooled over sessions"),
-    ("effective cost / full", "cost plus, for each fault, the price of one more call on the "
-     "cached prompt with a recall result: read × prompt + write × recall tokens + output price × "
-     "output tokens; over full resend's"),
+     "write price) over full resend's, pooled over sessions; misses not priced"),
     ("fault rate", "share of calls whose prompt missed at least one need of the next assistant "
      "message"),
-    ("coverage", "share of the identifiers, paths and numbers the next assistant message used "
-     "(and that appeared earlier) which were in the prompt built for it"),
+    ("coverage", "share of the identifiers, paths, numbers and rare words of six letters or "
+     "more the next assistant message used (and that appeared earlier) which were in the "
+     "prompt built for it"),
+    ("names coverage", "coverage of the needs that name a thing: paths, identifiers, numbers"),
+    ("worst session", "the coverage of the strategy's worst session (hover for its name)"),
+    ("sessions < 0.90", "sessions whose coverage is under 0.90, of the sessions with needs"),
     ("long-range coverage", "coverage of the needs last seen long before (see the header)"),
     ("mean prompt / full", "prompt tokens over full resend's, pooled over sessions"),
     ("mean prompt, max prompt", "prompt tokens per call: mean over all calls, and the largest"),
@@ -388,14 +398,18 @@ def _summary_table(summary: Sequence[StrategySummary], color: Mapping[str, str])
     for s in summary:
         name = s.strategy + (f" ({s.errors} failed)" if s.errors else "")
         cells = (
-            _fmt(s.cost_vs_full, ".2f"), _fmt(s.effective_vs_full, ".2f"),
-            _fmt(s.fault_rate, ".3f"), _fmt(s.coverage, ".3f"), _fmt(s.long_coverage, ".3f"),
+            _fmt(s.reread_vs_full, ".3f"), _fmt(s.effective_vs_full, ".3f"),
+            _fmt(s.cost_vs_full, ".3f"), _fmt(s.fault_rate, ".3f"), _fmt(s.coverage, ".3f"),
+            _fmt(s.names_coverage, ".3f"), _fmt(s.worst_coverage, ".3f"),
+            f"{s.sessions_below} of {s.sessions_measured}", _fmt(s.long_coverage, ".3f"),
             _fmt(s.mean_vs_full, ".2f"), f"{s.mean_prompt:,.0f}", f"{s.max_prompt:,}",
             _fmt(s.median_ratio, ".0f"), _fmt(s.growth, ".2f"), str(s.violations),
             _fmt(s.latency_p50_ms, ".2f"), _fmt(s.latency_p99_ms, ".2f"),
         )
+        tips = {6: f"worst: {s.worst_session}" if s.worst_session else ""}
         rows.append(f"<tr><td>{_swatch(color[s.strategy])}{_e(name)}</td>"
-                    + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+                    + "".join(f'<td title="{_e(tips[i])}">{_e(c)}</td>' if tips.get(i)
+                              else f"<td>{_e(c)}</td>" for i, c in enumerate(cells)) + "</tr>")
     return ('<div class="scroll"><table><thead><tr>'
             + "".join(f"<th>{_e(h)}</th>" for h in SUMMARY_HEAD)
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
@@ -419,7 +433,8 @@ def _sessions_table(result: BenchResult, names: Sequence[str], color: Mapping[st
     shown = [n for n in names if n != "full"]
     head = ["session", "source", "calls", "full mean prompt"]
     cells = "".join(f"<th>{_e(h)}</th>" for h in head)
-    cells += "".join(f"<th>{_swatch(color[n])}{_e(n)}<br>eff / full</th>" for n in shown)
+    cells += "".join(f"<th>{_swatch(color[n])}{_e(n)}<br>re-read / full · coverage</th>"
+                     for n in shown)
     rows = []
     for r in result.runs:
         ms = result.metrics_for(r.id)
@@ -433,9 +448,13 @@ def _sessions_table(result: BenchResult, names: Sequence[str], color: Mapping[st
             if m is None or m.error:
                 tds.append('<td class="failed" title="failed on this session">failed</td>')
                 continue
-            tip = (f"{n}: cost / full {_fmt(m.cost_vs_full, '.2f')}, coverage "
-                   f"{_fmt(m.coverage, '.3f')}, fault rate {_fmt(m.fault_rate, '.3f')}")
-            tds.append(f'<td title="{_e(tip)}">{_fmt(m.effective_vs_full, ".2f")}</td>')
+            tip = (f"{n}: cost / full {_fmt(m.cost_vs_full, '.2f')}, excerpt "
+                   f"{_fmt(m.effective_vs_full, '.2f')}, names coverage "
+                   f"{_fmt(m.names_coverage, '.3f')}, fault rate {_fmt(m.fault_rate, '.3f')}, "
+                   f"{m.reread_pages} pages re-read")
+            low = ' class="low"' if m.coverage is not None and m.coverage < SESSION_FLOOR else ""
+            tds.append(f'<td title="{_e(tip)}"{low}>{_fmt(m.reread_vs_full, ".2f")} · '
+                       f'{_fmt(m.coverage, ".3f")}</td>')
         rows.append("<tr>" + "".join(tds) + "</tr>")
     return ('<div class="scroll"><table><thead><tr>' + cells + "</tr></thead><tbody>"
             + "".join(rows) + "</tbody></table></div>")
@@ -450,6 +469,7 @@ def render(result: BenchResult, *, title: str = "pager bench") -> str:
     slug = _slugs([r.id for r in result.runs])
     p = result.pricing
     fc = result.fault
+    cap = "whole" if fc.reread_cap is None else f"at most {fc.reread_cap:g} tokens of"
     failures = result.failures
     layered = _layer_strategy(result)
 
@@ -473,8 +493,9 @@ def render(result: BenchResult, *, title: str = "pager bench") -> str:
         f"<header><h1>{_e(title)}</h1>",
         f'<div class="meta">{len(result.runs)} sessions, {calls:,} calls replayed open-loop; '
         f"pricing {_e(p.name)} (cached reads {p.read:g}x, writes {p.write:g}x base); "
-        f"a fault costs {p.read:g} × prompt + {p.write:g} × {fc.recall_tokens:g} + "
-        f"{fc.output_price:g} × {fc.output_tokens:g} tokens; "
+        f"a fault costs {p.read:g} × prompt + {p.write:g} × (each page re-read, {cap} it) + "
+        f"{fc.output_price:g} × {fc.output_tokens:g} tokens (as an excerpt: {p.write:g} × "
+        f"{fc.recall_tokens:g} for the pages); "
         f"long-range = last seen {result.long_gap}+ messages before; "
         f"{result.seconds:.1f} s</div></header>",
         '<nav id="contents" aria-label="Contents"><h2>Contents</h2><ol>', *toc, "</ol></nav>",
@@ -486,19 +507,19 @@ def render(result: BenchResult, *, title: str = "pager bench") -> str:
         '<section id="charts"><h2>Cost, coverage and faults</h2><div class="row">',
         '<div class="card" id="chart-cost"><h3>Input cost relative to full resend</h3>',
         _strategy_legend(names, color),
-        _legend([("solid: cache-adjusted cost", "#6b7280"),
-                 ("pale: effective cost (faults priced)", "#6b7280")],
-                pale=["pale: effective cost (faults priced)"]),
-        bar_chart([(n, [(summ[n].cost_vs_full, color[n], "cost / full"),
-                        (summ[n].effective_vs_full, color[n], "effective cost / full")])
+        _legend([("solid: cost, faults priced as re-reads", "#6b7280"),
+                 ("pale: cost, faults not priced", "#6b7280")],
+                pale=["pale: cost, faults not priced"]),
+        bar_chart([(n, [(summ[n].reread_vs_full, color[n], "cost / full (re-read)"),
+                        (summ[n].cost_vs_full, color[n], "cost / full")])
                    for n in names], y_label="relative to full", reference=1.0,
                   title="cost and effective cost relative to full resend"),
         '</div><div class="card" id="chart-coverage"><h3>Need coverage</h3>',
         _strategy_legend(names, color),
-        _legend([("solid: all needs", "#6b7280"), ("pale: long-range needs", "#6b7280")],
-                pale=["pale: long-range needs"]),
+        _legend([("solid: all needs", "#6b7280"), ("pale: names", "#6b7280")],
+                pale=["pale: names"]),
         bar_chart([(n, [(summ[n].coverage, color[n], "coverage"),
-                        (summ[n].long_coverage, color[n], "long-range coverage")])
+                        (summ[n].names_coverage, color[n], "names coverage")])
                    for n in names], y_label="coverage", reference=1.0,
                   title="need coverage per strategy"),
         '</div><div class="card" id="chart-faults"><h3>Fault rate: calls missing a need</h3>',
@@ -516,9 +537,10 @@ def render(result: BenchResult, *, title: str = "pager bench") -> str:
                    for sid, name, err in failures)
         out.append("</ul></section>")
     out.append(f'<section id="sessions"><h2>Sessions</h2>')
-    out.append('<p class="note">Effective cost relative to full resend per session and strategy '
-               "(hover a figure for cost, coverage and fault rate); a session's name leads to "
-               "its card.</p>")
+    out.append('<p class="note">Cost with faults priced as re-reads, relative to full resend, '
+               "and coverage, per session and strategy (a session under 0.90 coverage is marked; "
+               "hover a figure for the other costs, names coverage and fault rate); a "
+               "session's name leads to its card.</p>")
     out.append(_sessions_table(result, names, color, slug))
     if layered:
         out.append(f'<p class="note">In each card: prompt tokens per call for every strategy '
@@ -531,14 +553,14 @@ def render(result: BenchResult, *, title: str = "pager bench") -> str:
         series = [(n, color[n], [c.prompt_tokens for c in r.records[n]]) for n in present]
         sub = f"{r.source or 'unknown source'} · {r.assistant} assistant messages"
         figures = " · ".join(
-            f"{n} {_fmt(ms[n].effective_vs_full, '.2f')}" for n in names
+            f"{n} {_fmt(ms[n].reread_vs_full, '.2f')}" for n in names
             if n in ms and ms[n].error is None and n != "full"
         )
         out.append(f'<div class="card" id="{slug[r.id]}"><h3>{_e(r.id)}'
                    f'<a class="self" href="#{slug[r.id]}" title="link to this session">#</a></h3>'
                    f'<div class="sub">{_e(sub)} · <a href="#contents">contents</a></div>')
         if figures:
-            out.append(f'<div class="sub">effective cost / full: {_e(figures)}</div>')
+            out.append(f'<div class="sub">cost / full (re-read): {_e(figures)}</div>')
         if r.errors:
             out.append('<div class="sub failed">failed: ' + _e(", ".join(
                 f"{k} ({v})" for k, v in r.errors.items())) + "</div>")

@@ -8,11 +8,15 @@ implementation, and the tests hold it to hand-computed values. In short:
 - per session and strategy (``summarize_session``): mean and max prompt,
   prompt:completion ratio, cache-adjusted cost and its ratio to full resend,
   faults (calls missing at least one need) and effective cost (cost plus the
-  price of each fault, ``cost.FaultCost``) and its ratio to full resend,
+  price of each fault as an excerpt, ``cost.FaultCost``) and re-read cost
+  (cost plus each fault priced as the re-read of its pages) and their ratios
+  to full resend, names coverage (coverage of the needs that are names),
   mean prompt relative to full resend, growth, coverage, violations, latency;
 - per strategy over sessions (``aggregate``): cost and mean prompt relative
-  to full resend pooled (sum over sessions over full resend's sum), so is
-  effective cost, the fault rate pooled over calls, the
+  to full resend pooled (sum over sessions over full resend's sum), so are
+  effective and re-read cost, the fault rate pooled over calls, names
+  coverage pooled over names, the worst session's coverage (and which), the
+  sessions under ``SESSION_FLOOR`` (0.90) coverage, the
   median over sessions of the prompt:completion ratio and of growth (and the
   pooled ratio), coverage pooled over all needs, violations summed, latency
   percentiles over all calls.
@@ -32,6 +36,7 @@ from pager.replay.cost import FAULT_COST, FaultCost, Pricing
 from pager.replay.facts import Facts, canonical
 
 __all__ = [
+    "SESSION_FLOOR",
     "CallRecord",
     "SessionMetrics",
     "StrategySummary",
@@ -40,11 +45,15 @@ __all__ = [
     "effective_cost",
     "growth",
     "percentile",
+    "reread_cost",
     "summarize_session",
     "violation_kind",
 ]
 
 SYSTEM_ROLES = ("system", "developer")
+
+# A session covering less than this is counted in ``StrategySummary.sessions_below``.
+SESSION_FLOOR = 0.90
 
 
 @attrs.frozen(slots=True)
@@ -52,6 +61,10 @@ class CallRecord:
     """One strategy's prompt for one assistant message, measured.
 
     ``index`` is the assistant message's position in the session's messages.
+    ``names`` / ``names_covered``: the needs that are names (paths,
+    identifiers, numbers). ``reread_pages``: the token counts of the distinct
+    history messages that last held a missed need (what a fault re-reads);
+    ``misses``: ``"state:kind"`` per missed need (``runner.miss_kinds``).
     """
 
     index: int
@@ -66,6 +79,10 @@ class CallRecord:
     violations: tuple[str, ...] = ()
     latency_ms: float = 0.0
     layers: Mapping[str, int] | None = None
+    names: int = 0
+    names_covered: int = 0
+    reread_pages: tuple[int, ...] = ()
+    misses: tuple[str, ...] = ()
 
     @property
     def fault(self) -> bool:
@@ -230,6 +247,19 @@ class SessionMetrics:
     effective_cost: float = 0.0
     effective_vs_full: float | None = None
     full_effective_cost: float | None = None
+    names: int = 0
+    names_covered: int = 0
+    reread_cost: float = 0.0
+    reread_vs_full: float | None = None
+    full_reread_cost: float | None = None
+    reread_pages: int = 0
+    reread_tokens: int = 0
+    misses: Mapping[str, int] = attrs.field(factory=dict)
+
+    @property
+    def names_coverage(self) -> float | None:
+        """Return covered names over names, or None when there were none."""
+        return _ratio(self.names_covered, self.names)
 
     @property
     def fault_rate(self) -> float | None:
@@ -250,8 +280,10 @@ class SessionMetrics:
         """Return the figures as a JSON-able dict."""
         d = attrs.asdict(self)
         d["violation_kinds"] = dict(self.violation_kinds)
+        d["misses"] = dict(self.misses)
         d["coverage"] = self.coverage
         d["long_coverage"] = self.long_coverage
+        d["names_coverage"] = self.names_coverage
         d["fault_rate"] = self.fault_rate
         return d
 
@@ -261,6 +293,15 @@ def effective_cost(records: Sequence[CallRecord], pricing: Pricing, fault: Fault
     return sum(
         pricing.cost(r.prompt_tokens, r.cached_tokens)
         + (fault.cost(r.prompt_tokens, pricing) if r.fault else 0.0)
+        for r in records
+    )
+
+
+def reread_cost(records: Sequence[CallRecord], pricing: Pricing, fault: FaultCost) -> float:
+    """Return the summed re-read cost of ``records``: cost, plus each fault priced as a re-read."""
+    return sum(
+        pricing.cost(r.prompt_tokens, r.cached_tokens)
+        + (fault.reread(r.prompt_tokens, r.reread_pages, pricing) if r.fault else 0.0)
         for r in records
     )
 
@@ -284,8 +325,9 @@ def summarize_session(
     completion = sum(r.completion_tokens for r in records)
     cost = sum(pricing.cost(r.prompt_tokens, r.cached_tokens) for r in records)
     effective = effective_cost(records, pricing, fault)
+    reread = reread_cost(records, pricing, fault)
     cost_vs_full = mean_vs_full = full_cost = full_prompt = None
-    effective_vs_full = full_effective = None
+    effective_vs_full = full_effective = reread_vs_full = full_reread = None
     if full is not None and n:
         full_cost = sum(pricing.cost(r.prompt_tokens, r.cached_tokens) for r in full)
         full_prompt = sum(r.prompt_tokens for r in full)
@@ -293,6 +335,8 @@ def summarize_session(
         cost_vs_full = _ratio(cost, full_cost)
         mean_vs_full = _ratio(total, full_prompt)
         effective_vs_full = _ratio(effective, full_effective)
+        full_reread = reread_cost(full, pricing, fault)
+        reread_vs_full = _ratio(reread, full_reread)
     kinds = Counter(violation_kind(v) for r in records for v in r.violations)
     lat = [r.latency_ms for r in records]
     return SessionMetrics(
@@ -323,6 +367,14 @@ def summarize_session(
         effective_cost=effective,
         effective_vs_full=effective_vs_full,
         full_effective_cost=full_effective,
+        names=sum(r.names for r in records),
+        names_covered=sum(r.names_covered for r in records),
+        reread_cost=reread,
+        reread_vs_full=reread_vs_full,
+        full_reread_cost=full_reread,
+        reread_pages=sum(len(r.reread_pages) for r in records if r.fault),
+        reread_tokens=sum(sum(r.reread_pages) for r in records if r.fault),
+        misses=dict(Counter(k for r in records for k in r.misses)),
     )
 
 
@@ -352,11 +404,21 @@ class StrategySummary:
     faults: int = 0
     fault_rate: float | None = None
     effective_vs_full: float | None = None
+    reread_vs_full: float | None = None
+    names: int = 0
+    names_coverage: float | None = None
+    worst_coverage: float | None = None
+    worst_session: str | None = None
+    sessions_below: int = 0
+    sessions_measured: int = 0
+    misses: Mapping[str, int] = attrs.field(factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Return the figures as a JSON-able dict."""
         d = attrs.asdict(self)
         d["violation_kinds"] = dict(self.violation_kinds)
+        d["misses"] = dict(self.misses)
+        d["session_floor"] = SESSION_FLOOR
         return d
 
 
@@ -379,9 +441,16 @@ def aggregate(
     """Return a strategy's figures over sessions (``metrics``) and all its calls' ``latencies``.
 
     Sessions where the strategy failed (``error`` set) count in ``errors``
-    only.
+    only. The worst session and ``sessions_below`` (coverage under
+    ``SESSION_FLOOR``) are over the sessions with at least one need
+    (``sessions_measured``); a tie for the worst goes to the first in order.
     """
     ok = [m for m in metrics if m.error is None]
+    measured = [m for m in ok if m.coverage is not None]
+    worst = min(measured, key=lambda m: m.coverage, default=None)  # type: ignore[arg-type, return-value]
+    misses: Counter[str] = Counter()
+    for m in ok:
+        misses.update(m.misses)
     calls = sum(m.calls for m in ok)
     needs = sum(m.needs for m in ok)
     long_needs = sum(m.long_needs for m in ok)
@@ -411,4 +480,12 @@ def aggregate(
         faults=sum(m.faults for m in ok),
         fault_rate=_ratio(sum(m.faults for m in ok), calls),
         effective_vs_full=_pooled(ok, "effective_cost", "full_effective_cost"),
+        reread_vs_full=_pooled(ok, "reread_cost", "full_reread_cost"),
+        names=sum(m.names for m in ok),
+        names_coverage=_ratio(sum(m.names_covered for m in ok), sum(m.names for m in ok)),
+        worst_coverage=worst.coverage if worst is not None else None,
+        worst_session=worst.session if worst is not None else None,
+        sessions_below=sum(1 for m in measured if m.coverage < SESSION_FLOOR),  # type: ignore[operator]
+        sessions_measured=len(measured),
+        misses=dict(misses),
     )

@@ -13,7 +13,13 @@ same way, so "appears in" means the same thing everywhere:
 - ``extract_needs(text)`` keeps the spans worth counting as needs: paths,
   identifiers and numbers (see ``classify``). A span with ``-`` that is not a
   path is classified piece by piece (``2024-01-15`` gives ``2024``, ``01``,
-  ``15``).
+  ``15``). With ``words=True`` it also keeps plain words of ``WORD_LETTERS``
+  (6) letters or more, kind ``word``.
+
+*Names* are the needs that name a thing: paths, identifiers, numbers
+(``NAME_KINDS``). A plain word is a need too but says less: the runner counts
+it only when it is rare in the session, found in at most ``RARE_WORD``
+earlier messages (a word of every message is no memory test).
 
 Text of a message (``message_text``): its content, plus the string and number
 values inside its tool calls' JSON arguments (not the keys, which are the
@@ -32,6 +38,9 @@ import orjson
 from pager.core.tokens import content_text
 
 __all__ = [
+    "NAME_KINDS",
+    "RARE_WORD",
+    "WORD_LETTERS",
     "classify",
     "extract_needs",
     "message_text",
@@ -45,6 +54,13 @@ NUMBER = re.compile(r"\d+(?:\.\d+)*", re.ASCII)
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
 CAMEL = re.compile(r"[a-z0-9][A-Z]", re.ASCII)
 BARE_PAIR = re.compile(r"[A-Za-z]+/[A-Za-z]+", re.ASCII)
+
+# The kinds of need that name a thing; "word" (a plain word) is the other kind.
+NAME_KINDS = frozenset({"path", "identifier", "number"})
+WORD_LETTERS = 6
+WORD = re.compile(r"[A-Za-z]{%d,}" % WORD_LETTERS, re.ASCII)
+# A word counts as a need only when at most this many earlier messages held it.
+RARE_WORD = 3
 
 # Past this many components only single components and prefixes/suffixes are
 # offered: the full run set is quadratic and such spans are base64 or noise.
@@ -150,8 +166,11 @@ def classify(span: str) -> str | None:
     return None
 
 
-def extract_needs(text: str) -> dict[str, str]:
-    """Return the needs in ``text`` as ``{need: kind}`` (kind: path, identifier or number)."""
+def extract_needs(text: str, *, words: bool = False) -> dict[str, str]:
+    """Return the needs in ``text`` as ``{need: kind}`` (kind: path, identifier or number).
+
+    ``words``: also plain words of six letters or more, kind ``word``.
+    """
     needs: dict[str, str] = {}
     for raw in SPAN.findall(text):
         span = _strip(raw)
@@ -164,6 +183,10 @@ def extract_needs(text: str) -> dict[str, str]:
                 kind = classify(piece)
                 if kind is not None:
                     needs[piece] = kind
+                elif words and WORD.fullmatch(piece):
+                    needs.setdefault(piece, "word")
+        elif words and WORD.fullmatch(span):
+            needs.setdefault(span, "word")
     return needs
 
 

@@ -9,9 +9,12 @@ that is what open-loop means.
 
 Needs are computed once per assistant message and shared by all strategies:
 the needs of message i are the need-shaped strings of its text (see
-``needs``) that occur in the terms of an earlier message; a need is
-long-range when its most recent earlier occurrence is ``long_gap`` (40) or
-more messages before message i.
+``needs``: names, and plain words of six letters or more) whose most recent
+earlier occurrence is ``need_gap`` (1: any earlier message) or more messages
+before message i; a word counts only when at most ``needs.RARE_WORD``
+earlier messages held it. A need is long-range when that occurrence is
+``long_gap`` (40) or more messages back. The message of that occurrence is
+the need's *page*: what a fault re-reads (``cost.FaultCost.reread``).
 
 Sessions are independent: ``run(..., jobs=N)`` replays them in ``N``
 processes (``parallel.run_tasks``) and gets the same figures as ``jobs=1``,
@@ -25,16 +28,18 @@ from __future__ import annotations
 import pickle
 import sys
 import time
+from collections import Counter
 from typing import Any, Mapping, Sequence, TextIO
 
 import attrs
 import orjson
 
 from pager.errors import ConfigError
-from pager.core.tokens import TokenCounter, default_counter
+from pager.core.tokens import TokenCounter, content_text, default_counter
 from pager.replay.cost import FAULT_COST, FaultCost, Pricing, cached_prefix_tokens
 from pager.replay.facts import Facts
 from pager.replay.metrics import (
+    SESSION_FLOOR,
     CallRecord,
     SessionMetrics,
     StrategySummary,
@@ -42,7 +47,7 @@ from pager.replay.metrics import (
     check_invariants,
     summarize_session,
 )
-from pager.replay.needs import extract_needs, message_text
+from pager.replay.needs import NAME_KINDS, RARE_WORD, extract_needs, message_text, terms
 from pager.replay.parallel import LAST_RUN, Emitter, emit, peak_rss_mib, run_tasks
 from pager.replay.session import Session
 from pager.replay.strategies import FullResend, describe
@@ -51,6 +56,7 @@ __all__ = ["BenchResult", "Progress", "SessionRun", "replay_session", "run", "ru
            "session_weight"]
 
 LONG_GAP = 40
+NEED_GAP = 1
 
 
 class Progress:
@@ -137,6 +143,7 @@ def run_session(
     long_gap: int = LONG_GAP,
     progress: Progress | None = None,
     warn: Any = None,
+    need_gap: int = NEED_GAP,
 ) -> SessionRun:
     """Replay one session through every strategy; return the call records."""
     msgs = session.messages
@@ -156,13 +163,17 @@ def run_session(
                 warn(f"{s.name} failed on {session.id} at reset: {errors[s.name]}")
 
     last_seen: dict[str, int] = {}
+    seen_in: Counter[str] = Counter()  # earlier messages holding each term: what makes a word rare
     try:
         for i, msg in enumerate(msgs):
             if msg.get("role") == "assistant" and i > 0:
                 history = list(msgs[:i])
-                needs = extract_needs(message_text(msg))
-                appeared = {n for n in needs if n in last_seen}
+                needs = extract_needs(message_text(msg), words=True)
+                appeared = {n for n, kind in needs.items()
+                            if n in last_seen and i - last_seen[n] >= need_gap
+                            and (kind != "word" or seen_in[n] <= RARE_WORD)}
                 long = {n for n in appeared if i - last_seen[n] >= long_gap}
+                names = {n for n in appeared if needs[n] in NAME_KINDS}
                 completion = facts.tokens(msg)
                 copy: list[dict[str, Any]] | None = None
                 for s in list(live):
@@ -186,11 +197,13 @@ def run_session(
                     elapsed_ms = (time.perf_counter() - t0) * 1000.0
                     records[s.name].append(
                         _measure(s, prompt, history, i, appeared, long, completion,
-                                 elapsed_ms, facts, previous)
+                                 elapsed_ms, facts, previous, names=names, sources=last_seen)
                     )
                 if progress is not None:
                     progress.advance(1, session.id)
-            last_seen.update(dict.fromkeys(facts.terms(msg), i))
+            offered = facts.terms(msg)
+            last_seen.update(dict.fromkeys(offered, i))
+            seen_in.update(offered)
     finally:
         for s in strategies:
             close = getattr(s, "close", None)
@@ -228,6 +241,9 @@ def _measure(
     elapsed_ms: float,
     facts: Facts,
     previous: dict[str, list[bytes] | None],
+    *,
+    names: set[str] = frozenset(),  # type: ignore[assignment]
+    sources: Mapping[str, int] | None = None,
 ) -> CallRecord:
     keys = facts.keys(prompt)
     toks = [facts.tokens(m) for m in prompt]
@@ -250,6 +266,13 @@ def _measure(
     )
     layers_fn = getattr(strategy, "layers", None)
     layers = layers_fn() if layers_fn is not None else None
+    pages: tuple[int, ...] = ()
+    misses: tuple[str, ...] = ()
+    if missing and sources is not None:
+        where = {n: sources[n] for n in missing}
+        # one re-read per page, however many of the call's needs it held
+        pages = tuple(facts.tokens(history[j]) for j in sorted(set(where.values())))
+        misses = miss_kinds(where, prompt, history)
     return CallRecord(
         index=index,
         prompt_tokens=total,
@@ -263,7 +286,47 @@ def _measure(
         violations=tuple(violations),
         latency_ms=elapsed_ms,
         layers=layers,
+        names=len(names),
+        names_covered=len(names - missing),
+        reread_pages=pages,
+        misses=misses,
     )
+
+
+def miss_kinds(
+    where: Mapping[str, int], prompt: Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]]
+) -> tuple[str, ...]:
+    """Return ``"state:kind"`` for each missed need (``where``: need -> index of its page).
+
+    state: ``stubbed`` when the page's message is in the prompt in another
+    form (its tool call id is there: a stub, a handle, an excerpt), else
+    ``dropped``. kind: ``tool output``, ``agent text`` (the assistant's
+    content), ``tool-call args`` (the need is only in its calls' arguments),
+    ``user text`` or ``system``.
+    """
+    ids = set()
+    for m in prompt:
+        if m.get("role") == "tool":
+            ids.add(m.get("tool_call_id"))
+        for c in m.get("tool_calls") or ():
+            ids.add(c.get("id"))
+    out = []
+    for need, j in sorted(where.items()):
+        page = history[j]
+        role = page.get("role")
+        own = {page.get("tool_call_id")} if role == "tool" else {
+            c.get("id") for c in page.get("tool_calls") or ()}
+        state = "stubbed" if (own - {None}) & ids else "dropped"
+        if role == "tool":
+            kind = "tool output"
+        elif role == "assistant":
+            kind = "agent text" if need in terms(content_text(page.get("content"))) else "tool-call args"
+        elif role == "user":
+            kind = "user text"
+        else:
+            kind = "system"
+        out.append(f"{state}:{kind}")
+    return tuple(out)
 
 
 @attrs.frozen
@@ -280,6 +343,7 @@ class BenchResult:
     long_gap: int = LONG_GAP
     seconds: float = 0.0
     fault: FaultCost = FAULT_COST
+    need_gap: int = NEED_GAP
 
     @property
     def failures(self) -> list[tuple[str, str, str]]:
@@ -302,6 +366,7 @@ class BenchResult:
                     "completion_tokens": [c.completion_tokens for c in recs],
                     "latency_ms": [round(c.latency_ms, 3) for c in recs],
                     "faults": [int(c.fault) for c in recs],
+                    "reread_pages": [list(c.reread_pages) for c in recs],
                     "layers": [dict(c.layers) if c.layers else None for c in recs]
                     if any(c.layers for c in recs)
                     else None,
@@ -324,6 +389,8 @@ class BenchResult:
             "pricing": attrs.asdict(self.pricing),
             "fault_cost": attrs.asdict(self.fault),
             "long_gap": self.long_gap,
+            "need_gap": self.need_gap,
+            "session_floor": SESSION_FLOOR,
             "seconds": self.seconds,
             "strategies": list(self.settings),
             "summary": [s.to_json() for s in self.summary],
@@ -344,6 +411,7 @@ def replay_session(
     strategies: Sequence[Any],
     counter: TokenCounter | None,
     long_gap: int,
+    need_gap: int = NEED_GAP,
 ) -> SessionRun:
     """Replay one session with fresh memos; the task a worker process runs.
 
@@ -358,7 +426,7 @@ def replay_session(
     bar = Emitter()
     try:
         return run_session(session, strategies, facts=facts, long_gap=long_gap, progress=bar,
-                           warn=lambda text: emit("warn", text))
+                           warn=lambda text: emit("warn", text), need_gap=need_gap)
     finally:
         bar.flush()
 
@@ -376,6 +444,7 @@ def run(
     full_name: str | None = None,
     jobs: int = 1,
     fault: FaultCost = FAULT_COST,
+    need_gap: int = NEED_GAP,
 ) -> BenchResult:
     """Replay ``sessions`` through ``strategies``; return per-session and aggregate figures.
 
@@ -418,7 +487,7 @@ def run(
             elif kind == "warn":
                 warn(payload)
 
-        runs = run_tasks(replay_session, [(s, strategies, counter, long_gap) for s in sessions],
+        runs = run_tasks(replay_session, [(s, strategies, counter, long_gap, need_gap) for s in sessions],
                          jobs=jobs, weights=[session_weight(s) for s in sessions],
                          on_event=on_event)
     else:
@@ -426,13 +495,14 @@ def run(
         runs = []
         for s in sessions:
             runs.append(run_session(s, strategies, facts=facts, long_gap=long_gap,
-                                    progress=bar, warn=warn))
+                                    progress=bar, warn=warn, need_gap=need_gap))
             facts.clear()  # memos are per session: memory stays one session's
         LAST_RUN.update(processes=1, peak_mib=peak_rss_mib())
     bar.close()
     seconds = time.monotonic() - t0
     return collect(runs, names, strategies, pricing=pricing, full_name=full_name,
-                   skipped=skipped, long_gap=long_gap, seconds=seconds, fault=fault)
+                   skipped=skipped, long_gap=long_gap, seconds=seconds, fault=fault,
+                   need_gap=need_gap)
 
 
 def collect(
@@ -446,6 +516,7 @@ def collect(
     long_gap: int = LONG_GAP,
     seconds: float = 0.0,
     fault: FaultCost = FAULT_COST,
+    need_gap: int = NEED_GAP,
 ) -> BenchResult:
     """Return the figures of replayed sessions (``runs``, in session order)."""
     per_session: list[SessionMetrics] = []
@@ -473,4 +544,5 @@ def collect(
         long_gap=long_gap,
         seconds=seconds,
         fault=fault,
+        need_gap=need_gap,
     )

@@ -25,10 +25,11 @@ import numpy as np
 
 from pager.core import pairing
 from pager.core.compact import compact_line, index_block
-from pager.core.heat import HeatPolicy, PageTable
+from pager.core.heat import NEEDS, HeatPolicy, PageTable
 from pager.core.history import History
 from pager.core.l1guard import GuardResult, cap_pinned, guard_card, items
 from pager.core.messages import message_text, tool_calls
+from pager.core.tasks import task_of
 from pager.core.plan import (
     CARD,
     FULL,
@@ -59,6 +60,10 @@ __all__ = ["PagingCall", "PagingScheduler", "RecallRequest", "recall_query"]
 
 # The page's label line inside the recall block (handle, step, kind, path, lines).
 LABEL_TOKENS = 24
+# the objective assumes a session has at least this many calls left
+MIN_LIFE = 8
+# under the objective, a page of another task than the active one is this much less likely to be needed
+TASK_AWAY = 0.25
 
 
 @attrs.frozen(slots=True)
@@ -195,6 +200,38 @@ class PagingScheduler:
             return call.pin_terms | h.terms[latest]
         return call.pin_terms
 
+    @staticmethod
+    def _task_start(h: History) -> int | None:
+        """Return the step at which the active task was last taken up after another one (None: never)."""
+        first = None
+        for i in range(len(h) - 1, -1, -1):
+            if h.kind[i] != "user" or i == h.first_user:
+                continue
+            if task_of(h.labels[i]) not in (None, h.task):
+                return first
+            first = h.step[i]
+        return None
+
+    def _need(
+        self, table: PageTable, pinned: np.ndarray, clock: int, history: History
+    ) -> tuple[np.ndarray, float, float]:
+        """Return the objective's inputs: per row the calls expected to need it within each horizon
+        (``heat.NEEDS``), the history tokens a call adds on average, and the calls the session is
+        expected to have left: a session that has lasted ``c`` calls, about ``c`` more (at least
+        ``MIN_LIFE``).
+        """
+        need = NEEDS.expected(table, clock, self.options.need_scale)
+        if self.options.task_focus and table.task is not None and not table.task.all():
+            # the working set follows the task: a page of another task is less likely to be needed,
+            # and the active task's pages count their age from when the agent returned to it
+            start = self._task_start(history)
+            if start is not None:
+                back = np.where(table.task, np.maximum(table.last_ref, start), table.last_ref)
+                need = NEEDS.expected(attrs.evolve(table, last_ref=back), clock, self.options.need_scale)
+            need = np.where(table.task[:, None], need, need * TASK_AWAY)
+        growth = float(table.tokens[~pinned].sum()) / max(clock, 1)
+        return need, growth, float(max(clock, MIN_LIFE))
+
     def schedule(self, call: PagingCall) -> ScheduleResult:
         """Plan and render the prompt for one call."""
         o = self.options
@@ -223,6 +260,7 @@ class PagingScheduler:
             overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
         )
         heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
+        need, growth, life = self._need(table, pinned, h.clock, h) if o.objective and n else (None, 0.0, 0.0)
         budget = o.budget - call.tools_tokens
         l1 = int(cols["tokens"][pinned].sum()) + card_tokens
         recall, spans = self._candidates(h, call.hits)
@@ -232,13 +270,16 @@ class PagingScheduler:
             recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
             recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
             minor_rounds=o.minor_rounds, task_rounds=o.task_rounds and o.task_focus,
-            compact_tokens=o.compact_tokens,
+            compact_tokens=o.compact_tokens, objective=o.objective, keep_room=o.keep_room,
+            recall_leaves=o.recall_leaves,
         )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
-            pinned=pinned, tool=self._stubbable(h, cols["tool"], call.reread), heat=heat, card_tokens=card_tokens, card=card,
+            pinned=pinned, tool=self._stubbable(h, cols["tool"], call.reread), heat=heat, card_tokens=card_tokens,
+            card=card,
             recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
             compact_tokens=cols["compact_tokens"], foreign=frozenset(foreign),
+            need=need, growth=growth, life=life,
         )
         prev = call.prev
         result = plan(inp, cfg, prev)
