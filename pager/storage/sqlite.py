@@ -20,6 +20,7 @@ import contextlib
 import functools
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -132,6 +133,9 @@ class SQLiteStore:
             self._db = sqlite3.connect(
                 self.path / DB_NAME, isolation_level=None, timeout=30.0, check_same_thread=False
             )
+            self._reader: sqlite3.Connection | None = None  # present_pages' own (see there)
+            self._reader_lock = threading.Lock()
+            self._tx_thread = 0
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=OFF")
@@ -197,6 +201,7 @@ class SQLiteStore:
         else:  # pragma: no cover - needs a writer holding the lock for minutes
             raise StoreError(f"store {self.path} stayed locked; another process is writing")
         self._depth = 1
+        self._tx_thread = threading.get_ident()
         self._touched.clear()
         try:
             yield self._db
@@ -236,6 +241,10 @@ class SQLiteStore:
         self.lost_writes = check_acked(self._db, self._acked, str(self.path), self.transaction)
 
     def close(self) -> None:
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
         self._db.close()
 
     def open_index(self) -> Any:
@@ -418,13 +427,29 @@ class SQLiteStore:
             "SELECT id FROM pages WHERE handle=? ORDER BY id DESC", (handle,))]
 
     def present_pages(self, page_ids: Sequence[int]) -> set[int]:
-        """Return which of ``page_ids`` are stored pages (a recall hit without one is a phantom)."""
-        out: set[int] = set()
+        """Return which of ``page_ids`` are committed pages (a recall hit without one is a phantom).
+
+        Safe from any thread: a process shares one recall index among its
+        Pagers, and the index asks the store it was bound to while that store's
+        own Pager may be mid-call on its connection, so this reads on a
+        connection of its own, under a lock of its own.
+        """
         ids = list(page_ids)
+        if self._depth and self._tx_thread == threading.get_ident():  # our own transaction: see its pages
+            return self._present_on(self._db, ids)
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = sqlite3.connect(self.path / DB_NAME, isolation_level=None, timeout=30.0,
+                                               check_same_thread=False)
+            return self._present_on(self._reader, ids)
+
+    @staticmethod
+    def _present_on(db: sqlite3.Connection, ids: list[int]) -> set[int]:
+        out: set[int] = set()
         for i in range(0, len(ids), 900):
             chunk = ids[i : i + 900]
             marks = ",".join("?" * len(chunk))
-            out.update(int(r[0]) for r in self._db.execute(f"SELECT id FROM pages WHERE id IN ({marks})", chunk))
+            out.update(int(r[0]) for r in db.execute(f"SELECT id FROM pages WHERE id IN ({marks})", chunk))
         return out
 
     def set_scope(self, page_id: int, scope: str, pool: str | None) -> None:
