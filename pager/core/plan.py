@@ -291,21 +291,28 @@ def _l1_slots(inp: PlanInput) -> tuple[list[Slot], int]:
     return slots, tokens
 
 
-def _rebuild(
-    inp: PlanInput, cfg: PlanConfig, target: int, keep: tuple[list[Slot], int] | None = None, start_row: int = 0
-) -> tuple[list[Slot], int, int]:
-    """Rebuild the layout from ``start_row`` on, after the slots in ``keep`` (default: L1).
+@attrs.frozen(slots=True)
+class _Units:
+    """The rows a round plans, grouped by unit (in history order), with each unit's cost per mode."""
 
-    Returns ``(slots, tokens, first_young)``: ``first_young`` is the index of
-    the first slot of the recent tail, where the next minor round may start.
-    """
-    l1, l1_tokens = keep if keep is not None else _l1_slots(inp)
-    if l1_tokens > cfg.budget:
-        raise BudgetError(l1_tokens, cfg.budget)
+    rows: np.ndarray  # the history rows planned
+    uniq: np.ndarray  # unit ids, oldest first
+    upos: np.ndarray  # per planned row, the position of its unit in ``uniq``
+    unit_pos: dict[int, int]
+    big: np.ndarray  # per history row: an older output shown as a stub when its unit is kept
+    huge: np.ndarray  # per history row: an output shown as a stub even in the recent tail
+    full_cost: np.ndarray  # per unit: verbatim (huge outputs stubbed)
+    kept_cost: np.ndarray  # per unit: big outputs stubbed
+    stub_cost: np.ndarray  # per unit: every output stubbed
+    heat: np.ndarray  # per unit: its hottest row's heat
+
+
+def _units(inp: PlanInput, cfg: PlanConfig, target: int, start_row: int) -> _Units | None:
+    """Group the rows from ``start_row`` on into units and price each way of keeping them (None: no rows)."""
     rows = np.flatnonzero(~inp.pinned)
     rows = rows[rows >= start_row]
     if rows.size == 0:
-        return list(l1), l1_tokens, len(l1)
+        return None
     units = inp.unit[rows]
     uniq, first = np.unique(units, return_index=True)
     order = np.argsort(first, kind="stable")
@@ -333,78 +340,114 @@ def _rebuild(
     np.add.at(kept_cost, upos, np.where(big[rows], inp.stub_tokens[rows], inp.tokens[rows]))
     np.add.at(stub_cost, upos, np.where(inp.tool[rows], inp.stub_tokens[rows], inp.tokens[rows]))
     np.maximum.at(heat, upos, inp.heat[rows])
+    return _Units(rows, uniq, upos, unit_pos, big, huge, full_cost, kept_cost, stub_cost, heat)
 
-    mode = np.full(uniq.size, _Mode.DROP, dtype=np.int8)
-    left = max(0, min(target, cfg.budget) - l1_tokens)
-    hard_left = cfg.budget - l1_tokens
-    n_recent = min(cfg.recent_units, uniq.size)
-    # the most recent units: verbatim; shrink them only if the budget itself forces it
-    for k in range(uniq.size - 1, uniq.size - 1 - n_recent, -1):
-        for m, cost in ((_Mode.VERBATIM, full_cost[k]), (_Mode.KEPT, kept_cost[k]), (_Mode.STUBBED, stub_cost[k])):
+
+def _keep_recent(u: _Units, mode: np.ndarray, n_recent: int, left: int, hard_left: int) -> tuple[int, int]:
+    """Keep the most recent units verbatim, shrunk only if the budget forces it; return ``(left, hard_left)``."""
+    size = u.uniq.size
+    for k in range(size - 1, size - 1 - n_recent, -1):
+        for m, cost in ((_Mode.VERBATIM, u.full_cost[k]), (_Mode.KEPT, u.kept_cost[k]), (_Mode.STUBBED, u.stub_cost[k])):
             if cost <= hard_left:
                 mode[k] = m
                 hard_left -= int(cost)
                 left -= int(cost)
                 break
-    if mode[uniq.size - 1] == _Mode.DROP:
-        raise BudgetError(
-            l1_tokens + int(stub_cost[-1]), cfg.budget, what="L1 plus the latest message, stubbed,"
-        )
-    left = min(left, hard_left)
-    older = np.arange(uniq.size - n_recent)
-    compact = np.zeros(uniq.size, dtype=bool)
-    compact_cost = np.zeros(uniq.size, dtype=np.int64)
-    if cfg.objective and older.size:
-        big = big.copy()
-        # past the low watermark, but never so far that the next call runs a round again
-        room = min(cfg.keep_room, max(0, (cfg.high - min(target, cfg.budget)) // 2))
-        left = min(left + room, hard_left)
-        hottest = _objective_fill(inp, cfg, rows, upos, older, mode, big, stub_cost, min(target, cfg.budget), left)
-        older = older[:0]
-    if older.size:
-        hottest = older[np.lexsort((-older, -heat[older]))]
-        # compact lines of dropped units get a reserve of the quota, if any unit must go
-        reserve = 0
-        if cfg.compact_tokens and inp.compact_tokens is not None and int(kept_cost[older].sum()) > left:
-            np.add.at(compact_cost, upos, inp.compact_tokens[rows])
-            reserve = min(cfg.compact_tokens, int(compact_cost[older].sum()) + INDEX_OVERHEAD, left)
-        left -= reserve
-        # hottest first; ties: newer unit first. A unit that does not fit may
-        # still fit with all its outputs stubbed.
+    return left, hard_left
+
+
+def _heat_fill(inp: PlanInput, cfg: PlanConfig, u: _Units, older: np.ndarray, mode: np.ndarray, left: int) -> np.ndarray:
+    """Keep the older units hottest first within ``left`` tokens; return which dropped units get compact lines."""
+    compact = np.zeros(u.uniq.size, dtype=bool)
+    compact_cost = np.zeros(u.uniq.size, dtype=np.int64)
+    hottest = older[np.lexsort((-older, -u.heat[older]))]
+    # compact lines of dropped units get a reserve of the quota, if any unit must go
+    reserve = 0
+    if cfg.compact_tokens and inp.compact_tokens is not None and int(u.kept_cost[older].sum()) > left:
+        np.add.at(compact_cost, u.upos, inp.compact_tokens[u.rows])
+        reserve = min(cfg.compact_tokens, int(compact_cost[older].sum()) + INDEX_OVERHEAD, left)
+    left -= reserve
+    # hottest first; ties: newer unit first. A unit that does not fit may
+    # still fit with all its outputs stubbed.
+    kept_cost, stub_cost = u.kept_cost, u.stub_cost
+    for k in hottest:
+        if kept_cost[k] <= left:
+            mode[k] = _Mode.KEPT
+            left -= int(kept_cost[k])
+        elif stub_cost[k] < kept_cost[k] and stub_cost[k] <= left:
+            mode[k] = _Mode.STUBBED
+            left -= int(stub_cost[k])
+    if reserve:
+        room = min(left + reserve, cfg.compact_tokens) - INDEX_OVERHEAD
         for k in hottest:
-            if kept_cost[k] <= left:
-                mode[k] = _Mode.KEPT
-                left -= int(kept_cost[k])
-            elif stub_cost[k] < kept_cost[k] and stub_cost[k] <= left:
-                mode[k] = _Mode.STUBBED
-                left -= int(stub_cost[k])
-        if reserve:
-            room = min(left + reserve, cfg.compact_tokens) - INDEX_OVERHEAD
-            for k in hottest:
-                if mode[k] == _Mode.DROP and 0 < compact_cost[k] <= room:
-                    compact[k] = True
-                    room -= int(compact_cost[k])
+            if mode[k] == _Mode.DROP and 0 < compact_cost[k] <= room:
+                compact[k] = True
+                room -= int(compact_cost[k])
+    return compact
+
+
+def _emit(
+    inp: PlanInput, u: _Units, mode: np.ndarray, compact: np.ndarray, big: np.ndarray, l1: list[Slot],
+    l1_tokens: int, n_recent: int,
+) -> tuple[list[Slot], int, int]:
+    """Lay out L1, the index block and the kept rows; return ``(slots, tokens, first_young)``."""
     slots = list(l1)
     total = l1_tokens
     if compact.any():
-        lined = [int(r) for r in rows if compact[unit_pos[int(inp.unit[r])]]]
+        lined = [int(r) for r in u.rows if compact[u.unit_pos[int(inp.unit[r])]]]
         cost = int(inp.compact_tokens[lined].sum()) + INDEX_OVERHEAD  # type: ignore[index]
         slots.append(Slot(INDEX, pages=tuple(int(inp.page[r]) for r in lined), tokens=cost))
         total += cost
     first_young = -1
-    tail_from = uniq.size - n_recent
-    for r in rows:
-        k = unit_pos[int(inp.unit[r])]
+    tail_from = u.uniq.size - n_recent
+    for r in u.rows:
+        k = u.unit_pos[int(inp.unit[r])]
         m = mode[k]
         if m == _Mode.DROP:
             continue
         if k >= tail_from and first_young < 0:
             first_young = len(slots)
         page = int(inp.page[r])
-        stubbed = inp.tool[r] and (m == _Mode.STUBBED or (m == _Mode.KEPT and big[r]) or huge[r])
+        stubbed = inp.tool[r] and (m == _Mode.STUBBED or (m == _Mode.KEPT and big[r]) or u.huge[r])
         slots.append(Slot(STUB if stubbed else FULL, page))
         total += int(inp.stub_tokens[r] if stubbed else inp.tokens[r])
     return slots, total, (first_young if first_young >= 0 else len(slots))
+
+
+def _rebuild(
+    inp: PlanInput, cfg: PlanConfig, target: int, keep: tuple[list[Slot], int] | None = None, start_row: int = 0
+) -> tuple[list[Slot], int, int]:
+    """Rebuild the layout from ``start_row`` on, after the slots in ``keep`` (default: L1).
+
+    Returns ``(slots, tokens, first_young)``: ``first_young`` is the index of
+    the first slot of the recent tail, where the next minor round may start.
+    """
+    l1, l1_tokens = keep if keep is not None else _l1_slots(inp)
+    if l1_tokens > cfg.budget:
+        raise BudgetError(l1_tokens, cfg.budget)
+    u = _units(inp, cfg, target, start_row)
+    if u is None:
+        return list(l1), l1_tokens, len(l1)
+    mode = np.full(u.uniq.size, _Mode.DROP, dtype=np.int8)
+    n_recent = min(cfg.recent_units, u.uniq.size)
+    left, hard_left = _keep_recent(u, mode, n_recent, max(0, min(target, cfg.budget) - l1_tokens), cfg.budget - l1_tokens)
+    if mode[u.uniq.size - 1] == _Mode.DROP:
+        raise BudgetError(
+            l1_tokens + int(u.stub_cost[-1]), cfg.budget, what="L1 plus the latest message, stubbed,"
+        )
+    left = min(left, hard_left)
+    older = np.arange(u.uniq.size - n_recent)
+    compact = np.zeros(u.uniq.size, dtype=bool)
+    big = u.big
+    if cfg.objective and older.size:
+        big = big.copy()
+        # past the low watermark, but never so far that the next call runs a round again
+        room = min(cfg.keep_room, max(0, (cfg.high - min(target, cfg.budget)) // 2))
+        left = min(left + room, hard_left)
+        _objective_fill(inp, cfg, u.rows, u.upos, older, mode, big, u.stub_cost, min(target, cfg.budget), left)
+    elif older.size:
+        compact = _heat_fill(inp, cfg, u, older, mode, left)
+    return _emit(inp, u, mode, compact, big, l1, l1_tokens, n_recent)
 
 
 def _objective_fill(
@@ -494,6 +537,100 @@ def _row_of_slot(slots: list[Slot], k: int, idx: dict[int, int], inp: PlanInput)
     return len(inp)
 
 
+def _invalid(inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int, int]) -> Reason:
+    """Return why ``prev`` cannot be appended to (``Reason.NONE``: it can)."""
+    if prev is None:
+        return Reason.FIRST_CALL
+    if prev.branch != inp.branch or prev.upto > len(inp):
+        return Reason.DIVERGED
+    if prev.card != inp.card:
+        return Reason.CARD_CHANGED
+    if cfg.task_rounds and prev.task >= 0 and inp.task >= 0 and prev.task != inp.task:
+        # the heat of the old task's pages just dropped (and a returned-to
+        # task's rose): rebuild now, in one batch, rather than at the next
+        # high watermark
+        return Reason.TASK_SWITCH
+    if any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots) or any(
+        p not in idx for s in prev.slots if s.kind == INDEX for p in s.pages
+    ) or any(
+        # a recalled page from another session that may no longer be shown (its pool was closed)
+        p not in idx and p not in inp.foreign for s in prev.slots if s.kind == RECALL for p in s.pages
+    ):
+        return Reason.DIVERGED
+    return Reason.NONE
+
+
+def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) -> list[Slot]:
+    """Return ``prev``'s slots with the new history rows appended (no round)."""
+    n = len(inp)
+    hard_max = cfg.budget // 4
+    inline_max = min(cfg.inline_max or hard_max, hard_max)
+    newest = int(inp.unit[n - 1]) if n else -1
+    slots = list(prev.slots)
+    if cfg.recall_leaves:
+        # the last call's recall block served that call; it is still the
+        # tail of the previous prompt, so removing it re-bills nothing. It
+        # stays when this call would recall the same pages again.
+        again = {int(p) for p, _ in inp.recall} if cfg.recall_pages > 0 else set()
+        while len(slots) > prev.stable and slots[-1].kind == RECALL and not set(slots[-1].pages) <= again:
+            slots.pop()
+    prev_newest = int(inp.unit[prev.upto - 1]) if prev.upto > 0 else -1
+    # A big output is shown in full only while it belongs to the newest
+    # step: the model reads it once, then it becomes a stub. It sits at the
+    # tail of the previous prompt, so stubbing it re-bills almost nothing.
+    # Under the objective it becomes a stub only when that pays; otherwise
+    # it rides in full until the next round.
+    tail: list[int] = []
+    for j in range(len(slots) - 1, prev.stable - 1, -1):
+        sl = slots[j]
+        if sl.kind == FULL and _is_big(inp, idx[sl.page], inline_max) and int(inp.unit[idx[sl.page]]) != newest:
+            if not cfg.objective or int(inp.tokens[idx[sl.page]]) > hard_max:
+                slots[j] = Slot(STUB, sl.page)
+            elif int(inp.unit[idx[sl.page]]) == prev_newest:
+                tail.append(j)
+    new_slots: list[Slot] = []
+    for r in range(prev.upto, n):
+        big = _is_big(inp, r, inline_max)
+        stubbed = big and (int(inp.unit[r]) != newest or int(inp.tokens[r]) > hard_max)
+        if stubbed and cfg.objective and int(inp.tokens[r]) <= hard_max:
+            tail.append(-1 - len(new_slots))  # decided below, with the total known
+        new_slots.append(Slot(STUB if stubbed else FULL, int(inp.page[r])))
+    slots.extend(new_slots)
+    if tail:
+        at = [j if j >= 0 else len(slots) - len(new_slots) + (-1 - j) for j in tail]
+        full_total = sum(_slot_tokens(Slot(FULL, s.page) if i in at else s, idx, inp) for i, s in enumerate(slots))
+        tail_rows = np.asarray([idx[slots[i].page] for i in at], dtype=np.int64)
+        pays = _stub_pays(inp, cfg, tail_rows, full_total)
+        for i, stub in zip(at, pays.tolist()):
+            slots[i] = Slot(STUB if stub else FULL, slots[i].page)
+    return slots
+
+
+def _add_recall(inp: PlanInput, cfg: PlanConfig, slots: list[Slot], total: int) -> tuple[tuple[int, ...], int]:
+    """Append one block of recall candidates at the tail if any fit; return ``(recalled, total)``."""
+    if not inp.recall or cfg.recall_pages <= 0:
+        return (), total
+    shown = {s.page for s in slots if s.kind == FULL}
+    shown.update(p for s in slots if s.kind == RECALL for p in s.pages)
+    room = min(cfg.high, cfg.budget) - total - RECALL_OVERHEAD
+    cap = min(cfg.recall_tokens, room)
+    picked: list[int] = []
+    spent = 0
+    for page, cost in inp.recall:
+        if len(picked) >= cfg.recall_pages:
+            break
+        if page in shown or spent + cost > cap:
+            continue
+        picked.append(int(page))
+        spent += int(cost)
+    if not picked:
+        return (), total
+    recalled = tuple(picked)
+    spans = tuple(inp.recall_spans.get(p, (0, 0)) for p in recalled)
+    slots.append(Slot(RECALL, pages=recalled, tokens=spent + RECALL_OVERHEAD, spans=spans))
+    return recalled, total + spent + RECALL_OVERHEAD
+
+
 def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     """Return the layout for the next prompt.
 
@@ -503,68 +640,11 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     """
     n = len(inp)
     idx = dict(zip(inp.page.tolist(), range(n)))
-    hard_max = cfg.budget // 4
-    inline_max = min(cfg.inline_max or hard_max, hard_max)
-    newest = int(inp.unit[n - 1]) if n else -1
-    reason = Reason.NONE
+    reason = _invalid(inp, cfg, prev, idx)
     slots: list[Slot] | None = None
     total = 0
-    if prev is None:
-        reason = Reason.FIRST_CALL
-    elif prev.branch != inp.branch or prev.upto > n:
-        reason = Reason.DIVERGED
-    elif prev.card != inp.card:
-        reason = Reason.CARD_CHANGED
-    elif cfg.task_rounds and prev.task >= 0 and inp.task >= 0 and prev.task != inp.task:
-        # the heat of the old task's pages just dropped (and a returned-to
-        # task's rose): rebuild now, in one batch, rather than at the next
-        # high watermark
-        reason = Reason.TASK_SWITCH
-    elif any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots) or any(
-        p not in idx for s in prev.slots if s.kind == INDEX for p in s.pages
-    ) or any(
-        # a recalled page from another session that may no longer be shown (its pool was closed)
-        p not in idx and p not in inp.foreign for s in prev.slots if s.kind == RECALL for p in s.pages
-    ):
-        reason = Reason.DIVERGED
-    else:
-        slots = list(prev.slots)
-        if cfg.recall_leaves:
-            # the last call's recall block served that call; it is still the
-            # tail of the previous prompt, so removing it re-bills nothing. It
-            # stays when this call would recall the same pages again.
-            again = {int(p) for p, _ in inp.recall} if cfg.recall_pages > 0 else set()
-            while len(slots) > prev.stable and slots[-1].kind == RECALL and not set(slots[-1].pages) <= again:
-                slots.pop()
-        prev_newest = int(inp.unit[prev.upto - 1]) if prev.upto > 0 else -1
-        # A big output is shown in full only while it belongs to the newest
-        # step: the model reads it once, then it becomes a stub. It sits at the
-        # tail of the previous prompt, so stubbing it re-bills almost nothing.
-        # Under the objective it becomes a stub only when that pays; otherwise
-        # it rides in full until the next round.
-        tail: list[int] = []
-        for j in range(len(slots) - 1, prev.stable - 1, -1):
-            sl = slots[j]
-            if sl.kind == FULL and _is_big(inp, idx[sl.page], inline_max) and int(inp.unit[idx[sl.page]]) != newest:
-                if not cfg.objective or int(inp.tokens[idx[sl.page]]) > hard_max:
-                    slots[j] = Slot(STUB, sl.page)
-                elif int(inp.unit[idx[sl.page]]) == prev_newest:
-                    tail.append(j)
-        new_slots: list[Slot] = []
-        for r in range(prev.upto, n):
-            big = _is_big(inp, r, inline_max)
-            stubbed = big and (int(inp.unit[r]) != newest or int(inp.tokens[r]) > hard_max)
-            if stubbed and cfg.objective and int(inp.tokens[r]) <= hard_max:
-                tail.append(-1 - len(new_slots))  # decided below, with the total known
-            new_slots.append(Slot(STUB if stubbed else FULL, int(inp.page[r])))
-        slots.extend(new_slots)
-        if tail:
-            at = [j if j >= 0 else len(slots) - len(new_slots) + (-1 - j) for j in tail]
-            full_total = sum(_slot_tokens(Slot(FULL, s.page) if i in at else s, idx, inp) for i, s in enumerate(slots))
-            tail_rows = np.asarray([idx[slots[i].page] for i in at], dtype=np.int64)
-            pays = _stub_pays(inp, cfg, tail_rows, full_total)
-            for i, stub in zip(at, pays.tolist()):
-                slots[i] = Slot(STUB if stub else FULL, slots[i].page)
+    if reason == Reason.NONE and prev is not None:
+        slots = _append(inp, cfg, prev, idx)
         total = sum(_slot_tokens(s, idx, inp) for s in slots)
         if total > cfg.budget:
             reason, slots = Reason.OVER_BUDGET, None
@@ -574,26 +654,7 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     stable, stable_row = (prev.stable, prev.stable_row) if prev is not None else (0, 0)
     if slots is None:
         slots, total, stable, stable_row = _round(inp, cfg, prev, idx, reason)
-    recalled: tuple[int, ...] = ()
-    if inp.recall and cfg.recall_pages > 0:
-        shown = {s.page for s in slots if s.kind == FULL}
-        shown.update(p for s in slots if s.kind == RECALL for p in s.pages)
-        room = min(cfg.high, cfg.budget) - total - RECALL_OVERHEAD
-        cap = min(cfg.recall_tokens, room)
-        picked: list[int] = []
-        spent = 0
-        for page, cost in inp.recall:
-            if len(picked) >= cfg.recall_pages:
-                break
-            if page in shown or spent + cost > cap:
-                continue
-            picked.append(int(page))
-            spent += int(cost)
-        if picked:
-            recalled = tuple(picked)
-            spans = tuple(inp.recall_spans.get(p, (0, 0)) for p in recalled)
-            slots.append(Slot(RECALL, pages=recalled, tokens=spent + RECALL_OVERHEAD, spans=spans))
-            total += spent + RECALL_OVERHEAD
+    recalled, total = _add_recall(inp, cfg, slots, total)
     layout = Layout(
         slots=tuple(slots), upto=n, branch=inp.branch, card=inp.card, stable=stable, stable_row=stable_row,
         task=inp.task,
