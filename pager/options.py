@@ -118,8 +118,6 @@ class Options:
     need_scale: float = attrs.field(default=2.0, validator=_non_negative)  # times the measured need rates (heat.NEEDS)
     keep_room: int = attrs.field(default=8_000, validator=_non_negative)  # tokens past low_watermark paying pages may hold
     recall_leaves: bool = True  # a recall block serves its call and leaves at the next one
-    # issue 24: a demoted page the latest step reached for comes back whole, within this many tokens a call
-    fault_tokens: int = attrs.field(default=0, validator=_non_negative)
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:

@@ -100,7 +100,6 @@ class _Mode(enum.IntEnum):
     STUBBED = 3  # every output stubbed
 RECALL_OVERHEAD = 40  # the block's header and message framing, in tokens
 INDEX_OVERHEAD = 40  # the same for an index block
-FAULT_LABEL = 32  # a fault-in page's label line and separators, in tokens
 
 
 @attrs.frozen(slots=True)
@@ -112,7 +111,6 @@ class Slot:
     pages: tuple[int, ...] = ()
     tokens: int = 0  # recall blocks: their rendered size, fixed when they are placed
     spans: tuple[tuple[int, int], ...] = ()  # recall blocks: the line range shown of each page
-    sticky: bool = False  # a fault-in block: it stays until the next round (``PlanConfig.fault_tokens``)
 
 
 @attrs.frozen(slots=True)
@@ -129,10 +127,7 @@ class Layout:
 
     def to_state(self) -> dict:
         return {
-            "slots": [
-                [s.kind.value, s.page, list(s.pages), s.tokens, [list(x) for x in s.spans], *([True] if s.sticky else [])]
-                for s in self.slots
-            ],
+            "slots": [[s.kind.value, s.page, list(s.pages), s.tokens, [list(x) for x in s.spans]] for s in self.slots],
             "upto": self.upto,
             "branch": self.branch,
             "card": self.card,
@@ -149,7 +144,6 @@ class Layout:
             Slot(
                 kind=row[0], page=int(row[1]), pages=tuple(int(x) for x in row[2]), tokens=int(row[3]),
                 spans=tuple((int(a), int(b)) for a, b in (row[4] if len(row) > 4 else ())),
-                sticky=bool(row[5]) if len(row) > 5 else False,
             )
             for row in data["slots"]
         )
@@ -183,7 +177,6 @@ class PlanConfig:
     write_price: float = 1.25  # a written token
     call_price: float = 200.0  # the output of the extra call a re-read takes
     recall_leaves: bool = False  # a recall block is removed at the next call, while it is the tail
-    fault_tokens: int = 0  # a page the latest step reached for, demoted, comes back whole within this (0: never)
 
 
 @attrs.frozen(slots=True)
@@ -212,8 +205,6 @@ class PlanInput:
     need: np.ndarray | None = None
     growth: float = 0.0
     life: float = 0.0
-    # bool per row: the latest step referred to it (``PlanConfig.fault_tokens``)
-    reached: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.page.shape[0])
@@ -581,10 +572,7 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
         # tail of the previous prompt, so removing it re-bills nothing. It
         # stays when this call would recall the same pages again.
         again = {int(p) for p, _ in inp.recall} if cfg.recall_pages > 0 else set()
-        while (
-            len(slots) > prev.stable and slots[-1].kind == RECALL and not slots[-1].sticky
-            and not set(slots[-1].pages) <= again
-        ):
+        while len(slots) > prev.stable and slots[-1].kind == RECALL and not set(slots[-1].pages) <= again:
             slots.pop()
     prev_newest = int(inp.unit[prev.upto - 1]) if prev.upto > 0 else -1
     # A big output is shown in full only while it belongs to the newest
@@ -643,48 +631,6 @@ def _add_recall(inp: PlanInput, cfg: PlanConfig, slots: list[Slot], total: int) 
     return recalled, total + spent + RECALL_OVERHEAD
 
 
-def _fault_in(inp: PlanInput, cfg: PlanConfig, slots: list[Slot], total: int) -> int:
-    """Bring back whole the demoted pages the latest step reached for, where that pays; return the total.
-
-    The agent named something that lives only in a page no longer shown in
-    full (a page fault): it will likely reach for that page again, and each
-    call that misses it pays a re-read. The page is written once, at the
-    tail, in a block that stays until the next round (which then keeps or
-    drops its unit by the objective), when the calls expected to need it
-    before that round times a re-read beat writing it once and reading it
-    on every call until then.
-    """
-    if not cfg.fault_tokens or inp.reached is None or inp.need is None:
-        return total
-    shown = {s.page for s in slots if s.kind == FULL}
-    shown.update(p for s in slots if s.kind == RECALL and s.sticky for p in s.pages)
-    rows = np.asarray(
-        [r for r in np.flatnonzero(inp.reached & ~inp.pinned) if int(inp.page[r]) not in shown], dtype=np.int64
-    )
-    room = min(cfg.fault_tokens, min(cfg.high, cfg.budget) - total - RECALL_OVERHEAD)
-    if not rows.size or room <= 0:
-        return total
-    h, to_round = _horizon(inp, cfg, total)
-    tok = (inp.tokens[rows] + FAULT_LABEL).astype(np.float64)
-    needed = _need_over(inp, rows, h) * h
-    value = needed * _fault_price(cfg, inp.tokens[rows].astype(np.float64), total) - tok * (
-        cfg.write_price + cfg.read_price * max(h - 1.0, 0.0)
-    )
-    picked: list[int] = []
-    spent = 0
-    for k in np.lexsort((-rows, -value / tok)):
-        if value[k] <= 0:
-            break
-        if spent + int(tok[k]) <= room:
-            picked.append(int(inp.page[rows[k]]))
-            spent += int(tok[k])
-    if not picked:
-        return total
-    block = Slot(RECALL, pages=tuple(picked), tokens=spent + RECALL_OVERHEAD, spans=((0, 0),) * len(picked), sticky=True)
-    slots.append(block)
-    return total + spent + RECALL_OVERHEAD
-
-
 def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     """Return the layout for the next prompt.
 
@@ -704,8 +650,6 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
             reason, slots = Reason.OVER_BUDGET, None
         elif total > cfg.high:
             reason, slots = Reason.HIGH_WATERMARK, None
-        else:
-            total = _fault_in(inp, cfg, slots, total)
     did_round = slots is None
     stable, stable_row = (prev.stable, prev.stable_row) if prev is not None else (0, 0)
     if slots is None:

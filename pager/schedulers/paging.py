@@ -174,31 +174,6 @@ class PagingScheduler:
             out.append((hit.page_id, cost))
         return out, spans
 
-    @staticmethod
-    def _faulted(h: History, prev: Layout | None) -> tuple[np.ndarray, int]:
-        """Return, per row, whether it was the page of a fault of the last call, and that call's step.
-
-        The last call's prompt (``prev``) missed a term the agent then used
-        (in the latest assistant message) when no page it showed held the
-        term; the page of that need is the latest earlier page that held it,
-        the one the agent would re-read.
-        """
-        out = np.zeros(len(h), dtype=bool)
-        last = next((i for i in range(len(h) - 1, -1, -1) if h.role[i] == "assistant"), None)
-        if prev is None or last is None:
-            return out, 0
-        shown = {s.page for s in prev.slots if s.kind == FULL}
-        shown.update(p for s in prev.slots if s.kind == RECALL for p in s.pages)
-        before = int(h.page[last])
-        for term in h.terms[last]:
-            held = h.term_index.references((term,), before=before)
-            if not held or not shown.isdisjoint(held):
-                continue
-            r = h.row_of.get(max(held))
-            if r is not None and not h.stale[r] and h.kind[r] != "system":
-                out[r] = True
-        return out, int(h.step[last])
-
     # -- schedule -------------------------------------------------------------------------
 
     def card(self, pins: Sequence[str], notes: Sequence[str], fixed_tokens: int = 0) -> GuardResult:
@@ -285,11 +260,6 @@ class PagingScheduler:
             overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
         )
         heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
-        reached = None
-        if o.objective and o.fault_tokens and n:
-            # a page the last call missed is young again: it was just reached for
-            reached, step = self._faulted(h, call.prev)
-            table = attrs.evolve(table, last_ref=np.where(reached, np.maximum(table.last_ref, step), table.last_ref))
         need, growth, life = self._need(table, pinned, h.clock, h) if o.objective and n else (None, 0.0, 0.0)
         budget = o.budget - call.tools_tokens
         l1 = int(cols["tokens"][pinned].sum()) + card_tokens
@@ -301,7 +271,7 @@ class PagingScheduler:
             recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
             minor_rounds=o.minor_rounds, task_rounds=o.task_rounds and o.task_focus,
             compact_tokens=o.compact_tokens, objective=o.objective, keep_room=o.keep_room,
-            recall_leaves=o.recall_leaves, fault_tokens=o.fault_tokens if o.objective else 0,
+            recall_leaves=o.recall_leaves,
         )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
@@ -309,7 +279,7 @@ class PagingScheduler:
             card=card,
             recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
             compact_tokens=cols["compact_tokens"], foreign=frozenset(foreign),
-            need=need, growth=growth, life=life, reached=reached,
+            need=need, growth=growth, life=life,
         )
         prev = call.prev
         result = plan(inp, cfg, prev)
