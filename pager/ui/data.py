@@ -40,7 +40,7 @@ __all__ = ["COST_FACTOR", "MIN_INTERVAL", "OUTPUT_PRICE", "View", "open_view"]
 # (rendering the answer costs about as much again). A view lags the store by that interval at most.
 MIN_INTERVAL = 2.0
 COST_FACTOR = 20.0
-OUTPUT_PRICE = 5.0  # an output token in base input tokens (pager.replay.cost.FaultCost's default)
+OUTPUT_PRICE = 5.0  # an output token in base input tokens (pager.lab.replay.cost.FaultCost's default)
 ASIDE_STATE = "card"  # pins, notes and handoffs: shown through the task-state card, in L1
 
 
@@ -49,7 +49,7 @@ class View:
 
     def __init__(self, store: Any, *, reader: str | None = None, owner: str | None = None,
                  pricing: str = "auto", usd_per_mtok: float = 3.0, min_interval: float = MIN_INTERVAL) -> None:
-        from pager.replay.cost import PRICING
+        from pager.lab.replay.cost import PRICING
 
         if owner and not reader:
             raise ConfigError("--owner goes with --as SESSION (the session it was opened with)")
@@ -173,7 +173,7 @@ class View:
 
     def _costs(self, calls: Sequence[Mapping[str, Any]], recs: Sequence[Any]) -> dict[str, Any]:
         """Return the session's cost so far from its recorded usage, and full resend's beside it."""
-        from pager.replay.cost import PRICING
+        from pager.lab.replay.cost import PRICING
 
         cum = [0]
         for r in recs:

@@ -13,7 +13,7 @@ coverage measures), and the user now and then switches between two
 sub-tasks.
 
 Everything is drawn from ``random.Random(seed)``: the same seed and length
-give the same bytes. ``python -m pager.synth`` rewrites the bundled sessions.
+give the same bytes. ``python -m pager.lab.synth`` rewrites the bundled sessions.
 """
 
 from __future__ import annotations
@@ -315,7 +315,7 @@ def write_session(path: str | Path, seed: int, n_steps: int) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Write the bundled sessions to ``pager/data`` (or the folder given)."""
     args = sys.argv[1:] if argv is None else argv
-    folder = Path(args[0]) if args else Path(__file__).resolve().parent / "data"
+    folder = Path(args[0]) if args else Path(__file__).resolve().parents[1] / "data"
     folder.mkdir(parents=True, exist_ok=True)
     for name, seed, steps in BUNDLED:
         out = write_session(folder / name, seed, steps)

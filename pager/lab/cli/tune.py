@@ -13,7 +13,7 @@ meets them it says so, and the frontier shows what is reachable. ``--write`` sav
 Every argument (grid values included) is checked before anything is
 replayed. ``--json FILE`` is the search's log, rewritten as sessions finish;
 Ctrl-C stops the replay, writes the log and prints what is complete, and
-``--resume`` continues from the log. The logic lives in ``pager.tune``; see
+``--resume`` continues from the log. The logic lives in ``pager.lab.tune``; see
 ``docs/tuning.md``.
 """
 
@@ -29,10 +29,9 @@ from typing import Any, Sequence, TextIO
 import attrs
 import orjson
 
-from pager import tune
+from pager.lab import tune
 from pager.errors import ConfigError
-from pager.replay.strategies import pager_available
-from pager.cli.bench import (
+from pager.lab.cli.common import (
     add_explain,
     add_jobs,
     add_long_gap,
@@ -112,7 +111,7 @@ def register(subparsers: Any) -> None:
     add_explain(p)
     add_progress(p)
     p.add_argument("--fit", action="store_true",
-                   help="fit the 'fitted' heat policy's weights from the sessions instead (python -m pager.fit)")
+                   help="fit the 'fitted' heat policy's weights from the sessions instead (python -m pager.lab.fit)")
     p.set_defaults(func=main)
 
 
@@ -265,9 +264,6 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
         for i, c in enumerate(cands):
             print(f"p{i + 1:02d}  {tune.label(c.changes)}", file=out)
         return None
-    if not pager_available():
-        raise ConfigError("pager.open is not available; nothing to tune")
-
     sessions, skipped, note, price, fault, jobs = replay_inputs(args)
     settings = {
         "sessions": [{"id": s.id, "digest": tune.session_digest(s)} for s in sessions],
@@ -376,7 +372,7 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
 def main(args: argparse.Namespace) -> int:
     """Run ``pager tune``; return the exit status (1: nothing replayed, or a run failed)."""
     if args.fit:
-        from pager.fit import main as fit_main
+        from pager.lab.fit import main as fit_main
 
         return fit_main([*map(str, args.paths), "--min-assistant", str(args.min_assistant),
                          *(["--write", args.write] if args.write else [])])

@@ -30,8 +30,8 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
-from pager.replay.metrics import SESSION_FLOOR, StrategySummary
-from pager.replay.runner import BenchResult
+from pager.lab.replay.metrics import SESSION_FLOOR, StrategySummary
+from pager.lab.replay.runner import BenchResult
 
 __all__ = ["colors", "render"]
 
