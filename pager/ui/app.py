@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 import pager.ui.pages as pages
 from pager.ui.assets import CSS, JS
 from pager.ui.data import View, open_view
+from pager.ui.source import store_label
 
 __all__ = ["CSP", "create_app", "standalone"]
 
@@ -212,9 +213,7 @@ class Mounted:
     def _open(self) -> Any:
         with self._lock:
             if self._app is None:
-                from pager.cli.inspect import _name
-
-                self._app = create_app(open_view(self.store, **self.view_options), store_name=_name(self.store))
+                self._app = create_app(open_view(self.store, **self.view_options), store_name=store_label(self.store))
             return self._app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:

@@ -28,6 +28,7 @@ import orjson
 from pager.core.messages import message_text
 from pager.core.pools import Reader, audiences, can_read
 from pager.errors import ConfigError
+from pager.pricing import PRICING
 from pager.ui.charts import tip_of
 from pager.ui.prompt import Mirror, heat, layout_of, slot_states
 from pager.ui.source import ReadOnlyStore, ReportTail, polite
@@ -49,8 +50,6 @@ class View:
 
     def __init__(self, store: Any, *, reader: str | None = None, owner: str | None = None,
                  pricing: str = "auto", usd_per_mtok: float = 3.0, min_interval: float = MIN_INTERVAL) -> None:
-        from pager.lab.replay.cost import PRICING
-
         if owner and not reader:
             raise ConfigError("--owner goes with --as SESSION (the session it was opened with)")
         if pricing != "auto" and pricing not in PRICING:
@@ -173,8 +172,6 @@ class View:
 
     def _costs(self, calls: Sequence[Mapping[str, Any]], recs: Sequence[Any]) -> dict[str, Any]:
         """Return the session's cost so far from its recorded usage, and full resend's beside it."""
-        from pager.lab.replay.cost import PRICING
-
         cum = [0]
         for r in recs:
             cum.append(cum[-1] + r.tokens)

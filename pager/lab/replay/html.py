@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 
 from pager.lab.replay.metrics import SESSION_FLOOR, StrategySummary
 from pager.lab.replay.runner import BenchResult
+from pager.ui.palette import EXTRA_LAYER_COLORS, LAYER_COLORS, LAYER_NAMES, LAYER_ORDER
 
 __all__ = ["colors", "render"]
 
@@ -40,13 +41,7 @@ FULL_COLOR = "#4b5563"
 # Strategy colours (after full resend's grey): distinct hues, none of them violet.
 PALETTE = ("#0072b2", "#d55e00", "#009e73", "#e69f00", "#56b4e9", "#a0522d", "#c2185b",
            "#7cb342", "#00838f", "#b8860b", "#1f3a93", "#ef6c00")
-# Pager's layers: violets only, so a layer never reads as a strategy.
-LAYER_COLORS = {"l1": "#3b0764", "l2": "#7c3aed", "l3": "#c084fc", "stubs": "#ddd6fe",
-                "tools": "#a78bfa"}
-LAYER_ORDER = ("l1", "l2", "l3", "stubs", "tools")
-EXTRA_LAYER_COLORS = ("#581c87", "#9333ea", "#e9d5ff", "#6d28d9")
-LAYER_NAMES = {"l1": "L1 pinned", "l2": "L2 history", "l3": "L3 recalled",
-               "stubs": "stubs (behind handles)", "tools": "tool definitions"}
+# Pager's layers (LAYER_COLORS...): violets only, so a layer never reads as a strategy.
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
