@@ -194,6 +194,7 @@ def generate_session(seed: int, n_steps: int, *, big_every: int = 25) -> tuple[d
             msgs.append({"role": "user", "content": (
                 f"Let's switch to the other problem for now: `{f2}` in {p2}. "
                 f"Come back to the first one afterwards.")})
+    # "agent" keeps the module's name from before pager.lab: the bundled files stay byte for byte
     header = {"type": "session", "id": f"synth-{seed}-{n_steps}", "source": "synthetic",
               "agent": "pager.synth", "seed": seed, "steps": n_steps, "license": "MIT"}
     return header, msgs
