@@ -152,8 +152,12 @@ def test_nothing_outside_the_lab_imports_it():
 
 
 def test_the_command_table_names_every_command_module():
-    from pager.cli import SUBCOMMANDS
+    import argparse
 
+    from pager.cli import SUBCOMMANDS, build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == list(SUBCOMMANDS)  # each module registers the command it is named for
     modules = set(_imports())
     for name, module in SUBCOMMANDS.items():
         assert module in modules, f"pager {name}: no module {module}"

@@ -11,7 +11,7 @@ from pager.core.heat import PageTable, get_policy
 from pager.errors import ConfigError
 from pager.lab.replay.session import load_sessions
 
-DATA = __import__("pathlib").Path(fit_mod.__file__).parent / "data"
+DATA = __import__("pathlib").Path(fit_mod.__file__).parents[1] / "data"  # pager/data
 
 
 def test_features_columns_follow_the_table() -> None:
