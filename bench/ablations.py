@@ -7,12 +7,12 @@
     python bench/ablations.py --merge f0.json f1.json             # both halves, pooled
 
 Every row is replayed on the same calls in one process, beside full resend, with
-the same replay as ``pager bench`` (``pager.replay.run``). The headline is the
+the same replay as ``pager bench`` (``pager.lab.replay.run``). The headline is the
 *re-read cost* of issue 24, the price ``pager bench`` puts first: a call
 *faults* when at least one of its needs is missing from its prompt, and each
 fault re-reads every page that last held a missed need, whole, at the write
 price, plus one more call on the cached prompt and its output
-(``pager.replay.cost.FAULT_COST.reread``). Issue 15's *effective cost* (a
+(``pager.lab.replay.cost.FAULT_COST.reread``). Issue 15's *effective cost* (a
 340-token excerpt per fault) is kept as a column, with names coverage and the
 worst session's coverage.
 
@@ -34,11 +34,11 @@ from typing import Any, Sequence
 import numpy as np
 import orjson
 
-from pager.replay.cost import FAULT_COST, pricing
-from pager.replay.facts import Facts
-from pager.replay.runner import BenchResult, run
-from pager.replay.session import load_sessions
-from pager.replay.strategies import ClearToolResults, FullResend, PagerStrategy
+from pager.lab.replay.cost import FAULT_COST, pricing
+from pager.lab.replay.facts import Facts
+from pager.lab.replay.runner import BenchResult, run
+from pager.lab.replay.session import load_sessions
+from pager.lab.replay.strategies import ClearToolResults, FullResend, PagerStrategy
 
 # One switch per row against the shipped defaults.
 ROWS: dict[str, dict[str, Any]] = {
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--row", action="append", default=[], metavar="NAME:KEY=VALUE,...",
                     help="an extra row (options added to the defaults)")
     ap.add_argument("--config", action="append", default=[], metavar="NAME=FILE.json",
-                    help="an extra row from a JSON file of options (e.g. python -m pager.fit --write)")
+                    help="an extra row from a JSON file of options (e.g. python -m pager.lab.fit --write)")
     ap.add_argument("--clear", action="store_true",
                     help="add the clear-old-tool-results baseline (trigger 100,000, keep 3) as a row")
     ap.add_argument("--only", default=None, help="comma-separated standard rows to keep")

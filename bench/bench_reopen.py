@@ -2,7 +2,7 @@
 
     python bench/bench_reopen.py [--messages 50000]
 
-Builds a synthetic session of about N messages (pager.synth) in a temporary
+Builds a synthetic session of about N messages (pager.lab.synth) in a temporary
 store, recording it as a harness would (one call per step), then measures in
 fresh processes: reopening the session, the first assemble after the reopen
 (the harness resends its whole history, as new objects), and each process's
@@ -25,7 +25,7 @@ CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 import pager
-from pager.synth import generate_session
+from pager.lab.synth import generate_session
 store, steps, phase = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 _header, history = generate_session(7, steps)
 out = {{"messages": len(history)}}

@@ -6,7 +6,7 @@
 
 The viewer is served by a real uvicorn on 127.0.0.1 (``ServerThread``), over
 a real store: by default one made here by running ``assemble`` and
-``observe`` over a synthetic coding-agent session (``pager.synth``), usage
+``observe`` over a synthetic coding-agent session (``pager.lab.synth``), usage
 figured as a provider with a prompt cache would report it, plus a second
 session that reads a project pool and a page whose text is hostile HTML.
 
@@ -100,7 +100,7 @@ PROBE_JS = """
 def _replay(where: str, session: str, seed: int, steps: int, usage: str, **options: Any) -> None:
     """Run pager over a synthetic session, observing the usage a provider with a prompt cache reports."""
     import pager
-    from pager.synth import generate_session
+    from pager.lab.synth import generate_session
 
     _head, msgs = generate_session(seed, steps)
     p = pager.open(where, session, 64_000, high_watermark=14_000, low_watermark=5_000, **options)

@@ -5,7 +5,7 @@ planner's objective (``pager.core.plan``, ``pager.schedulers.paging.NEED_TABLE``
     python bench/need_rates.py PATHS --json rates.json
 
 For every assistant message (a call) of every session, a need is what ``pager bench`` counts as
-one (``pager.replay.needs``, need gap 1); the page that last held it is the one a fault re-reads.
+one (``pager.lab.replay.needs``, need gap 1); the page that last held it is the one a fault re-reads.
 A page's rate in a bucket is the calls for which it held a need over the calls it was exposed to
 (every earlier page is exposed to every call). Age counts assistant messages since the page was
 written, or since it last offered one of the call's needs (a page reached for again is young again).
@@ -19,9 +19,9 @@ from collections import Counter
 
 import orjson
 
-from pager.replay.facts import Facts
-from pager.replay.needs import RARE_WORD, extract_needs, message_text
-from pager.replay.session import load_sessions
+from pager.lab.replay.facts import Facts
+from pager.lab.replay.needs import RARE_WORD, extract_needs, message_text
+from pager.lab.replay.session import load_sessions
 
 AGES = (1, 2, 4, 8, 16, 32, 64, 128, 10**9)
 SIZES = (200, 1000, 3000, 10**9)

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 import pager
-from pager.replay.session import load_sessions
+from pager.lab.replay.session import load_sessions
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 WINDOW = 200_000
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"{args.traces} is not a folder of session files")
     server = None
     if args.dsn is None:
-        from pager.testing_pg import start_server
+        from pager.lab.testing_pg import start_server
 
         server = start_server(durable=True, max_connections=args.procs * args.sessions + 40)
         admin = server.dsn

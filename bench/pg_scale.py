@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     server = None
     if args.dsn is None:
-        from pager.testing_pg import start_server
+        from pager.lab.testing_pg import start_server
 
         server = start_server(durable=True)
     try:

@@ -2,7 +2,7 @@
 
 A canned model server (tests/proxy_upstream.py) and the proxy run on
 127.0.0.1 under uvicorn, in this process's threads. A synthetic agent session
-(``pager.synth``, 200 steps, large tool outputs) is replayed step by step:
+(``pager.lab.synth``, 200 steps, large tool outputs) is replayed step by step:
 each request carries the history before one assistant message, as an agent
 sends it. Every step is sent twice, straight to the model server and through
 the proxy (fresh store), and the paired difference is the proxy's cost:
@@ -33,7 +33,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from pager.proxy import ProxyConfig, ServerThread, create_app  # noqa: E402
-from pager.synth import generate_session  # noqa: E402
+from pager.lab.synth import generate_session  # noqa: E402
 from proxy_upstream import make_upstream  # noqa: E402
 
 HEADERS = {"authorization": "Bearer sk-bench", "content-type": "application/json"}

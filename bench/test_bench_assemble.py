@@ -12,7 +12,7 @@ import itertools
 import pytest
 
 import pager
-from pager.synth import generate_session
+from pager.lab.synth import generate_session
 
 
 def _history(n: int) -> list[dict]:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pager.replay.facts import Facts
-from pager.replay.session import load_session
+from pager.lab.replay.facts import Facts
+from pager.lab.replay.session import load_session
 from pager.core.tokens import default_counter, message_tokens
 
 DATA = Path(__file__).resolve().parents[1] / "pager" / "data" / "example_session.jsonl"
@@ -43,6 +43,6 @@ def test_count_one_big_output(benchmark, messages):
 
 def test_terms_of_every_message(benchmark, messages):
     """Extract need-matching terms of every message (no memo)."""
-    from pager.replay.needs import message_text, terms
+    from pager.lab.replay.needs import message_text, terms
 
     assert benchmark(lambda: sum(len(terms(message_text(m))) for m in messages)) > 0

@@ -2,7 +2,7 @@
 
 A canned model server (tests/proxy_upstream.py) and ``pager proxy`` run on
 127.0.0.1 under uvicorn, with the viewer mounted at ``/pager/`` as always.
-A synthetic agent session (``pager.synth``) is replayed through the proxy
+A synthetic agent session (``pager.lab.synth``) is replayed through the proxy
 step by step, once with no viewer and once with viewers open: processes that
 poll (as a browser's would be), as the page's script does, the sessions list and the page of the very
 session being written (the costliest page: it changes on every call), with
@@ -29,7 +29,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from pager.proxy import ProxyConfig, ServerThread, create_app  # noqa: E402
-from pager.synth import generate_session  # noqa: E402
+from pager.lab.synth import generate_session  # noqa: E402
 from proxy_upstream import make_upstream  # noqa: E402
 
 HEADERS = {"authorization": "Bearer sk-bench", "content-type": "application/json"}

@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
-from pager.replay.facts import Facts
-from pager.replay.session import Session
+from pager.lab.replay.facts import Facts
+from pager.lab.replay.session import Session
 
 
 class WordCounter:

@@ -72,7 +72,7 @@ def traces_dir() -> Path:
 @pytest.fixture(scope="session")
 def pg_server():
     """Start a PostgreSQL server on 127.0.0.1 in a temporary directory; stop it at the end."""
-    from pager.testing_pg import start_server
+    from pager.lab.testing_pg import start_server
 
     server = start_server()
     try:

@@ -1,19 +1,40 @@
-"""The package's shape: imports flow one way, with no cycle, and the core stays pure."""
+"""The package's shape: every module in a layer, imports flowing one way with no cycle, the lab apart.
+
+The layers, bottom to top (a module may import its own layer and those below):
+
+0. foundation: ``errors`` and the pure ``core``;
+1. values and seams: options, pricing, the wire formats, the stores and indexes, state files, the report;
+2. the schedulers;
+3. the facade and what it is made of (recording, session, sharing, state dir, tools, ``testing``);
+4. integrations: ``aio``, the framework adapters, the MCP server, the proxy, the viewer; and the
+   package root, whose lazy re-exports reach ``aio``;
+5. the lab: replay, tune, fit and their commands (``pager.lab``), tooling over the library;
+6. the commands: ``pager.cli`` and ``python -m pager``.
+
+Nothing outside ``pager.lab`` imports it; ``pager.cli`` names the lab's commands by module string
+(``SUBCOMMANDS``) and imports them when it builds its parser.
+"""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "pager"
 
-# Lower layers may not import higher ones (a module may import its own layer).
+# (name, top-level names of pager/ in it); "" is the package root (pager/__init__.py)
 LAYERS = [
-    {"errors", "core"},
-    {"options", "optiondocs", "formats", "storage", "statefiles", "stateio", "report"},
-    {"schedulers"},
-    {"recording", "session", "sharing", "statedir", "pager", "tools", "testing", "testing_pg", "fit"},
+    ("foundation", {"errors", "core"}),
+    ("values and seams", {"options", "pricing", "formats", "storage", "statefiles", "stateio", "report"}),
+    ("schedulers", {"schedulers"}),
+    ("facade", {"recording", "session", "sharing", "statedir", "pager", "tools", "testing"}),
+    ("integrations", {"aio", "adapters", "mcp_server", "proxy", "ui", ""}),
+    ("lab", {"lab"}),
+    ("commands", {"cli", "__main__"}),
 ]
+LAB = "pager.lab"
 
 
 def _module(path: Path) -> str:
@@ -40,7 +61,9 @@ def _imports() -> dict[str, set[str]]:
                 if node.level:
                     up = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
                     base = ".".join(up + ([base] if base else []))
-                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+                subs = [f"{base}.{a.name}" for a in node.names]
+                # `from pager import tools` imports the submodule, not the package's re-exports
+                targets = subs if all(s in modules for s in subs) else [base, *subs]
             for t in targets:
                 if t in modules and t != name:
                     deps.add(t)
@@ -89,10 +112,22 @@ def test_the_cycle_check_finds_a_cycle():
 def _layer(module: str) -> int | None:
     parts = module.split(".")
     top = parts[1] if len(parts) > 1 else ""
-    for i, names in enumerate(LAYERS):
+    for i, (_, names) in enumerate(LAYERS):
         if top in names:
             return i
     return None
+
+
+def test_every_module_is_in_a_layer():
+    graph = _imports()
+    assert "pager.lab.replay.runner" in graph and "pager.__main__" in graph
+    lost = sorted(m for m in graph if _layer(m) is None)
+    assert not lost, "modules in no layer (add them to LAYERS): " + ", ".join(lost)
+
+
+def test_the_layer_check_sees_a_new_top_level_module():
+    assert _layer("pager.newthing") is None and _layer("pager.newpkg.mod") is None
+    assert _layer("pager") == _layer("pager.ui.app") and _layer("pager.lab.cli.bench") == _layer("pager.lab")
 
 
 def test_imports_flow_down_the_layers():
@@ -104,3 +139,38 @@ def test_imports_flow_down_the_layers():
             if lm is not None and ld is not None and ld > lm:
                 bad.append(f"{mod} -> {d}")
     assert not bad, "imports that flow upward: " + ", ".join(sorted(bad))
+
+
+def _in_lab(module: str) -> bool:
+    return module == LAB or module.startswith(LAB + ".")
+
+
+def test_nothing_outside_the_lab_imports_it():
+    bad = sorted(f"{mod} -> {d}" for mod, deps in _imports().items() if not _in_lab(mod)
+                 for d in deps if _in_lab(d))
+    assert not bad, "the library imports the lab: " + ", ".join(bad)
+
+
+def test_the_command_table_names_every_command_module():
+    import argparse
+
+    from pager.cli import SUBCOMMANDS, build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == list(SUBCOMMANDS)  # each module registers the command it is named for
+    modules = set(_imports())
+    for name, module in SUBCOMMANDS.items():
+        assert module in modules, f"pager {name}: no module {module}"
+        assert _in_lab(module) == (name in ("replay", "bench", "tune")), (name, module)
+    # every command module of either package is in the table
+    found = {m for m in modules if m.startswith("pager.cli.") or m.startswith("pager.lab.cli.")}
+    assert found - {"pager.lab.cli.common"} == set(SUBCOMMANDS.values())
+
+
+def test_the_library_loads_without_the_lab():
+    code = (
+        "import sys, pager, pager.pager, pager.cli, pager.ui.data, pager.ui.charts, pager.tools\n"
+        "bad = sorted(m for m in sys.modules if m == 'pager.lab' or m.startswith('pager.lab.'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -13,12 +13,12 @@ from typing import Any
 import orjson
 import pytest
 
-from pager import tune
+from pager.lab import tune
 from pager.cli import main
-from pager.replay import parallel
-from pager.replay.cost import FaultCost, pricing
-from pager.replay.metrics import CallRecord, summarize_session
-from pager.synth import write_session
+from pager.lab.replay import parallel
+from pager.lab.replay.cost import FaultCost, pricing
+from pager.lab.replay.metrics import CallRecord, summarize_session
+from pager.lab.synth import write_session
 
 from _replay_helpers import TINY, tiny_session, word_facts
 
@@ -61,9 +61,9 @@ def test_bench_figures_do_not_depend_on_jobs(sessions, tmp_path, capsys):
 
 
 def test_one_progress_bar_counts_every_workers_calls(sessions):
-    from pager.replay.runner import run
-    from pager.replay.session import load_sessions
-    from pager.replay.strategies import FullResend, SlidingWindow
+    from pager.lab.replay.runner import run
+    from pager.lab.replay.session import load_sessions
+    from pager.lab.replay.strategies import FullResend, SlidingWindow
 
     loaded = load_sessions([sessions])
     stream = io.StringIO()
@@ -108,7 +108,7 @@ def _candidates() -> list[tune.Candidate]:
 
 
 def _points(sessions_dir: Path, **kw: Any) -> list[tune.Point]:
-    from pager.replay.session import load_sessions
+    from pager.lab.replay.session import load_sessions
 
     return tune.run_points(load_sessions([sessions_dir]), _candidates(),
                            pricing=pricing("anthropic"), batch=2, opener=_fake_open, **kw)
@@ -136,7 +136,7 @@ def test_tune_interrupted_then_resumed_gives_the_same_points(sessions):
     assert len(done) == 2  # two sessions finished, for every candidate
 
     # the log goes to JSON and back (as --json and --resume do) and the run finishes
-    from pager.cli.tune import _write_atomic
+    from pager.lab.cli.tune import _write_atomic
 
     doc = {"written_by": "pager tune", "settings": settings, "runs": log.runs_json()}
     import tempfile
@@ -223,8 +223,8 @@ def test_fault_cost_rejects_negative_constants():
 
 
 def test_full_resend_never_faults_and_word_counted_tiny_session():
-    from pager.replay.runner import run
-    from pager.replay.strategies import FullResend, ObservationMasking
+    from pager.lab.replay.runner import run
+    from pager.lab.replay.strategies import FullResend, ObservationMasking
 
     facts = word_facts()
     r = run([tiny_session()], [FullResend(facts=facts), ObservationMasking(keep=0, facts=facts)],

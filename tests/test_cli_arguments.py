@@ -16,9 +16,9 @@ import pytest
 
 import pager
 from pager.cli import main
-from pager.cli import bench as bench_cli
-from pager.replay import strategies as strategies_mod
-from pager.synth import write_session
+from pager.lab.cli import bench as bench_cli
+from pager.lab.replay import strategies as strategies_mod
+from pager.lab.synth import write_session
 
 from _replay_helpers import TINY, write_session as write_tiny
 

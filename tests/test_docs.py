@@ -93,8 +93,8 @@ def pager_argv(words: list[str]) -> list[str] | None:
         return words[1:]
     if words[:3] == ["python", "-m", "pager"]:
         return words[3:]
-    if words[:3] == ["python", "-m", "pager.fit"]:
-        return ["fit", *words[3:]]  # run through pager.fit.main (run_doc)
+    if words[:3] == ["python", "-m", "pager.lab.fit"]:
+        return ["fit", *words[3:]]  # run through pager.lab.fit.main (run_doc)
     if any(tuple(words[:len(k)]) == k for k in NOT_RUN):
         return None
     if words and "=" in words[0] and words[0].split("=", 1)[0].isupper():
@@ -225,13 +225,13 @@ def sandbox(root: Path) -> Path:
 
 def fast(monkeypatch: pytest.MonkeyPatch, work: Path) -> None:
     """Replay in this process, and one small session where the bundled ones are the default."""
-    from pager.cli import bench as bench_cli
-    from pager.cli import replay as replay_cli
+    from pager.lab.cli import common as common_cli
+    from pager.lab.cli import replay as replay_cli
 
-    monkeypatch.setattr(bench_cli, "default_jobs", lambda: 1)
+    monkeypatch.setattr(common_cli, "default_jobs", lambda: 1)
     # the examples' tune runs replay a sample of 4 configurations, not 48: the docs are checked
     # for running as written, the tuning itself by tests/test_tune.py
-    from pager import tune as tune_mod
+    from pager.lab import tune as tune_mod
 
     real_cap = tune_mod.cap
     monkeypatch.setattr(tune_mod, "cap", lambda candidates, max_points, **kw: real_cap(
@@ -261,7 +261,7 @@ def run_doc(path: Path, work: Path, capsys: pytest.CaptureFixture[str]) -> list[
                     continue
                 try:
                     if argv[:1] == ["fit"]:
-                        from pager.fit import main as fit_main
+                        from pager.lab.fit import main as fit_main
 
                         rc = fit_main(argv[1:])
                     else:

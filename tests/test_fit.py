@@ -1,17 +1,17 @@
-"""The fitted heat policy and its offline fit (pager.fit)."""
+"""The fitted heat policy and its offline fit (pager.lab.fit)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pager import fit as fit_mod
+from pager.lab import fit as fit_mod
 from pager.core.fitted import FEATURES, features
 from pager.core.heat import PageTable, get_policy
 from pager.errors import ConfigError
-from pager.replay.session import load_sessions
+from pager.lab.replay.session import load_sessions
 
-DATA = __import__("pathlib").Path(fit_mod.__file__).parent / "data"
+DATA = __import__("pathlib").Path(fit_mod.__file__).parents[1] / "data"  # pager/data
 
 
 def test_features_columns_follow_the_table() -> None:

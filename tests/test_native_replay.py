@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from pager.replay.importers import claude_code, detect_log, load_native, responses_log
-from pager.replay.cache_model import AnthropicPricing, OpenAIPricing, Prompt, bill
-from pager.replay.native import replay_session
+from pager.lab.replay.importers import claude_code, detect_log, load_native, responses_log
+from pager.lab.replay.cache_model import AnthropicPricing, OpenAIPricing, Prompt, bill
+from pager.lab.replay.native import replay_session
 from pager.core.tokens import default_counter
 
 
@@ -124,7 +124,7 @@ def test_claude_code_session_replays_in_both_formats(traces_dir):
 
 def test_replay_reads_original_logs_as_chat_sessions(tmp_path):
     from pager.formats.openai_chat import validate
-    from pager.replay.session import load_session
+    from pager.lab.replay.session import load_session
 
     s = load_session(claude_log(tmp_path))
     assert s.source == "claude-code" and s.n_assistant == 2
@@ -146,7 +146,7 @@ def test_bench_native_prints_both_formats(tmp_path, capsys):
 
 
 def test_a_marked_string_turn_is_the_same_prefix():
-    from pager.replay.cache_model import Digests, anthropic_prompt
+    from pager.lab.replay.cache_model import Digests, anthropic_prompt
 
     d = Digests(default_counter())
     plain = {"messages": [{"role": "user", "content": "fix the bug in src/app.py"}]}

@@ -32,3 +32,13 @@ def test_errors_inherit_builtins():
     assert issubclass(pager.StoreError, OSError)
     assert issubclass(pager.HandleError, KeyError)
     assert issubclass(pager.BudgetError, pager.PagerError)
+
+
+def test_the_lab_finds_the_sessions_the_package_ships():
+    from pager.lab import synth
+    from pager.lab.cli import common, replay
+
+    data = (Path(pager.__file__).parent / "data").resolve()
+    assert common.DATA_DIR == data
+    assert [p.name for p in replay.example_paths()] == sorted(name for name, _, _ in synth.BUNDLED)
+    assert all(p.parent == data for p in replay.example_paths())

@@ -9,7 +9,7 @@ import re
 import orjson
 import pytest
 
-from pager.cli import bench
+from pager.lab.cli import bench, common
 from pager.errors import ConfigError
 
 from _replay_helpers import TINY, write_session
@@ -73,13 +73,12 @@ def test_baseline_settings_from_flags(sessions):
     assert "pricing openai" in out
 
 
-def test_pager_variants_from_flags_and_files(tmp_path, monkeypatch):
+def test_pager_variants_from_flags_and_files(tmp_path):
     cfg = tmp_path / "fast.json"
     cfg.write_text('[{"name": "p-a", "old_share": 0.3}, {"policy": "lru"}]')
     args = parse(["--pager", "name=p-b,recall_pages=3,mode=rollover", "--pager", "recent_units=1",
                   "--pager-config", str(cfg), "--context-window", "100000"])
-    monkeypatch.setattr(bench, "pager_available", lambda: True)
-    strategies = bench.build_strategies(args, None, io.StringIO())
+    strategies = bench.build_strategies(args, None)
     pagers = {s.name: s.options for s in strategies[4:]}
     assert pagers == {
         "pager": {"context_window": 100_000},
@@ -88,14 +87,6 @@ def test_pager_variants_from_flags_and_files(tmp_path, monkeypatch):
         "p-b": {"context_window": 100_000, "recall_pages": 3, "mode": "rollover"},
         "pager[recent_units=1]": {"context_window": 100_000, "recent_units": 1},
     }
-
-
-def test_pager_missing_is_skipped_with_one_warning(monkeypatch):
-    monkeypatch.setattr(bench, "pager_available", lambda: False)
-    err = io.StringIO()
-    strategies = bench.build_strategies(parse(["--pager", "recall_pages=0"]), None, err)
-    assert [s.name for s in strategies] == ["full", "window-32k", "mask-10", "clear-100k"]
-    assert err.getvalue().count("\n") == 1 and "pager.open is not available" in err.getvalue()
 
 
 @pytest.mark.parametrize("spec", ["novalue", "=1", ""])
@@ -115,18 +106,18 @@ def test_bad_variant_file(tmp_path):
 
 def test_default_paths_fall_back_to_bundled_sessions(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(bench, "DATA_DIR", tmp_path / "a" / "b" / "data")
-    assert bench.default_paths() == [tmp_path / "a" / "b" / "data"]
+    monkeypatch.setattr(common, "DATA_DIR", tmp_path / "a" / "b" / "data")
+    assert common.default_paths() == [tmp_path / "a" / "b" / "data"]
     (tmp_path.parent / "shared" / "traces").mkdir(parents=True, exist_ok=True)
     try:
-        assert bench.default_paths() == [(tmp_path.parent / "shared" / "traces").resolve()]
+        assert common.default_paths() == [(tmp_path.parent / "shared" / "traces").resolve()]
     finally:
         (tmp_path.parent / "shared" / "traces").rmdir()
         (tmp_path.parent / "shared").rmdir()
 
 
 def test_bundled_sessions_run(monkeypatch):
-    monkeypatch.setattr(bench, "default_paths", lambda: [bench.DATA_DIR])
+    monkeypatch.setattr(common, "default_paths", lambda: [common.DATA_DIR])
     result, out, _ = run_cli(["--no-pager", "--no-progress"])
     assert len(result.runs) == 3
     assert all(s.violations == 0 for s in result.summary)

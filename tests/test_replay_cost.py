@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pager.errors import ConfigError
-from pager.replay.cost import cached_prefix_tokens, pricing
+from pager.lab.replay.cost import cached_prefix_tokens, pricing
 
 
 def test_cached_prefix_stops_at_first_difference():

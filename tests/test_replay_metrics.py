@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pager.replay.cost import pricing
-from pager.replay.metrics import (
+from pager.lab.replay.cost import pricing
+from pager.lab.replay.metrics import (
     CallRecord,
     aggregate,
     check_invariants,

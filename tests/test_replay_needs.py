@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pager.replay.needs import classify, extract_needs, message_text, terms
+from pager.lab.replay.needs import classify, extract_needs, message_text, terms
 
 from _replay_helpers import call
 

@@ -12,13 +12,13 @@ import io
 import orjson
 import pytest
 
-from pager.cli import bench
-from pager.replay.cost import FaultCost, pricing
-from pager.replay.metrics import SESSION_FLOOR, CallRecord, aggregate, summarize_session
-from pager.replay.needs import NAME_KINDS, extract_needs
-from pager.replay.runner import run
-from pager.replay.session import Session
-from pager.replay.strategies import FullResend, ObservationMasking, SlidingWindow
+from pager.lab.cli import bench
+from pager.lab.replay.cost import FaultCost, pricing
+from pager.lab.replay.metrics import SESSION_FLOOR, CallRecord, aggregate, summarize_session
+from pager.lab.replay.needs import NAME_KINDS, extract_needs
+from pager.lab.replay.runner import run
+from pager.lab.replay.session import Session
+from pager.lab.replay.strategies import FullResend, ObservationMasking, SlidingWindow
 
 from _replay_helpers import TINY, call, tiny_session, word_facts, write_session
 

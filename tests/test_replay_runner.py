@@ -6,10 +6,10 @@ import io
 
 import pytest
 
-from pager.replay.cost import pricing
-from pager.replay.runner import Progress, run
-from pager.replay.session import Session
-from pager.replay.strategies import FullResend, ObservationMasking, SlidingWindow
+from pager.lab.replay.cost import pricing
+from pager.lab.replay.runner import Progress, run
+from pager.lab.replay.session import Session
+from pager.lab.replay.strategies import FullResend, ObservationMasking, SlidingWindow
 
 from _replay_helpers import TINY, tiny_session, word_facts
 

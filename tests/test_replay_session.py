@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pager.errors import InputError, MessageError
-from pager.replay.session import discover, load_session, load_sessions, parse_session
+from pager.lab.replay.session import discover, load_session, load_sessions, parse_session
 
 from _replay_helpers import TINY, write_session
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from pager.replay.strategies import (
+from pager.lab.replay.strategies import (
     CLEARED,
     MASKED,
     ClearToolResults,

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from pager.replay import html as report
-from pager.replay.cost import pricing
-from pager.replay.runner import run
-from pager.replay.session import Session
-from pager.replay.strategies import FullResend, ObservationMasking, PagerStrategy, SlidingWindow
-from pager.synth import generate_session
+from pager.lab.replay import html as report
+from pager.lab.replay.cost import pricing
+from pager.lab.replay.runner import run
+from pager.lab.replay.session import Session
+from pager.lab.replay.strategies import FullResend, ObservationMasking, PagerStrategy, SlidingWindow
+from pager.lab.synth import generate_session
 
 LONG = "a-very-long-session-name-" * 6 + "<b>&amp;"
 

@@ -17,8 +17,8 @@ import pytest
 import pager
 from pager.core import pairing
 from pager.cli import main as cli_main
-from pager.replay.metrics import check_invariants
-from pager.replay.strategies import PagerStrategy
+from pager.lab.replay.metrics import check_invariants
+from pager.lab.replay.strategies import PagerStrategy
 from pager.core.tokens import HeuristicCounter, message_tokens
 
 from helpers import assistant, big_text, call, coding_session, system, tool, user

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import attrs
 
-from pager.optiondocs import OPTION_DOCS, TUNING_KNOBS, docs_tables, settings_table, table_in
+from pager.lab.optiondocs import OPTION_DOCS, TUNING_KNOBS, docs_tables, settings_table, table_in
 from pager.options import Options
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ def test_docs_hold_the_generated_tables():
     for path, table in docs_tables(ROOT).items():
         shown = table_in(path.read_text(encoding="utf-8"))
         assert shown is not None, f"{path.name}: no generated settings table"
-        assert shown == table, f"{path.name}: settings table drifted; run python -m pager.optiondocs --write"
+        assert shown == table, f"{path.name}: settings table drifted; run python -m pager.lab.optiondocs --write"
 
 
 def test_the_table_shows_the_shipped_defaults():

@@ -7,12 +7,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pager.replay.cost import pricing
-from pager.replay.metrics import check_invariants
-from pager.replay.runner import run
-from pager.replay.session import load_session
-from pager.replay.strategies import FullResend
-from pager.synth import BUNDLED, generate_session, write_session
+from pager.lab.replay.cost import pricing
+from pager.lab.replay.metrics import check_invariants
+from pager.lab.replay.runner import run
+from pager.lab.replay.session import load_session
+from pager.lab.replay.strategies import FullResend
+from pager.lab.synth import BUNDLED, generate_session, write_session
 
 DATA = Path(__file__).resolve().parents[1] / "pager" / "data"
 
@@ -49,7 +49,7 @@ def test_realistic_outputs_and_references_back():
 
 def test_long_range_needs_exist():
     header, msgs = generate_session(11, 80)
-    from pager.replay.session import Session
+    from pager.lab.replay.session import Session
 
     s = Session(id=header["id"], header=header, messages=tuple(msgs))
     r = run([s], [FullResend()], pricing=pricing("none"), progress=False)

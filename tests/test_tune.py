@@ -9,12 +9,12 @@ import orjson
 import pytest
 
 import pager
-from pager import tune
+from pager.lab import tune
 from pager.cli import build_parser
-from pager.cli import tune as tune_cli
+from pager.lab.cli import tune as tune_cli
 from pager.errors import ConfigError
 from pager.options import Options, load_config
-from pager.synth import write_session
+from pager.lab.synth import write_session
 
 # --------------------------------------------------------------------------
 # Grids

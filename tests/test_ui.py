@@ -19,7 +19,7 @@ from starlette.testclient import TestClient  # noqa: E402
 import pager  # noqa: E402
 from pager.core.messages import message_text  # noqa: E402
 from pager.errors import StoreError  # noqa: E402
-from pager.synth import generate_session  # noqa: E402
+from pager.lab.synth import generate_session  # noqa: E402
 from pager.ui import open_view, standalone  # noqa: E402
 
 HOSTILE = '<script>window.pwned=1</script><img src=x onerror="alert(1)">'

@@ -1,6 +1,7 @@
 """The ``pager`` command line.
 
-Each subcommand lives in its own module of this package and exposes
+Each subcommand lives in its own module (of this package, or of ``pager.lab.cli``
+for the replaying commands; ``SUBCOMMANDS`` names them) and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` to a callable
 ``func(args) -> int``. Errors pager raises are printed as one line and exit 2;
 anything else is a bug and keeps its traceback.
@@ -17,8 +18,21 @@ from pager.errors import PagerError
 
 __all__ = ["main"]
 
-# Order is the order ``pager --help`` lists them in.
-SUBCOMMANDS = ("replay", "bench", "tune", "inspect", "pool", "reindex", "state", "proxy", "ui", "mcp")
+# Command -> the module that registers it, in the order ``pager --help`` lists them. The
+# replaying commands live in the lab (``pager.lab.cli``), the tooling layer the library never
+# imports: they are named here by string and imported only when the parser is built.
+SUBCOMMANDS = {
+    "replay": "pager.lab.cli.replay",
+    "bench": "pager.lab.cli.bench",
+    "tune": "pager.lab.cli.tune",
+    "inspect": "pager.cli.inspect",
+    "pool": "pager.cli.pool",
+    "reindex": "pager.cli.reindex",
+    "state": "pager.cli.state",
+    "proxy": "pager.cli.proxy",
+    "ui": "pager.cli.ui",
+    "mcp": "pager.cli.mcp",
+}
 
 
 def version() -> str:
@@ -54,9 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in SUBCOMMANDS:
-        module = importlib.import_module(f"{__name__}.{name}")
-        module.register(sub)
+    for module in SUBCOMMANDS.values():
+        importlib.import_module(module).register(sub)
     return parser
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -21,6 +20,7 @@ import orjson
 from pager.core.messages import message_text
 from pager.core.pools import Reader, can_read
 from pager.errors import ConfigError
+from pager.ui.source import store_label as _name  # shared with the viewer, which names its store too
 
 __all__ = ["register"]
 
@@ -109,19 +109,6 @@ def _export(store: Any, sessions: list[str], format: str) -> int:
         messages = [store.message(pid)[1] for pid in ids]
         print(orjson.dumps({"session": session, "request": export_request(messages, format)}).decode())
     return 0
-
-
-def _name(where: str) -> str:
-    """Return how to print a store: a folder as a path, a URL without its password."""
-    if "://" in where:
-        from urllib.parse import urlsplit
-
-        u = urlsplit(where)
-        host = u.hostname or ""
-        user = f"{u.username}@" if u.username else ""
-        port = f":{u.port}" if u.port else ""
-        return f"{u.scheme}://{user}{host}{port}{u.path}"
-    return str(Path(where))
 
 
 def run(args: argparse.Namespace) -> int:

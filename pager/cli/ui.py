@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pager.cli.inspect import _name
+    from pager.ui.source import store_label as _name
     from pager.proxy.server import check_bind, serve
     from pager.ui import open_view, standalone
 

@@ -5,7 +5,7 @@ page and one column per name in ``FEATURES``: recency (linear and log), the age
 of the last reference, the reference count, size, staleness, relevance to the
 latest user message, task membership, overlap with the latest step and the
 kind. ``FittedPolicy`` ("fitted") scores a page as the dot product of its
-features with weights fitted offline by ``pager.fit`` (cross-validated by
+features with weights fitted offline by ``pager.lab.fit`` (cross-validated by
 session; see docs/policies.md). Pure, like every policy.
 
 The policy registers itself when this module is imported, and
@@ -93,7 +93,7 @@ def _weights(value: Any) -> tuple[float, ...]:
     return tuple(_signed(v) for v in items)
 
 
-# Weights fitted by ``python -m pager.fit`` on the 40 development sessions (all
+# Weights fitted by ``python -m pager.lab.fit`` on the 40 development sessions (all
 # of them; the cross-validated figures are in docs/policies.md): a Poisson model
 # of the residual needs of the next 8 calls a page holds, per token. Only the
 # order counts.
@@ -117,7 +117,7 @@ FITTED_WEIGHTS: tuple[float, ...] = (
 @register_policy
 @attrs.frozen
 class FittedPolicy(HeatPolicy):
-    """A linear score over ``FEATURES``, with weights fitted offline (``pager.fit``).
+    """A linear score over ``FEATURES``, with weights fitted offline (``pager.lab.fit``).
 
     ``weights`` is a mapping from feature name to weight (missing names weigh
     0) or one number per feature in ``FEATURES`` order; ``params()`` returns

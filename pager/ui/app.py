@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 import pager.ui.pages as pages
 from pager.ui.assets import CSS, JS
 from pager.ui.data import View, open_view
+from pager.ui.source import store_label
 
 __all__ = ["CSP", "create_app", "standalone"]
 
@@ -70,114 +71,124 @@ def _not_modified(request: Request, tag: str) -> bool:
     return request.headers.get("if-none-match", "").strip() in (f'"{tag}"', f'W/"{tag}"')
 
 
-def create_app(view: View, *, store_name: str) -> Starlette:
-    """Return the viewer over ``view`` as an ASGI app (mount it, e.g. at ``/pager``)."""
-    if view.reader is None:
-        viewer = "everything in the store"
-    else:
-        viewer = f"as session {view.reader.session}" + (f" (owner {view.reader.owner})" if view.reader.owner else "")
+class _Viewer:
+    """The viewer's endpoints over one ``View``: pages, their JSON, and the live fragments they poll."""
 
-    def html(title: str, body: str, page: str, live: str = "", tag: str = "") -> HTMLResponse:
-        out = pages.shell(title, store_name, viewer, body, page=page, live=live)
+    def __init__(self, view: View, store_name: str) -> None:
+        self.view, self.store_name = view, store_name
+        if view.reader is None:
+            self.viewer = "everything in the store"
+        else:
+            self.viewer = f"as session {view.reader.session}" + (
+                f" (owner {view.reader.owner})" if view.reader.owner else "")
+        self.rendered: dict[tuple[str, str], bytes] = {}  # (what, tag) -> the live fragment, shared by every viewer
+
+    def html(self, title: str, body: str, page: str, live: str = "", tag: str = "") -> HTMLResponse:
+        out = pages.shell(title, self.store_name, self.viewer, body, page=page, live=live)
         if tag:
             out = out.replace('data-live="', f'data-tag="&quot;{tag}&quot;" data-live="', 1)
         return HTMLResponse(out, headers=_HEADERS)
 
-    def guarded(fn: Callable[[Request], Response], api: bool) -> Callable[[Request], Response]:
+    def guarded(self, fn: Callable[[Request], Response], api: bool) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
             try:
                 return fn(request)
             except _BadRequest as exc:
-                return _json({"error": str(exc)}, 400) if api else html("bad request", f"<h1>{exc}</h1>", "error")
+                return _json({"error": str(exc)}, 400) if api else self.html("bad request", f"<h1>{exc}</h1>", "error")
             except KeyError:
                 what = "not found (or not this viewer's to read)"
                 return _json({"error": what}, 404) if api else HTMLResponse(
-                    pages.shell("not found", store_name, viewer, f'<h1>Not found</h1><p class="note">{what}. '
+                    pages.shell("not found", self.store_name, self.viewer, f'<h1>Not found</h1><p class="note">{what}. '
                                 '<a href="./">All sessions</a></p>', page="error"), 404, headers=_HEADERS)
         return endpoint
 
-    def sessions_html(request: Request) -> Response:
-        tag, sessions = view.sessions()
-        return html("sessions", pages.sessions_page(sessions, time.time()), "sessions", "api/sessions?live=1", tag)
-
-    rendered: dict[tuple[str, str], bytes] = {}  # (what, tag) -> the live fragment, shared by every viewer
-
-    def live(request: Request, key: str, tag: str, data: Callable[[], dict[str, Any]],
+    def live(self, request: Request, key: str, tag: str, data: Callable[[], dict[str, Any]],
              fragment: Callable[[], tuple[str, str]]) -> Response:
         if _not_modified(request, tag):
             return Response(status_code=304, headers={**_HEADERS, "ETag": f'"{tag}"'})
         if request.query_params.get("live") != "1":
             return _json(data(), etag=tag)
-        body = rendered.get((key, tag))
+        body = self.rendered.get((key, tag))
         if body is None:
             target, html_ = fragment()
             body = orjson.dumps({"tag": tag, "target": target, "html": html_})
-            if len(rendered) > 64:
-                rendered.clear()
-            rendered[(key, tag)] = body
+            if len(self.rendered) > 64:
+                self.rendered.clear()
+            self.rendered[(key, tag)] = body
         return Response(body, media_type="application/json", headers={**_HEADERS, "ETag": f'"{tag}"'})
 
-    def sessions_api(request: Request) -> Response:
-        tag, sessions = view.sessions()
-        return live(request, "", tag, lambda: {"tag": tag, "sessions": sessions},
-                    lambda: ("rows", pages.sessions_rows(sessions, time.time())))
+    def sessions_html(self, request: Request) -> Response:
+        tag, sessions = self.view.sessions()
+        return self.html("sessions", pages.sessions_page(sessions, time.time()), "sessions", "api/sessions?live=1", tag)
 
-    def session_html(request: Request) -> Response:
-        name = _session(request)
-        d = view.session(name)
-        return html(name, pages.session_page(d, name), "session", f"api/session?{pages.sq(name)}&live=1", d["tag"])
+    def sessions_api(self, request: Request) -> Response:
+        tag, sessions = self.view.sessions()
+        return self.live(request, "", tag, lambda: {"tag": tag, "sessions": sessions},
+                         lambda: ("rows", pages.sessions_rows(sessions, time.time())))
 
-    def session_api(request: Request) -> Response:
+    def session_html(self, request: Request) -> Response:
         name = _session(request)
-        d = view.session(name)
+        d = self.view.session(name)
+        return self.html(name, pages.session_page(d, name), "session", f"api/session?{pages.sq(name)}&live=1", d["tag"])
+
+    def session_api(self, request: Request) -> Response:
+        name = _session(request)
+        d = self.view.session(name)
         data = lambda: {**d, "calls": [{k: v for k, v in c.items() if k != "tip"} for c in d["calls"]]}  # noqa: E731
-        return live(request, "s:" + name, d["tag"], data, lambda: ("live-part", pages.session_live(d, name)))
+        return self.live(request, "s:" + name, d["tag"], data, lambda: ("live-part", pages.session_live(d, name)))
 
-    def call_html(request: Request) -> Response:
+    def call_html(self, request: Request) -> Response:
         name, n = _session(request), _int(request, "n")
-        d = view.call(name, n)
-        last = max(view.calls.get(name, {}) or [n])
-        return html(f"call {n} · {name}", pages.call_page(d, name, last), "call")
+        d = self.view.call(name, n)
+        last = max(self.view.calls.get(name, {}) or [n])
+        return self.html(f"call {n} · {name}", pages.call_page(d, name, last), "call")
 
-    def call_api(request: Request) -> Response:
-        return _json(view.call(_session(request), _int(request, "n")))
+    def call_api(self, request: Request) -> Response:
+        return _json(self.view.call(_session(request), _int(request, "n")))
 
-    def page_html(request: Request) -> Response:
+    def page_html(self, request: Request) -> Response:
         name, pid = _session(request), _int(request, "id")
-        return html(f"page {pid} · {name}", pages.page_page(view.page(name, pid), name), "page")
+        return self.html(f"page {pid} · {name}", pages.page_page(self.view.page(name, pid), name), "page")
 
-    def page_api(request: Request) -> Response:
-        return _json(view.page(_session(request), _int(request, "id")))
+    def page_api(self, request: Request) -> Response:
+        return _json(self.view.page(_session(request), _int(request, "id")))
 
-    def _search(request: Request) -> tuple[str, list[dict[str, Any]]]:
+    def _search(self, request: Request) -> tuple[str, list[dict[str, Any]]]:
         q = request.query_params.get("q", "").strip()
         k = min(100, max(1, int(request.query_params.get("k", "20") or 20))) if request.query_params.get(
             "k", "20").isdigit() else 20
-        return q, (view.search(q, k, shared=request.query_params.get("shared") == "1") if q else [])
+        return q, (self.view.search(q, k, shared=request.query_params.get("shared") == "1") if q else [])
 
-    def search_html(request: Request) -> Response:
-        q, hits = _search(request)
+    def search_html(self, request: Request) -> Response:
+        q, hits = self._search(request)
+        view = self.view
         note = (f"{len(hits)} page(s), best first, from the recall index as last committed; "
                 + ("every session's pages." if view.reader is None else
                    f"what session {view.reader.session} may recall (its pages, its owner's, its pools')."))
-        return html(f"search {q}" if q else "search", pages.search_page(q, hits, note if q else ""), "search")
+        return self.html(f"search {q}" if q else "search", pages.search_page(q, hits, note if q else ""), "search")
 
-    def search_api(request: Request) -> Response:
-        q, hits = _search(request)
+    def search_api(self, request: Request) -> Response:
+        q, hits = self._search(request)
         return _json({"query": q, "hits": hits})
 
-    def static(body: str, media: str) -> Callable[[Request], Response]:
-        data = body.encode()
-        return lambda request: Response(data, media_type=media, headers={**_HEADERS, "Cache-Control": "max-age=300"})
 
+def _static(body: str, media: str) -> Callable[[Request], Response]:
+    data = body.encode()
+    return lambda request: Response(data, media_type=media, headers={**_HEADERS, "Cache-Control": "max-age=300"})
+
+
+def create_app(view: View, *, store_name: str) -> Starlette:
+    """Return the viewer over ``view`` as an ASGI app (mount it, e.g. at ``/pager``)."""
+    v = _Viewer(view, store_name)
+    guarded = v.guarded
     routes = [
-        Route("/", guarded(sessions_html, False)), Route("/api/sessions", guarded(sessions_api, True)),
-        Route("/session", guarded(session_html, False)), Route("/api/session", guarded(session_api, True)),
-        Route("/call", guarded(call_html, False)), Route("/api/call", guarded(call_api, True)),
-        Route("/page", guarded(page_html, False)), Route("/api/page", guarded(page_api, True)),
-        Route("/search", guarded(search_html, False)), Route("/api/search", guarded(search_api, True)),
-        Route("/static/ui.css", static(CSS, "text/css")),
-        Route("/static/ui.js", static(JS, "text/javascript")),
+        Route("/", guarded(v.sessions_html, False)), Route("/api/sessions", guarded(v.sessions_api, True)),
+        Route("/session", guarded(v.session_html, False)), Route("/api/session", guarded(v.session_api, True)),
+        Route("/call", guarded(v.call_html, False)), Route("/api/call", guarded(v.call_api, True)),
+        Route("/page", guarded(v.page_html, False)), Route("/api/page", guarded(v.page_api, True)),
+        Route("/search", guarded(v.search_html, False)), Route("/api/search", guarded(v.search_api, True)),
+        Route("/static/ui.css", _static(CSS, "text/css")),
+        Route("/static/ui.js", _static(JS, "text/javascript")),
     ]
     app = Starlette(routes=routes)
     app.state.view = view
@@ -212,9 +223,7 @@ class Mounted:
     def _open(self) -> Any:
         with self._lock:
             if self._app is None:
-                from pager.cli.inspect import _name
-
-                self._app = create_app(open_view(self.store, **self.view_options), store_name=_name(self.store))
+                self._app = create_app(open_view(self.store, **self.view_options), store_name=store_label(self.store))
             return self._app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:

@@ -1,7 +1,7 @@
 """The session page's two pictures, as inline SVG and HTML: the call strip and the page map.
 
 The strip has one stacked bar per call (L1, L2, recalled, stubs, tool
-definitions, in the bench report's colours: ``pager.replay.html.LAYER_COLORS``),
+definitions, in the bench report's colours: ``pager.ui.palette.LAYER_COLORS``),
 the watermarks, the budget and the window as lines (those off the scale are
 named under it), a marker over every call that ran a demotion round and
 one under every call whose prompt prefix was rewritten. Every bar is a link
@@ -18,7 +18,7 @@ import html
 import math
 from typing import Any, Mapping, Sequence
 
-from pager.replay.html import EXTRA_LAYER_COLORS, LAYER_COLORS, LAYER_NAMES, LAYER_ORDER
+from pager.ui.palette import EXTRA_LAYER_COLORS, LAYER_COLORS, LAYER_NAMES, LAYER_ORDER
 from pager.ui.source import polite
 
 __all__ = ["STATE_COLORS", "STATE_NAMES", "page_map", "strip", "tip_of"]

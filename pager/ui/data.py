@@ -28,6 +28,7 @@ import orjson
 from pager.core.messages import message_text
 from pager.core.pools import Reader, audiences, can_read
 from pager.errors import ConfigError
+from pager.pricing import PRICING
 from pager.ui.charts import tip_of
 from pager.ui.prompt import Mirror, heat, layout_of, slot_states
 from pager.ui.source import ReadOnlyStore, ReportTail, polite
@@ -40,7 +41,7 @@ __all__ = ["COST_FACTOR", "MIN_INTERVAL", "OUTPUT_PRICE", "View", "open_view"]
 # (rendering the answer costs about as much again). A view lags the store by that interval at most.
 MIN_INTERVAL = 2.0
 COST_FACTOR = 20.0
-OUTPUT_PRICE = 5.0  # an output token in base input tokens (pager.replay.cost.FaultCost's default)
+OUTPUT_PRICE = 5.0  # an output token in base input tokens (pager.lab.replay.cost.FaultCost's default)
 ASIDE_STATE = "card"  # pins, notes and handoffs: shown through the task-state card, in L1
 
 
@@ -49,8 +50,6 @@ class View:
 
     def __init__(self, store: Any, *, reader: str | None = None, owner: str | None = None,
                  pricing: str = "auto", usd_per_mtok: float = 3.0, min_interval: float = MIN_INTERVAL) -> None:
-        from pager.replay.cost import PRICING
-
         if owner and not reader:
             raise ConfigError("--owner goes with --as SESSION (the session it was opened with)")
         if pricing != "auto" and pricing not in PRICING:
@@ -173,8 +172,6 @@ class View:
 
     def _costs(self, calls: Sequence[Mapping[str, Any]], recs: Sequence[Any]) -> dict[str, Any]:
         """Return the session's cost so far from its recorded usage, and full resend's beside it."""
-        from pager.replay.cost import PRICING
-
         cum = [0]
         for r in recs:
             cum.append(cum[-1] + r.tokens)

@@ -22,7 +22,20 @@ import orjson
 from pager.errors import StoreError
 from pager.report import ReportLog
 
-__all__ = ["ReadOnlyStore", "ReportTail", "polite"]
+__all__ = ["ReadOnlyStore", "ReportTail", "polite", "store_label"]
+
+
+def store_label(where: str) -> str:
+    """Return how to print a store: a folder as a path, a URL without its password."""
+    if "://" in where:
+        from urllib.parse import urlsplit
+
+        u = urlsplit(where)
+        host = u.hostname or ""
+        user = f"{u.username}@" if u.username else ""
+        port = f":{u.port}" if u.port else ""
+        return f"{u.scheme}://{user}{host}{port}{u.path}"
+    return str(Path(where))
 
 
 def polite(items: Any, every: int = 32) -> Any:

@@ -10,11 +10,11 @@ bench`` is the command line; ``run`` is the library entry point
 
 from __future__ import annotations
 
-from pager.replay.cost import FAULT_COST, FaultCost, Pricing, pricing
-from pager.replay.metrics import CallRecord, SessionMetrics, StrategySummary, check_invariants
-from pager.replay.runner import BenchResult, run
-from pager.replay.session import Session, discover, load_session, load_sessions
-from pager.replay.strategies import (
+from pager.lab.replay.cost import FAULT_COST, FaultCost, Pricing, pricing
+from pager.lab.replay.metrics import CallRecord, SessionMetrics, StrategySummary, check_invariants
+from pager.lab.replay.runner import BenchResult, run
+from pager.lab.replay.session import Session, discover, load_session, load_sessions
+from pager.lab.replay.strategies import (
     ClearToolResults,
     FullResend,
     ObservationMasking,

@@ -13,7 +13,7 @@ meets them it says so, and the frontier shows what is reachable. ``--write`` sav
 Every argument (grid values included) is checked before anything is
 replayed. ``--json FILE`` is the search's log, rewritten as sessions finish;
 Ctrl-C stops the replay, writes the log and prints what is complete, and
-``--resume`` continues from the log. The logic lives in ``pager.tune``; see
+``--resume`` continues from the log. The logic lives in ``pager.lab.tune``; see
 ``docs/tuning.md``.
 """
 
@@ -29,10 +29,9 @@ from typing import Any, Sequence, TextIO
 import attrs
 import orjson
 
-from pager import tune
+from pager.lab import tune
 from pager.errors import ConfigError
-from pager.replay.strategies import pager_available
-from pager.cli.bench import (
+from pager.lab.cli.common import (
     add_explain,
     add_jobs,
     add_long_gap,
@@ -112,7 +111,7 @@ def register(subparsers: Any) -> None:
     add_explain(p)
     add_progress(p)
     p.add_argument("--fit", action="store_true",
-                   help="fit the 'fitted' heat policy's weights from the sessions instead (python -m pager.fit)")
+                   help="fit the 'fitted' heat policy's weights from the sessions instead (python -m pager.lab.fit)")
     p.set_defaults(func=main)
 
 
@@ -246,100 +245,64 @@ def _write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Point] | None:
-    """Run the search ``args`` describe; print on ``out``; return the points (None: nothing run).
+class _Log:
+    """The search's log file (``--json``): what has been measured, rewritten as sessions finish."""
 
-    Raises ``KeyboardInterrupt`` after printing and logging what finished
-    when interrupted.
-    """
-    check_args(args)
-    cands, valid = candidates(args, err)
-    if not cands:
-        print("pager tune: no valid configuration to replay", file=err)
-        return None
-    # said with the run's first line, so an argument error found later is still the only line
-    sampled = f" (a sample of the {valid} valid ones, --max-points)" if len(cands) < valid else ""
-    if args.dry_run:
-        if sampled:
-            print(f"pager tune: {len(cands)} configurations{sampled}", file=err)
-        for i, c in enumerate(cands):
-            print(f"p{i + 1:02d}  {tune.label(c.changes)}", file=out)
-        return None
-    if not pager_available():
-        raise ConfigError("pager.open is not available; nothing to tune")
+    def __init__(self, args: argparse.Namespace, sessions: Sequence[Any], settings: dict[str, Any],
+                 floors: dict[str, float], log: tune.Log) -> None:
+        self.args, self.sessions, self.settings, self.floors, self.log = args, sessions, settings, floors, log
+        self.last_save = 0.0
 
-    sessions, skipped, note, price, fault, jobs = replay_inputs(args)
-    settings = {
-        "sessions": [{"id": s.id, "digest": tune.session_digest(s)} for s in sessions],
-        "pricing": attrs.asdict(price),
-        "fault_cost": attrs.asdict(fault),
-        "long_gap": args.long_gap,
-        "need_gap": args.need_gap,
-    }
-    log = tune.Log.resume(args.json, settings) if args.resume else tune.Log(settings=settings)
-    floors = floors_of(args)
-    print(f"pager tune: {note}; {len(cands)} configurations{sampled}", file=err)
-    if not sessions:
-        print("pager tune: nothing to replay", file=err)
-        return None
-
-    def document(points: list[tune.Point], chosen: tune.Point | None, complete: bool) -> dict:
+    def document(self, points: list[tune.Point], chosen: tune.Point | None, complete: bool) -> dict:
         return {
             "written_by": "pager tune",
             "complete": complete,
-            "sessions": [s.id for s in sessions],
-            "pricing": attrs.asdict(price),
-            "fault_cost": attrs.asdict(fault),
-            "objective": args.objective,
-            "target": args.coverage_floor,
-            "floors": floors,
+            "sessions": [s.id for s in self.sessions],
+            "pricing": self.settings["pricing"],
+            "fault_cost": self.settings["fault_cost"],
+            "objective": self.args.objective,
+            "target": self.args.coverage_floor,
+            "floors": self.floors,
             "chosen": chosen.name if chosen is not None else None,
             "points": [p.to_json() for p in points],
-            "settings": settings,
-            "runs": log.runs_json(),
+            "settings": self.settings,
+            "runs": self.log.runs_json(),
         }
 
-    last_save = [0.0]
+    def save(self, points: list[tune.Point], chosen: tune.Point | None, complete: bool) -> None:
+        if self.args.json:
+            _write_atomic(self.args.json, orjson.dumps(self.document(points, chosen, complete),
+                                                       option=orjson.OPT_INDENT_2))
+            self.last_save = time.monotonic()
 
-    def save(points: list[tune.Point], chosen: tune.Point | None, complete: bool) -> None:
-        if args.json:
-            _write_atomic(args.json, orjson.dumps(document(points, chosen, complete),
-                                                  option=orjson.OPT_INDENT_2))
-            last_save[0] = time.monotonic()
+    def on_progress(self, _log: tune.Log) -> None:
+        if self.args.json and time.monotonic() - self.last_save >= 2.0:
+            self.save([], None, False)
 
-    def on_progress(_log: tune.Log) -> None:
-        if args.json and time.monotonic() - last_save[0] >= 2.0:
-            save([], None, False)
 
-    t0 = time.monotonic()
-    try:
-        points = tune.run_points(sessions, cands, pricing=price, batch=args.batch,
-                                 progress=args.progress, stream=err, long_gap=args.long_gap,
-                                 jobs=jobs, fault=fault, log=log, on_progress=on_progress,
-                                 need_gap=args.need_gap)
-    except KeyboardInterrupt:
-        points = tune.pareto(tune.points_from(log, sessions, cands), args.objective)
-        save(points, None, False)
-        print(f"\npager tune: interrupted; {len(points)} of {len(cands)} configurations "
-              f"measured on every session", file=err)
-        if points:
-            print(points_table(points, floors), file=out)
-        if args.json:
-            print(f"pager tune: wrote {args.json}; continue with the same command and --resume",
-                  file=err)
-        else:
-            print("pager tune: give --json FILE to keep what an interrupted search measured",
-                  file=err)
-        raise
-    points = tune.pareto(points, args.objective)
-    chosen = tune.choose_floors(points, floors)
-    print(f"pager tune: {process_note()}", file=err)
+def _interrupted(args: argparse.Namespace, saver: _Log, sessions: Sequence[Any], cands: Sequence[tune.Candidate],
+                 out: TextIO, err: TextIO) -> None:
+    """Log and print what an interrupted search measured on every session."""
+    points = tune.pareto(tune.points_from(saver.log, sessions, cands), args.objective)
+    saver.save(points, None, False)
+    print(f"\npager tune: interrupted; {len(points)} of {len(cands)} configurations "
+          f"measured on every session", file=err)
+    if points:
+        print(points_table(points, saver.floors), file=out)
+    if args.json:
+        print(f"pager tune: wrote {args.json}; continue with the same command and --resume",
+              file=err)
+    else:
+        print("pager tune: give --json FILE to keep what an interrupted search measured",
+              file=err)
 
+
+def _print_points(args: argparse.Namespace, points: list[tune.Point], chosen: tune.Point | None,
+                  floors: dict[str, float], sessions: Sequence[Any], head: str, out: TextIO) -> None:
+    """Print the measured points, the frontier and the choice."""
     calls = sum(max(0, s.n_assistant - (s.messages[0].get("role") == "assistant"))
                 for s in sessions if s.messages)
-    print(f"{len(sessions)} sessions, {calls} calls, pricing {price.name} "
-          f"(read {price.read:g}x, write {price.write:g}x), {len(points)} configurations in "
-          f"{time.monotonic() - t0:.0f} s on {min(jobs, len(sessions))} process(es); "
+    print(f"{len(sessions)} sessions, {calls} calls, {head}; "
           f"* = on the Pareto frontier, ok = meets the floors", file=out)
     print(points_table(points, floors), file=out)
     failed = [(p.name, sid, e) for p in points for sid, e in p.failures]
@@ -359,16 +322,72 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
         print(f"\nno point meets the floors ({tune.floors_text(floors)}); the frontier above "
               "is what this grid reaches: lower a floor or widen the grid", file=out)
 
+
+def _write_chosen(args: argparse.Namespace, chosen: tune.Point | None, sessions: Sequence[Any],
+                  settings: dict[str, Any], floors: dict[str, float], err: TextIO) -> None:
+    """Write the chosen point as a config file (``--write``), or say why nothing was written."""
     if args.write and chosen is None:
         print(f"pager tune: no point meets the floors; nothing written to {args.write}", file=err)
     elif args.write and chosen is not None:
-        doc = tune.config_document(chosen, sessions=len(sessions), pricing=attrs.asdict(price),
+        doc = tune.config_document(chosen, sessions=len(sessions), pricing=settings["pricing"],
                                    objective=args.objective, target=args.coverage_floor,
-                                   fault_cost=attrs.asdict(fault), floors=floors)
+                                   fault_cost=settings["fault_cost"], floors=floors)
         Path(args.write).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         print(f"pager tune: wrote {args.write} ({chosen.name})", file=err)
+
+
+def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Point] | None:
+    """Run the search ``args`` describe; print on ``out``; return the points (None: nothing run).
+
+    Raises ``KeyboardInterrupt`` after printing and logging what finished
+    when interrupted.
+    """
+    check_args(args)
+    cands, valid = candidates(args, err)
+    if not cands:
+        print("pager tune: no valid configuration to replay", file=err)
+        return None
+    # said with the run's first line, so an argument error found later is still the only line
+    sampled = f" (a sample of the {valid} valid ones, --max-points)" if len(cands) < valid else ""
+    if args.dry_run:
+        if sampled:
+            print(f"pager tune: {len(cands)} configurations{sampled}", file=err)
+        for i, c in enumerate(cands):
+            print(f"p{i + 1:02d}  {tune.label(c.changes)}", file=out)
+        return None
+    sessions, skipped, note, price, fault, jobs = replay_inputs(args)
+    settings = {
+        "sessions": [{"id": s.id, "digest": tune.session_digest(s)} for s in sessions],
+        "pricing": attrs.asdict(price),
+        "fault_cost": attrs.asdict(fault),
+        "long_gap": args.long_gap,
+        "need_gap": args.need_gap,
+    }
+    log = tune.Log.resume(args.json, settings) if args.resume else tune.Log(settings=settings)
+    floors = floors_of(args)
+    print(f"pager tune: {note}; {len(cands)} configurations{sampled}", file=err)
+    if not sessions:
+        print("pager tune: nothing to replay", file=err)
+        return None
+    saver = _Log(args, sessions, settings, floors, log)
+    t0 = time.monotonic()
+    try:
+        points = tune.run_points(sessions, cands, pricing=price, batch=args.batch,
+                                 progress=args.progress, stream=err, long_gap=args.long_gap,
+                                 jobs=jobs, fault=fault, log=log, on_progress=saver.on_progress,
+                                 need_gap=args.need_gap)
+    except KeyboardInterrupt:
+        _interrupted(args, saver, sessions, cands, out, err)
+        raise
+    points = tune.pareto(points, args.objective)
+    chosen = tune.choose_floors(points, floors)
+    print(f"pager tune: {process_note()}", file=err)
+    head = (f"pricing {price.name} (read {price.read:g}x, write {price.write:g}x), {len(points)} configurations in "
+            f"{time.monotonic() - t0:.0f} s on {min(jobs, len(sessions))} process(es)")
+    _print_points(args, points, chosen, floors, sessions, head, out)
+    _write_chosen(args, chosen, sessions, settings, floors, err)
     if args.json:
-        save(points, chosen, True)
+        saver.save(points, chosen, True)
         print(f"pager tune: wrote {args.json}", file=err)
     return points
 
@@ -376,7 +395,7 @@ def run_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> list[tune.Po
 def main(args: argparse.Namespace) -> int:
     """Run ``pager tune``; return the exit status (1: nothing replayed, or a run failed)."""
     if args.fit:
-        from pager.fit import main as fit_main
+        from pager.lab.fit import main as fit_main
 
         return fit_main([*map(str, args.paths), "--min-assistant", str(args.min_assistant),
                          *(["--write", args.write] if args.write else [])])

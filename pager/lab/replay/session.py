@@ -109,8 +109,8 @@ def load_session(path: str | os.PathLike[str]) -> Session:
     try:
         return parse_session(data.splitlines(), name=str(p))
     except InputError as exc:
-        # an original agent log (Claude Code, OpenAI Responses): import it (pager.replay.importers)
-        from pager.replay.importers import chat_messages, load_native
+        # an original agent log (Claude Code, OpenAI Responses): import it (pager.lab.replay.importers)
+        from pager.lab.replay.importers import chat_messages, load_native
 
         try:
             native = load_native(p)

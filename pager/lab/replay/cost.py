@@ -8,8 +8,8 @@ the first difference is *written* (billed as new input, and cached for the
 next call). The first call of a session is all written. Caches are assumed
 never to expire between calls of a replay.
 
-A pricing model turns (cached, written) into a cost, the base input price
-being 1 per token:
+A pricing model (``pager.pricing``) turns (cached, written) into a cost, the
+base input price being 1 per token:
 
 - ``anthropic``: cached x 0.1 + written x 1.25 (cache reads are 10 % of
   base, writes carry a 25 % premium);
@@ -55,28 +55,9 @@ from typing import Sequence
 import attrs
 
 from pager.errors import ConfigError
+from pager.pricing import PRICING, Pricing, pricing  # the models live in the library: the viewer prices with them
 
 __all__ = ["FAULT_COST", "PRICING", "FaultCost", "Pricing", "cached_prefix_tokens", "pricing"]
-
-
-@attrs.frozen(slots=True)
-class Pricing:
-    """A pricing model: multipliers of the base input price for cached and written tokens."""
-
-    name: str
-    read: float
-    write: float
-
-    def cost(self, prompt_tokens: int, cached_tokens: int) -> float:
-        """Return the cost of one call of ``prompt_tokens`` of which ``cached_tokens`` were cached."""
-        return self.read * cached_tokens + self.write * (prompt_tokens - cached_tokens)
-
-
-PRICING = {
-    "anthropic": Pricing("anthropic", read=0.1, write=1.25),
-    "openai": Pricing("openai", read=0.5, write=1.0),
-    "none": Pricing("none", read=1.0, write=1.0),
-}
 
 
 @attrs.frozen(slots=True)
@@ -120,22 +101,6 @@ class FaultCost:
 
 
 FAULT_COST = FaultCost()
-
-
-def pricing(name: str, *, discount: float | None = None) -> Pricing:
-    """Return the pricing model ``name`` (anthropic, openai, none).
-
-    ``discount`` (0..1) sets OpenAI's cached-read discount; 0.5 by default.
-    """
-    if name not in PRICING:
-        raise ConfigError(f"unknown pricing model {name!r} (expected one of {sorted(PRICING)})")
-    if discount is None:
-        return PRICING[name]
-    if name != "openai":
-        raise ConfigError("--cache-discount applies to the openai pricing model only")
-    if not 0.0 <= discount <= 1.0:
-        raise ConfigError(f"cache discount must be between 0 and 1, got {discount}")
-    return Pricing("openai", read=1.0 - discount, write=1.0)
 
 
 def cached_prefix_tokens(

@@ -195,7 +195,7 @@ def load_native(path: str | os.PathLike[str]) -> NativeSession:
         return claude_code(path)
     if kind == "responses":
         return responses_log(path)
-    raise InputError(f"{path} is a chat session file: load it with pager.replay.load_session")
+    raise InputError(f"{path} is a chat session file: load it with pager.lab.replay.load_session")
 
 
 def chat_messages(native: NativeSession) -> list[dict[str, Any]]:

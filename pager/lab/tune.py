@@ -519,11 +519,11 @@ def tune_session(
     relative to it. Return ``{name: SessionMetrics}``. This is the task a
     worker process runs for ``run_points``.
     """
-    from pager.replay.facts import Facts
-    from pager.replay.metrics import summarize_session
-    from pager.replay.parallel import Emitter, emit
-    from pager.replay.runner import NEED_GAP, run_session
-    from pager.replay.strategies import FullResend, PagerStrategy
+    from pager.lab.replay.facts import Facts
+    from pager.lab.replay.metrics import summarize_session
+    from pager.lab.replay.parallel import Emitter, emit
+    from pager.lab.replay.runner import NEED_GAP, run_session
+    from pager.lab.replay.strategies import FullResend, PagerStrategy
 
     facts = Facts(counter)
     bar = Emitter()
@@ -581,7 +581,7 @@ class Log:
     @classmethod
     def resume(cls, path: str | Path, settings: Mapping[str, Any]) -> "Log":
         """Read the log a run wrote to ``path``; raise ``ConfigError`` if it cannot be resumed."""
-        from pager.replay.metrics import SessionMetrics
+        from pager.lab.replay.metrics import SessionMetrics
 
         doc = read_json_file(path)
         if not isinstance(doc, dict) or doc.get("written_by") != "pager tune" or "runs" not in doc:
@@ -629,9 +629,9 @@ def run_points(
     interrupt propagates. Points are computed from the log, sessions in
     order, so they do not depend on ``jobs`` or on the run being resumed.
     """
-    from pager.replay.cost import FAULT_COST
-    from pager.replay.parallel import run_tasks
-    from pager.replay.runner import LONG_GAP, Progress, session_weight
+    from pager.lab.replay.cost import FAULT_COST
+    from pager.lab.replay.parallel import run_tasks
+    from pager.lab.replay.runner import LONG_GAP, Progress, session_weight
 
     if batch < 1:
         raise ConfigError("batch must be at least 1")
@@ -681,7 +681,7 @@ def run_points(
 
 def points_from(log: Log, sessions: Sequence[Any], candidates: Sequence[Candidate]) -> list[Point]:
     """Return a point per candidate measured on every session (in ``log``), in order."""
-    from pager.replay.metrics import aggregate
+    from pager.lab.replay.metrics import aggregate
 
     points = []
     for i, c in enumerate(candidates):

@@ -36,9 +36,9 @@ import orjson
 
 from pager.errors import ConfigError
 from pager.core.tokens import TokenCounter, content_text, default_counter
-from pager.replay.cost import FAULT_COST, FaultCost, Pricing, cached_prefix_tokens
-from pager.replay.facts import Facts
-from pager.replay.metrics import (
+from pager.lab.replay.cost import FAULT_COST, FaultCost, Pricing, cached_prefix_tokens
+from pager.lab.replay.facts import Facts
+from pager.lab.replay.metrics import (
     SESSION_FLOOR,
     CallRecord,
     SessionMetrics,
@@ -47,10 +47,10 @@ from pager.replay.metrics import (
     check_invariants,
     summarize_session,
 )
-from pager.replay.needs import NAME_KINDS, RARE_WORD, extract_needs, message_text, terms
-from pager.replay.parallel import LAST_RUN, Emitter, emit, peak_rss_mib, run_tasks
-from pager.replay.session import Session
-from pager.replay.strategies import FullResend, describe
+from pager.lab.replay.needs import NAME_KINDS, RARE_WORD, extract_needs, message_text, terms
+from pager.lab.replay.parallel import LAST_RUN, Emitter, emit, peak_rss_mib, run_tasks
+from pager.lab.replay.session import Session
+from pager.lab.replay.strategies import FullResend, describe
 
 __all__ = ["BenchResult", "Progress", "SessionRun", "replay_session", "run", "run_session",
            "session_weight"]

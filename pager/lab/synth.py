@@ -13,7 +13,7 @@ coverage measures), and the user now and then switches between two
 sub-tasks.
 
 Everything is drawn from ``random.Random(seed)``: the same seed and length
-give the same bytes. ``python -m pager.synth`` rewrites the bundled sessions.
+give the same bytes. ``python -m pager.lab.synth`` rewrites the bundled sessions.
 """
 
 from __future__ import annotations
@@ -194,6 +194,7 @@ def generate_session(seed: int, n_steps: int, *, big_every: int = 25) -> tuple[d
             msgs.append({"role": "user", "content": (
                 f"Let's switch to the other problem for now: `{f2}` in {p2}. "
                 f"Come back to the first one afterwards.")})
+    # "agent" keeps the module's name from before pager.lab: the bundled files stay byte for byte
     header = {"type": "session", "id": f"synth-{seed}-{n_steps}", "source": "synthetic",
               "agent": "pager.synth", "seed": seed, "steps": n_steps, "license": "MIT"}
     return header, msgs
@@ -315,7 +316,7 @@ def write_session(path: str | Path, seed: int, n_steps: int) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Write the bundled sessions to ``pager/data`` (or the folder given)."""
     args = sys.argv[1:] if argv is None else argv
-    folder = Path(args[0]) if args else Path(__file__).resolve().parent / "data"
+    folder = Path(args[0]) if args else Path(__file__).resolve().parents[1] / "data"
     folder.mkdir(parents=True, exist_ok=True)
     for name, seed, steps in BUNDLED:
         out = write_session(folder / name, seed, steps)

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import orjson
 
 from pager.core.tokens import TokenCounter, default_counter, message_tokens
-from pager.replay.needs import message_text, terms
+from pager.lab.replay.needs import message_text, terms
 
 __all__ = ["Facts", "WIRE_FIELDS", "canonical"]
 
@@ -74,10 +74,6 @@ class Facts:
         if t is None:
             t = self._terms[k] = terms(message_text(message))
         return t
-
-    def forget_identities(self) -> None:
-        """Drop the identity memo (call between sessions so old messages can be freed)."""
-        self._ident.clear()
 
     def clear(self) -> None:
         """Drop every memo."""

@@ -30,8 +30,9 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
-from pager.replay.metrics import SESSION_FLOOR, StrategySummary
-from pager.replay.runner import BenchResult
+from pager.lab.replay.metrics import SESSION_FLOOR, StrategySummary
+from pager.lab.replay.runner import BenchResult
+from pager.ui.palette import EXTRA_LAYER_COLORS, LAYER_COLORS, LAYER_NAMES, LAYER_ORDER
 
 __all__ = ["colors", "render"]
 
@@ -40,13 +41,7 @@ FULL_COLOR = "#4b5563"
 # Strategy colours (after full resend's grey): distinct hues, none of them violet.
 PALETTE = ("#0072b2", "#d55e00", "#009e73", "#e69f00", "#56b4e9", "#a0522d", "#c2185b",
            "#7cb342", "#00838f", "#b8860b", "#1f3a93", "#ef6c00")
-# Pager's layers: violets only, so a layer never reads as a strategy.
-LAYER_COLORS = {"l1": "#3b0764", "l2": "#7c3aed", "l3": "#c084fc", "stubs": "#ddd6fe",
-                "tools": "#a78bfa"}
-LAYER_ORDER = ("l1", "l2", "l3", "stubs", "tools")
-EXTRA_LAYER_COLORS = ("#581c87", "#9333ea", "#e9d5ff", "#6d28d9")
-LAYER_NAMES = {"l1": "L1 pinned", "l2": "L2 history", "l3": "L3 recalled",
-               "stubs": "stubs (behind handles)", "tools": "tool definitions"}
+# Pager's layers (LAYER_COLORS...): violets only, so a layer never reads as a strategy.
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -460,32 +455,29 @@ def _sessions_table(result: BenchResult, names: Sequence[str], color: Mapping[st
             + "".join(rows) + "</tbody></table></div>")
 
 
-def render(result: BenchResult, *, title: str = "pager bench") -> str:
-    """Return the HTML report of ``result`` as one string."""
-    names = list(result.strategies)
-    color = colors(names)
-    summ = {s.strategy: s for s in result.summary}
-    calls = max((s.calls for s in result.summary), default=0)
-    slug = _slugs([r.id for r in result.runs])
-    p = result.pricing
-    fc = result.fault
-    cap = "whole" if fc.reread_cap is None else f"at most {fc.reread_cap:g} tokens of"
-    failures = result.failures
-    layered = _layer_strategy(result)
-
+def _contents(result: BenchResult, slug: Mapping[str, str]) -> list[str]:
+    """Return the table of contents' items."""
     toc = ['<li><a href="#summary">Summary</a></li>',
            '<li><a href="#charts">Cost, coverage and faults</a></li>',
            '<li><a href="#glossary">What the columns mean</a></li>']
-    if failures:
-        toc.append(f'<li><a href="#failures">Failed runs ({len(failures)})</a></li>')
+    if result.failures:
+        toc.append(f'<li><a href="#failures">Failed runs ({len(result.failures)})</a></li>')
     toc.append(f'<li><a href="#sessions">Sessions ({len(result.runs)})</a><details>'
                f"<summary>every session</summary><ol class=\"sessions\">"
                + "".join(f'<li><a href="#{slug[r.id]}">{_e(r.id)}</a></li>' for r in result.runs)
                + "</ol></details></li>")
     if result.skipped:
         toc.append('<li><a href="#skipped">Skipped files</a></li>')
+    return toc
 
-    out = [
+
+def _head(result: BenchResult, title: str) -> list[str]:
+    """Return the document's head and the page header: what was replayed, and how it is priced."""
+    calls = max((s.calls for s in result.summary), default=0)
+    p = result.pricing
+    fc = result.fault
+    cap = "whole" if fc.reread_cap is None else f"at most {fc.reread_cap:g} tokens of"
+    return [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
@@ -498,12 +490,13 @@ def render(result: BenchResult, *, title: str = "pager bench") -> str:
         f"{fc.recall_tokens:g} for the pages); "
         f"long-range = last seen {result.long_gap}+ messages before; "
         f"{result.seconds:.1f} s</div></header>",
-        '<nav id="contents" aria-label="Contents"><h2>Contents</h2><ol>', *toc, "</ol></nav>",
-        '<section id="summary"><h2>Summary</h2>',
-        _summary_table(result.summary, color),
-        '<p class="note">Each strategy keeps its colour on the whole page. Cost, effective cost '
-        "and mean prompt are relative to full resend, pooled over sessions. Definitions: "
-        'docs/metrics.md, and <a href="#glossary">below</a>.</p></section>',
+    ]
+
+
+def _charts(result: BenchResult, names: Sequence[str], color: Mapping[str, str]) -> list[str]:
+    """Return the charts section: cost, coverage and fault rate per strategy."""
+    summ = {s.strategy: s for s in result.summary}
+    return [
         '<section id="charts"><h2>Cost, coverage and faults</h2><div class="row">',
         '<div class="card" id="chart-cost"><h3>Input cost relative to full resend</h3>',
         _strategy_legend(names, color),
@@ -527,6 +520,57 @@ def render(result: BenchResult, *, title: str = "pager bench") -> str:
         bar_chart([(n, [(summ[n].fault_rate, color[n], "fault rate")]) for n in names],
                   y_label="share of calls", fmt=".3f", title="fault rate per strategy"),
         "</div></div></section>",
+    ]
+
+
+def _session_card(result: BenchResult, r: Any, names: Sequence[str], color: Mapping[str, str],
+                  slug: Mapping[str, str], layered: str | None) -> list[str]:
+    """Return one session's card: its figures, prompt tokens per call, and the layers of ``layered``."""
+    ms = result.metrics_for(r.id)
+    present = [n for n in names if n in r.records]
+    series = [(n, color[n], [c.prompt_tokens for c in r.records[n]]) for n in present]
+    sub = f"{r.source or 'unknown source'} · {r.assistant} assistant messages"
+    figures = " · ".join(
+        f"{n} {_fmt(ms[n].reread_vs_full, '.2f')}" for n in names
+        if n in ms and ms[n].error is None and n != "full"
+    )
+    out = [f'<div class="card" id="{slug[r.id]}"><h3>{_e(r.id)}'
+           f'<a class="self" href="#{slug[r.id]}" title="link to this session">#</a></h3>'
+           f'<div class="sub">{_e(sub)} · <a href="#contents">contents</a></div>']
+    if figures:
+        out.append(f'<div class="sub">cost / full (re-read): {_e(figures)}</div>')
+    if r.errors:
+        out.append('<div class="sub failed">failed: ' + _e(", ".join(
+            f"{k} ({v})" for k, v in r.errors.items())) + "</div>")
+    out.append(_strategy_legend(present, color))
+    out.append(line_chart(series, title=f"prompt tokens per call: {r.id}"))
+    recs = r.records.get(layered) if layered else None
+    if recs and any(c.layers for c in recs):
+        svg, legend = stacked_area([c.layers for c in recs],
+                                   title=f"{layered} layers: {r.id}")
+        out.append(f'<div class="sub">{_e(layered)}: tokens per layer</div>'
+                   + _legend(legend) + svg)
+    out.append("</div>")
+    return out
+
+
+def render(result: BenchResult, *, title: str = "pager bench") -> str:
+    """Return the HTML report of ``result`` as one string."""
+    names = list(result.strategies)
+    color = colors(names)
+    slug = _slugs([r.id for r in result.runs])
+    failures = result.failures
+    layered = _layer_strategy(result)
+
+    out = [
+        *_head(result, title),
+        '<nav id="contents" aria-label="Contents"><h2>Contents</h2><ol>', *_contents(result, slug), "</ol></nav>",
+        '<section id="summary"><h2>Summary</h2>',
+        _summary_table(result.summary, color),
+        '<p class="note">Each strategy keeps its colour on the whole page. Cost, effective cost '
+        "and mean prompt are relative to full resend, pooled over sessions. Definitions: "
+        'docs/metrics.md, and <a href="#glossary">below</a>.</p></section>',
+        *_charts(result, names, color),
         '<section id="glossary"><h2>What the columns mean</h2><dl class="glossary">',
         *(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in GLOSSARY),
         "</dl></section>",
@@ -548,31 +592,7 @@ def render(result: BenchResult, *, title: str = "pager bench") -> str:
                    "Hover a chart for the values at that call.</p>")
     out.append('<div class="row">')
     for r in result.runs:
-        ms = result.metrics_for(r.id)
-        present = [n for n in names if n in r.records]
-        series = [(n, color[n], [c.prompt_tokens for c in r.records[n]]) for n in present]
-        sub = f"{r.source or 'unknown source'} · {r.assistant} assistant messages"
-        figures = " · ".join(
-            f"{n} {_fmt(ms[n].reread_vs_full, '.2f')}" for n in names
-            if n in ms and ms[n].error is None and n != "full"
-        )
-        out.append(f'<div class="card" id="{slug[r.id]}"><h3>{_e(r.id)}'
-                   f'<a class="self" href="#{slug[r.id]}" title="link to this session">#</a></h3>'
-                   f'<div class="sub">{_e(sub)} · <a href="#contents">contents</a></div>')
-        if figures:
-            out.append(f'<div class="sub">cost / full (re-read): {_e(figures)}</div>')
-        if r.errors:
-            out.append('<div class="sub failed">failed: ' + _e(", ".join(
-                f"{k} ({v})" for k, v in r.errors.items())) + "</div>")
-        out.append(_strategy_legend(present, color))
-        out.append(line_chart(series, title=f"prompt tokens per call: {r.id}"))
-        recs = r.records.get(layered) if layered else None
-        if recs and any(c.layers for c in recs):
-            svg, legend = stacked_area([c.layers for c in recs],
-                                       title=f"{layered} layers: {r.id}")
-            out.append(f'<div class="sub">{_e(layered)}: tokens per layer</div>'
-                       + _legend(legend) + svg)
-        out.append("</div>")
+        out.extend(_session_card(result, r, names, color, slug, layered))
     out.append("</div></section>")
     if result.skipped:
         out.append('<section id="skipped"><h2>Skipped files</h2><ul>')

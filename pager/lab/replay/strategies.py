@@ -37,7 +37,7 @@ import shutil
 import tempfile
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
-from pager.replay.facts import Facts
+from pager.lab.replay.facts import Facts
 
 __all__ = [
     "ClearToolResults",
@@ -48,7 +48,6 @@ __all__ = [
     "Strategy",
     "baselines",
     "describe",
-    "pager_available",
 ]
 
 Message = dict[str, Any]
@@ -224,15 +223,6 @@ def baselines(facts: Facts | None = None) -> list[_Baseline]:
         ObservationMasking(facts=facts),
         ClearToolResults(facts=facts),
     ]
-
-
-def pager_available() -> bool:
-    """Return whether ``pager.open`` exists (the pager strategy can run)."""
-    try:
-        import pager
-    except ImportError:
-        return False
-    return callable(getattr(pager, "open", None))
 
 
 class PagerStrategy:

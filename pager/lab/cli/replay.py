@@ -20,7 +20,7 @@ __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
-    from pager.cli.bench import (
+    from pager.lab.cli.common import (
         add_explain,
         add_fault_options,
         add_jobs,
@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
 
 def example_paths() -> list[Path]:
     """Return the bundled example sessions shipped inside the package."""
-    data = Path(__file__).resolve().parents[1] / "data"
+    data = Path(__file__).resolve().parents[2] / "data"
     return sorted(data.glob("*.jsonl"))
 
 
@@ -70,7 +70,7 @@ GLOSSARY = {
 
 
 def run(args: argparse.Namespace) -> int:
-    from pager.cli.bench import (
+    from pager.lab.cli.common import (
         check_pager_options,
         failures_text,
         fault_of,
@@ -80,10 +80,10 @@ def run(args: argparse.Namespace) -> int:
         table,
     )
     from pager.options import load_config
-    from pager.replay.cost import pricing
-    from pager.replay.facts import Facts
-    from pager.replay.runner import run as run_replay
-    from pager.replay.strategies import FullResend, PagerStrategy
+    from pager.lab.replay.cost import pricing
+    from pager.lab.replay.facts import Facts
+    from pager.lab.replay.runner import run as run_replay
+    from pager.lab.replay.strategies import FullResend, PagerStrategy
 
     # every argument first: nothing is replayed with a bad one
     fault = fault_of(args)

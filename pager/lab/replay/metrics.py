@@ -32,8 +32,8 @@ import attrs
 import numpy as np
 
 from pager.core.tokens import content_text
-from pager.replay.cost import FAULT_COST, FaultCost, Pricing
-from pager.replay.facts import Facts, canonical
+from pager.lab.replay.cost import FAULT_COST, FaultCost, Pricing
+from pager.lab.replay.facts import Facts, canonical
 
 __all__ = [
     "SESSION_FLOOR",

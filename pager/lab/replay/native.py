@@ -1,12 +1,12 @@
 """Replay original agent logs in their native wire format and bill them as each provider caches.
 
-``run_native`` replays Claude Code sessions (``pager.replay.importers``) as
+``run_native`` replays Claude Code sessions (``pager.lab.replay.importers``) as
 Anthropic requests through pager, which places its own cache breakpoints,
 beside full resend with Claude Code's own single tail mark (and pager's
 prompts with only a tail mark, to isolate what the placement buys), and the
 same sessions as OpenAI chat messages under automatic prefix caching. The
-billing models are ``pager.replay.cache_model``'s. ``pager bench --native``
-or ``python -m pager.replay.native PATH...`` prints the table.
+billing models are ``pager.lab.replay.cache_model``'s. ``pager bench --native``
+or ``python -m pager.lab.replay.native PATH...`` prints the table.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pager.errors import InputError
 from pager.formats.anthropic_messages import EPHEMERAL
 from pager.formats.base import RenderHints, get_format
 from pager.formats.export import to_chat
-from pager.replay.cache_model import (
+from pager.lab.replay.cache_model import (
     AnthropicPricing,
     Digests,
     OpenAIPricing,
@@ -34,7 +34,7 @@ from pager.replay.cache_model import (
     bill,
     chat_prompt,
 )
-from pager.replay.importers import NativeSession, load_native
+from pager.lab.replay.importers import NativeSession, load_native
 
 __all__ = ["NativePager", "bench_main", "replay_session", "run_native", "table"]
 
@@ -230,7 +230,7 @@ def bench_main(args: Any, out: TextIO, err: TextIO, paths: Sequence[Any]) -> int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pager.replay.native", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m pager.lab.replay.native", description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="+")
     ap.add_argument("--min-turns", type=int, default=10)
     ap.add_argument("--cache-discount", type=float, default=0.5, help="openai: discount on cached reads")

@@ -1,4 +1,4 @@
-"""Fit the ``fitted`` heat policy's weights from recorded sessions: ``python -m pager.fit``.
+"""Fit the ``fitted`` heat policy's weights from recorded sessions: ``python -m pager.lab.fit``.
 
 Theory of operation. Heat exists to predict reuse, so a policy's weights can
 be learnt from the sessions themselves. Every session is fed, message by
@@ -12,7 +12,7 @@ every round keeps -- is one sample:
   last reference, kind, size, staleness, relevance to the latest user message,
   task label, term overlap with the latest step);
 - its label is whether the page holds a *residual need* of one of the next
-  ``horizon`` calls: a need (``pager.replay.needs``, as the bench counts them)
+  ``horizon`` calls: a need (``pager.lab.replay.needs``, as the bench counts them)
   of call j that no pinned page and no message from the current recent tail up
   to call j holds. Those are exactly the needs only an older page can cover.
 
@@ -77,13 +77,13 @@ class Samples:
 
 
 def _need_terms(msg: dict[str, Any]) -> frozenset[str]:
-    from pager.replay.needs import extract_needs, message_text
+    from pager.lab.replay.needs import extract_needs, message_text
 
     return frozenset(extract_needs(message_text(msg)))
 
 
 def _facts_terms(msg: dict[str, Any]) -> frozenset[str]:
-    from pager.replay.needs import message_text, terms
+    from pager.lab.replay.needs import message_text, terms
 
     return terms(message_text(msg))
 
@@ -173,7 +173,7 @@ def collect(
     sessions: Sequence[Any], *, horizon: int = 8, recent_units: int = 3, counter: TokenCounter | None = None,
     stride: int = 1,
 ) -> Samples:
-    """Return the samples of ``sessions`` (``pager.replay.session.Session`` values)."""
+    """Return the samples of ``sessions`` (``pager.lab.replay.session.Session`` values)."""
     counter = counter if counter is not None else default_counter()
     out: dict[str, list[Any]] = {k: [] for k in (
         "x", "y", "tokens", "call", "session", "reference", "decay", "fifo", "needs", "held", "unique")}
@@ -297,11 +297,11 @@ def cross_validate(samples: Samples, folds: int, quota: int, **fit_args: Any) ->
 
 
 def _default_paths() -> list[Path]:
-    for base in (Path.cwd(), Path(__file__).resolve().parent.parent):
+    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
         traces = base / ".." / "shared" / "traces"
         if traces.is_dir():
             return [traces.resolve()]
-    return [Path(__file__).resolve().parent / "data"]
+    return [Path(__file__).resolve().parents[1] / "data"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -323,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--write", metavar="FILE.json", help="write {policy, policy_params} for pager.open(config=...)")
     args = ap.parse_args(argv)
 
-    from pager.replay.session import load_sessions
+    from pager.lab.replay.session import load_sessions
 
     sessions = [s for s in load_sessions(args.paths or _default_paths()) if s.n_assistant >= args.min_assistant]
     sessions.sort(key=lambda s: s.id)
