@@ -13,16 +13,34 @@ disk or on a planner round. Calls are serialised per session by an
 ``asyncio.Lock`` — queued on the loop, not in blocked threads — so any number
 of tasks can share one ``AsyncPager``. The wrapped ``Pager`` stays reachable
 as ``.pager`` for synchronous use outside the loop.
+
+Parity: every public method of ``Pager`` has an ``a``-prefixed coroutine
+here with the same parameters (``pins`` → ``apins``, ``close`` →
+``aclose``), except ``tools``, which does no I/O and stays synchronous; every
+public attribute (``options``, ``store``, ``last_report``, ...) reads through.
+``tests/test_aio.py`` enumerates ``Pager``'s public names and fails on one
+missing here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
+    from pager.core.heat import HeatPolicy
+    from pager.core.history import History
+    from pager.core.pages import PageRecord
+    from pager.core.pools import PoolAcl
+    from pager.core.tokens import TokenCounter
+    from pager.options import Options
     from pager.pager import Pager
+    from pager.report import Report, ReportLog
+    from pager.statefiles import TaskState
+    from pager.storage.base import Store
 
 __all__ = ["AsyncPager", "aopen"]
 
@@ -40,10 +58,6 @@ class AsyncPager:
         self.pager = pager
         self._lock: asyncio.Lock | None = None
 
-    @property
-    def session(self) -> str:
-        return self.pager.session
-
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` in a worker thread, serialised with this session's other calls."""
         if self._lock is None:  # created lazily: bound to the loop that first uses it
@@ -51,8 +65,52 @@ class AsyncPager:
         async with self._lock:
             return await asyncio.to_thread(fn, *args, **kwargs)
 
+    # -- the facade's attributes: plain reads, no I/O ------------------------------------
+
+    @property
+    def session(self) -> str:
+        return self.pager.session
+
+    @property
+    def options(self) -> "Options":
+        return self.pager.options
+
+    @property
+    def store(self) -> "Store":
+        return self.pager.store
+
+    @property
+    def path(self) -> "Path | None":
+        return self.pager.path
+
+    @property
+    def counter(self) -> "TokenCounter":
+        return self.pager.counter
+
+    @property
+    def policy(self) -> "HeatPolicy":
+        return self.pager.policy
+
+    @property
+    def history(self) -> "History":
+        return self.pager.history
+
+    @property
+    def reports(self) -> "ReportLog":
+        return self.pager.reports
+
+    @property
+    def last_report(self) -> "Report | None":
+        return self.pager.last_report
+
+    def tools(self, *, format: str | None = None) -> list[dict[str, Any]]:
+        """``Pager.tools``: pure (no I/O), so not a coroutine."""
+        return self.pager.tools(format=format)
+
+    # -- the facade's methods, off the event loop ------------------------------------------
+
     async def aassemble(
-        self, request: Mapping[str, Any], *, format: str | None = None, expose_tools: bool | None = None,
+        self, request: Mapping[str, Any], *, expose_tools: bool | None = None, format: str | None = None,
         reread_only: bool = False,
     ) -> dict[str, Any]:
         """``Pager.assemble``, off the event loop."""
@@ -67,9 +125,17 @@ class AsyncPager:
         """``Pager.call_tool``, off the event loop."""
         return await self.run(self.pager.call_tool, tool_call, format=format)
 
-    async def asearch(self, query: str, k: int = 5, **kwargs: Any) -> list[Any]:
+    async def aintercept(self, tool_call: Any, *, format: str | None = None) -> dict[str, Any] | None:
+        """``Pager.intercept``, off the event loop."""
+        return await self.run(self.pager.intercept, tool_call, format=format)
+
+    async def adeclare_rollover(self, args: Mapping[str, Any], cid: str) -> str:
+        """``Pager.declare_rollover``, off the event loop."""
+        return await self.run(self.pager.declare_rollover, args, cid)
+
+    async def asearch(self, query: str, k: int = 5, *, cross_session: bool = False) -> list[Any]:
         """``Pager.search``, off the event loop."""
-        return await self.run(self.pager.search, query, k, **kwargs)
+        return await self.run(self.pager.search, query, k, cross_session=cross_session)
 
     async def aexpand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
         """``Pager.expand``, off the event loop."""
@@ -79,16 +145,49 @@ class AsyncPager:
         """``Pager.note``, off the event loop."""
         return await self.run(self.pager.note, text)
 
+    async def anotes(self) -> list[str]:
+        """``Pager.notes``, after the calls queued before it."""
+        return await self.run(self.pager.notes)
+
     async def apin(self, text: str) -> None:
         """``Pager.pin``, off the event loop."""
         return await self.run(self.pager.pin, text)
 
-    def tools(self) -> list[dict[str, Any]]:
-        """The agent tools (pure: no I/O, so not a coroutine)."""
-        return self.pager.tools()
+    async def apins(self) -> list[str]:
+        """``Pager.pins``, after the calls queued before it."""
+        return await self.run(self.pager.pins)
+
+    async def atask_state(self) -> "TaskState":
+        """``Pager.task_state``, off the event loop."""
+        return await self.run(self.pager.task_state)
 
     async def astats(self) -> dict[str, Any]:
+        """``Pager.stats``, off the event loop."""
         return await self.run(self.pager.stats)
+
+    async def areindex(self) -> int:
+        """``Pager.reindex``, off the event loop."""
+        return await self.run(self.pager.reindex)
+
+    async def agrant(self, pool: str, *, readers: Sequence[str] = (), writers: Sequence[str] = ()) -> "PoolAcl":
+        """``Pager.grant``, off the event loop."""
+        return await self.run(self.pager.grant, pool, readers=readers, writers=writers)
+
+    async def apools(self) -> "dict[str, PoolAcl]":
+        """``Pager.pools``, off the event loop."""
+        return await self.run(self.pager.pools)
+
+    async def apromote(self, handle: str, to: str = "project", *, pool: str | None = None) -> "PageRecord":
+        """``Pager.promote``, off the event loop."""
+        return await self.run(self.pager.promote, handle, to, pool=pool)
+
+    async def ademote(self, handle: str, to: str = "private", *, pool: str | None = None) -> "PageRecord":
+        """``Pager.demote``, off the event loop."""
+        return await self.run(self.pager.demote, handle, to, pool=pool)
+
+    async def aretire(self, handle: str, *, reason: str) -> "PageRecord":
+        """``Pager.retire``, off the event loop."""
+        return await self.run(self.pager.retire, handle, reason=reason)
 
     async def aclose(self) -> None:
         """Close the pager once every queued call has run. Idempotent."""

@@ -6,12 +6,16 @@ pager's own tools do (``pager.tools``): one text result, errors the model
 can read instead of exceptions.
 
 The server runs beside a harness that has the same session open in a
-``Pager``. It reads the store (SQLite, WAL: many readers beside one writer)
-and the index's last commit, and writes notes straight to the store, where
-the harness's next ``assemble`` reads them; a note is also a page (see
-``pager.core.aside``), indexed here at once (the index's writer is taken only
-for the commit). Pages the harness recorded since its last index commit are
-not searchable here yet; they are the newest, still in the prompt.
+``Pager``, on any store ``pager.open`` takes: a folder (SQLite, WAL: many
+readers beside one writer) or a ``postgresql://`` URL, reached through the
+Store protocol (``pager.session.open_store``) and the recall index the store
+provides (``Store.open_index``). ``expand`` is the facade's own check
+(``pager.sharing.read_handle``). Notes go straight to the store, where the
+harness's next ``assemble`` reads them; a note is also a page (see
+``pager.core.aside``), indexed here at once (a Tantivy index's writer is
+taken only for the commit). With a Tantivy index, pages the harness recorded
+since its last index commit are not searchable here yet; they are the
+newest, still in the prompt.
 
 Transports: stdio (the default; what Claude Code, Codex and Cursor launch) and
 streamable HTTP (``--http``, on 127.0.0.1).
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -33,9 +36,10 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from pager import tools as agent_tools
 from pager.core.tokens import default_counter
-from pager.recording import record_aside
-from pager.sharing import readable_page
 from pager.options import Options
+from pager.recording import record_aside
+from pager.sharing import read_handle
+from pager.storage.base import Store
 
 __all__ = ["SessionTools", "build_server"]
 
@@ -43,22 +47,29 @@ __all__ = ["SessionTools", "build_server"]
 class SessionTools:
     """One session of a store, seen the way ``pager.tools.call`` sees a ``Pager``.
 
-    Read-mostly: see the module docstring. Thread-safe (one lock; the SDK may
-    run tool calls concurrently).
+    Any store ``pager.open`` takes (a folder, a ``postgresql://`` URL, a
+    ``Store``), reached through the Store protocol and the recall index the
+    store provides. Read-mostly: see the module docstring. Thread-safe (one
+    lock; the SDK may run tool calls concurrently).
     """
 
-    def __init__(self, store: str | os.PathLike[str], session: str) -> None:
-        from pager.storage.index import PageIndex
-        from pager.storage.sqlite import Store
+    def __init__(self, store: "str | os.PathLike[str] | Store", session: str) -> None:
+        from pager.session import open_store
 
-        self.path = Path(store)
         self.session = session
         self._lock = threading.Lock()
-        self.store = Store(self.path)
-        self.store.ensure_session(session)
-        saved = self.store.setting(f"options:{session}")
-        self.options = Options.build(orjson.loads(saved) if saved else {})
-        self.index = PageIndex(self.path / "index")
+        self._owns_store = not isinstance(store, Store)
+        self.store = open_store(store, must_exist=True)  # serving a store that is not there is a mistake
+        try:
+            self.store.ensure_session(session)
+            saved = self.store.setting(f"options:{session}")
+            # what the harness saved, as it saved it (a wrong-mode option there is the harness's business)
+            self.options = Options.restore(orjson.loads(saved)) if saved else Options()
+            self.index = self.store.open_index()
+        except BaseException:
+            if self._owns_store:
+                self.store.close()
+            raise
 
     def tools(self) -> list[dict[str, Any]]:
         return agent_tools.tool_specs(self.options)
@@ -73,26 +84,18 @@ class SessionTools:
         from pager.core.pools import audiences
 
         with self._lock:
-            self.index.refresh()  # see the harness's latest index commit
+            refresh = getattr(self.index, "refresh", None)
+            if refresh is not None:
+                refresh()  # a Tantivy index: see the harness's latest commit (a database index is always current)
             return self.index.search(query, session=self.session, k=k, cross_session=cross_session,
                                      audiences=audiences(self._reader(), self.store.pool_acls()))
 
     def expand(self, handle: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        from pager.core import messages as messages_mod
-        from pager.core.render import line_range
-        from pager.errors import HandleError, ToolError
-
-        if not isinstance(handle, str) or not handle.startswith("pg:"):
-            raise HandleError(f"{handle!r} is not a pager handle (they look like pg:12-a1b2c3)")
-        for name, v in (("start_line", start_line), ("end_line", end_line)):
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise ToolError(f"{name} must be a positive integer, got {v!r}")
+        """Return what ``Pager.expand`` returns: the same checks, the same errors (``pager.sharing.read_handle``)."""
         with self._lock:
-            pid = readable_page(self.store, self._reader(), handle)  # an unreadable one answers like unknown
-            if pid is None:
-                raise HandleError(f"unknown handle {handle!r} in session {self.session!r}")
-            _session, msg = self.store.message(pid)
-        return line_range(messages_mod.message_text(msg), start_line, end_line)
+            _pid, text = read_handle(self.store, self._reader(), handle, start_line, end_line,
+                                     self.store.pins(self.session), self.store.notes(self.session))
+        return text
 
     def note(self, text: str) -> int:
         text = text.strip()[: agent_tools.NOTE_MAX_CHARS]
@@ -121,11 +124,14 @@ class SessionTools:
 
     def close(self) -> None:
         with self._lock:
-            self.index.close()
-            self.store.close()
+            try:
+                self.index.close()
+            finally:
+                if self._owns_store:
+                    self.store.close()
 
 
-def build_server(store: str | os.PathLike[str], session: str) -> tuple[MCPServer, SessionTools]:
+def build_server(store: "str | os.PathLike[str] | Store", session: str) -> tuple[MCPServer, SessionTools]:
     """Return the MCP server for ``session`` of ``store`` and the tools behind it."""
     st = SessionTools(store, session)
     spec = {s["function"]["name"]: s["function"]["description"] for s in agent_tools.tool_specs(st.options)}

@@ -24,12 +24,10 @@ import attrs
 from pager import tools as agent_tools
 from pager.core.describe import brief
 from pager.core.handoff import parse_handoff, render_handoff
-from pager.core.l1guard import item_text as l1_item_text
 from pager.core.l1guard import l1_hits
 from pager.core.messages import message_text, validate
-from pager.core.render import line_range
 from pager.core.tokens import TokenCounter, ToolTokens, default_counter
-from pager.errors import HandleError, InputError, ToolError
+from pager.errors import InputError, ToolError
 from pager.options import Options, load_config
 from pager.formats.base import WireFormat, detect, get_format
 from pager.recording import Recorder, record_aside
@@ -37,7 +35,7 @@ from pager.report import Report, ReportLog, layout_delta
 from pager.schedulers.base import ScheduleResult
 from pager.schedulers.window import handoff_from_events, task_state
 from pager.session import Session, open_store
-from pager.sharing import Sharing
+from pager.sharing import Sharing, read_handle
 from pager.statedir import attach_state_dir
 from pager.statefiles import TaskState
 from pager.storage.base import Store
@@ -301,22 +299,13 @@ class Pager(Sharing, Session):
         """Return the original text behind ``handle`` (optionally lines start..end, 1-based)."""
         with self._lock:
             self._check_open()
-            for name, v in (("start_line", start_line), ("end_line", end_line)):
-                if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                    raise ToolError(f"{name} must be a positive integer, got {brief(v)}")
-            moved = l1_item_text(handle, self._pins, self._notes)  # the L1 guard's pointers: pin:N / note:N
-            if moved is not None:
-                return line_range(moved, start_line, end_line)
-            if not isinstance(handle, str) or not handle.startswith("pg:"):
-                raise HandleError(f"{brief(handle)} is not a pager handle (they look like pg:12-a1b2c3)")
-            pid = self._readable_page(handle)  # its own session's, or a readable pool's
-            if pid is None:
-                raise HandleError(f"unknown handle {brief(handle)} in session {self.session!r}")
-            _session, msg = self.store.message(pid)
-            if pid in self._demoted:
-                self._faults += 1
-            self._expanded += 1
-            return line_range(message_text(msg), start_line, end_line)
+            # the one check the MCP server's expand shares (pager.sharing.read_handle)
+            pid, text = read_handle(self.store, self._reader(), handle, start_line, end_line, self._pins, self._notes)
+            if pid is not None:
+                if pid in self._demoted:
+                    self._faults += 1
+                self._expanded += 1
+            return text
 
     def search(self, query: str, k: int = 5, *, cross_session: bool = False) -> list[Any]:
         """Search what this session may read; return index hits, best first.

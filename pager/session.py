@@ -112,7 +112,8 @@ class Session:
         self, context_window: int | None, config: Any, options: dict[str, Any]
     ) -> None:
         saved = self.store.setting(f"options:{self.session}")
-        base = orjson.loads(saved) if saved and config is None and not options else {}
+        restoring = bool(saved) and config is None and not options
+        base = orjson.loads(saved) if restoring else {}
         base.update(load_config(config))
         policy = options.get("policy")
         if policy is not None and not isinstance(policy, str):
@@ -120,7 +121,8 @@ class Session:
             instance = get_policy(policy)
             options["policy"] = instance.name
             options["policy_params"] = {**instance.params(), **dict(options.get("policy_params") or {})}
-        self.options = Options.build(base, context_window=context_window, **options)
+        # saved options reopen as they were; given ones are checked for their mode (a wrong-mode option)
+        self.options = (Options.restore if restoring else Options.build)(base, context_window=context_window, **options)
         # validate the policy before persisting: a bad option must not poison later reopens
         self.policy = get_policy(self.options.policy, **dict(self.options.policy_params))
         try:
@@ -133,7 +135,7 @@ class Session:
         self._demoted: set[int] = set()
         self._prev_out: Sequence[Mapping[str, Any]] | None = None  # the last prompt's messages
         self._feeder = IndexFeeder(self.store)
-        self._paging = PagingScheduler(self.options, self.counter, self.policy)
+        self._paging = PagingScheduler(self.options.paging, self.counter, self.policy)
         self._load()
 
     # -- loading and saving -------------------------------------------------------------
@@ -161,7 +163,7 @@ class Session:
         if self.options.mode == "rollover":
             raw = self.store.setting(SETTING_PREFIX + self.session)
             self._rollover = RolloverController(
-                self.options, self.counter, self.session, orjson.loads(raw) if raw else None
+                self.options.rollover, self.counter, self.session, orjson.loads(raw) if raw else None
             )
             self._rollover.state_text = getattr(self, "_state_text", "")  # the checkpoint files survive a reload
         self._version = version
@@ -319,7 +321,7 @@ class Session:
         """
         view = self.history.prefix(len(messages))
         if self._rollover is not None:
-            window = RolloverController(self.options, self.counter, self.session, self._rollover.to_state())
+            window = RolloverController(self.options.rollover, self.counter, self.session, self._rollover.to_state())
             window.state_text = self._rollover.state_text
             return window.assemble(view, messages, tools, self._pins, self._notes)
         req = self._paging.recall_request(view, self._layout)

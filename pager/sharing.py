@@ -20,16 +20,20 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import attrs
 
+from pager.core.describe import brief
+from pager.core.l1guard import item_text as l1_item_text
+from pager.core.messages import message_text
 from pager.core.pages import SCOPES, PageRecord
 from pager.core.pools import PoolAcl, Reader, can_read, can_write, widen
-from pager.errors import ConfigError, HandleError, PromotionGateError
+from pager.core.render import line_range
+from pager.errors import ConfigError, HandleError, PromotionGateError, ToolError
 from pager.storage.base import Store
 from pager.storage.indexing import index_doc
 
 if TYPE_CHECKING:  # pragma: no cover
     from pager.session import Session
 
-__all__ = ["POOL_SCOPES", "Sharing", "readable_page"]
+__all__ = ["POOL_SCOPES", "Sharing", "read_handle", "readable_page"]
 
 # The scopes a promotion gates: a page there is read beyond its session, and only ``retire`` takes it out.
 POOL_SCOPES = ("project", "shared")
@@ -45,6 +49,33 @@ def readable_page(store: Store, reader: Reader, handle: str) -> int | None:
         if can_read(store.load_pages([other])[0], reader, acls):
             return other
     return None
+
+
+def read_handle(
+    store: Store, reader: Reader, handle: Any, start_line: Any = None, end_line: Any = None,
+    pins: Sequence[str] = (), notes: Sequence[str] = (),
+) -> tuple[int | None, str]:
+    """Return ``(page id, text)`` of what ``expand(handle, start_line, end_line)`` answers ``reader``.
+
+    The one check behind ``Pager.expand`` and the MCP server's ``expand``:
+    line numbers are positive integers; ``pin:N`` / ``note:N`` (the L1
+    guard's pointers) read ``pins`` / ``notes`` (page id None); a page handle
+    must name a page ``reader`` may read, and an unreadable one answers
+    exactly like an unknown one. Raises ``ToolError`` or ``HandleError``.
+    """
+    for name, v in (("start_line", start_line), ("end_line", end_line)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ToolError(f"{name} must be a positive integer, got {brief(v)}")
+    moved = l1_item_text(handle, pins, notes)
+    if moved is not None:
+        return None, line_range(moved, start_line, end_line)
+    if not isinstance(handle, str) or not handle.startswith("pg:"):
+        raise HandleError(f"{brief(handle)} is not a pager handle (they look like pg:12-a1b2c3)")
+    pid = readable_page(store, reader, handle)  # its own session's, or a readable pool's
+    if pid is None:
+        raise HandleError(f"unknown handle {brief(handle)} in session {reader.session!r}")
+    _session, msg = store.message(pid)
+    return pid, line_range(message_text(msg), start_line, end_line)
 
 
 class Sharing:

@@ -122,3 +122,63 @@ def test_streamable_http_server(tmp_path):
             assert "linker error" in asyncio.run(go())
     finally:
         tools.close()
+
+
+def _run_pager(*argv: str) -> Any:
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "pager", *argv], capture_output=True, text=True, env=env,
+                          cwd=str(ROOT), timeout=120)
+
+
+def test_mcp_and_reindex_serve_a_postgresql_store(pg_dsn):
+    """``pager mcp postgresql://...`` over stdio, and ``pager reindex postgresql://...``: the Store protocol."""
+    harness = pager.open(pg_dsn, session="s1", context_window=32_000, owner="alice")
+    try:
+        harness.assemble({"model": "m", "messages": _history()})
+
+        async def session() -> dict[str, Any]:
+            params = StdioServerParameters(command=sys.executable,
+                                           args=["-m", "pager", "mcp", pg_dsn, "--session", "s1"],
+                                           env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+            async with Client(params, read_timeout_seconds=60) as client:
+                recall = _text(await client.call_tool("recall", {"query": "ZEBRA_42 linker"}))
+                handle = next(w for w in recall.split() if w.startswith("pg:"))
+                return {
+                    "recall": recall,
+                    "expanded": _text(await client.call_tool("expand", {"handle": handle})),
+                    "lines": _text(await client.call_tool("expand", {"handle": handle, "start_line": 0})),
+                    "missing": _text(await client.call_tool("expand", {"handle": "pg:999-nope"})),
+                    "hits": (await client.call_tool("search", {"query": "module_7.o", "k": 2})).structured_content,
+                    "noted": _text(await client.call_tool("note", {"text": "decided: relink with -lzebra"})),
+                }
+
+        out = asyncio.run(session())
+        assert "linker error" in out["recall"]
+        assert out["expanded"] == "linker error: undefined symbol ZEBRA_42 in module_7.o"
+        # the facade's own checks and texts (pager.sharing.read_handle), not a copy of them
+        for key, call in (("lines", lambda: harness.expand("pg:0-x", start_line=0)),
+                          ("missing", lambda: harness.expand("pg:999-nope"))):
+            with pytest.raises(pager.PagerError) as exc:
+                call()
+            assert out[key] == f"Error: {exc.value}"
+        assert "module_7.o" in str(out["hits"])
+        assert out["noted"].startswith("Noted")
+        nxt = harness.assemble({"model": "m", "messages": _history() + [{"role": "user", "content": "next?"}]})
+        assert any("relink with -lzebra" in str(m.get("content")) for m in nxt["messages"])  # in the store
+
+        done = _run_pager("reindex", pg_dsn)
+        assert done.returncode == 0, done.stderr
+        pages = harness.store.count_pages()
+        assert done.stdout.strip().endswith(f": {pages} pages") and "postgresql://" in done.stdout
+        assert [h.kind for h in harness.search("ZEBRA_42 linker", k=1)] == ["tool"]  # recallable after it
+    finally:
+        harness.close()
+
+
+def test_mcp_and_reindex_refuse_a_folder_with_no_store(tmp_path):
+    for argv in (["reindex", str(tmp_path / "none")], ["mcp", str(tmp_path / "none"), "--session", "s"]):
+        done = _run_pager(*argv)
+        assert done.returncode != 0 and "holds no pager store" in done.stderr
+        assert not (tmp_path / "none").exists()

@@ -26,7 +26,7 @@ def test_docs_hold_the_generated_tables():
 
 def test_the_table_shows_the_shipped_defaults():
     table = settings_table()
-    for field in attrs.fields(Options):
+    for field in Options.fields():
         assert f"| `{field.name}` |" in table
     assert "| `high_watermark` | `40000` |" in table
     assert "| `recall_pages` | `3` |" in table and "| `recall_page_tokens` | `300` |" in table
@@ -34,3 +34,21 @@ def test_the_table_shows_the_shipped_defaults():
     # a changed default shows up in the table, so the docs test above would fail
     changed = attrs.evolve(Options(), high_watermark=12_345)
     assert changed.high_watermark == 12_345 and "`12345`" not in table
+
+
+def test_api_md_lists_the_first_options_then_the_parts_then_the_tuner_only_ones():
+    from pager.lab.optiondocs import options_tables
+
+    text = options_tables()
+    sections = text.split("### ")[1:]
+    titles = [s.splitlines()[0] for s in sections]
+    assert titles == ["The options to set first", "Facade options", "Paging options", "Rollover options",
+                      "Checkpoint options", "Tuner-only options"]
+    rows = {t: [line.split("`")[1] for line in s.splitlines() if line.startswith("| `")] for t, s in zip(titles, sections)}
+    assert 8 <= len(rows["The options to set first"]) <= 12  # the ten or so a user needs first
+    assert rows["Tuner-only options"] == list(Options.tuner_only())
+    assert {"objective", "need_scale", "keep_room", "task_focus"} <= set(Options.tuner_only())
+    shown = [n for names in rows.values() for n in names]
+    assert sorted(shown) == sorted(Options.names())  # every option once
+    for title, part in (("Paging options", "paging"), ("Rollover options", "rollover")):
+        assert all(Options.part_of(n) == part for n in rows[title])

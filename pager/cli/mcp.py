@@ -1,4 +1,4 @@
-"""``pager mcp STORE --session S``: serve recall / expand / note / search over MCP."""
+"""``pager mcp STORE --session S``: serve recall / expand / note / search over MCP, for any store."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def register(sub: Any) -> None:
         "mcp", help="serve a session's recall / expand / note / search as an MCP server",
         description="An MCP server (official mcp SDK) over stdio, or streamable HTTP with --http.",
     )
-    p.add_argument("store", help="the store folder")
+    p.add_argument("store", help="the store: a folder or a postgresql:// URL")
     p.add_argument("--session", required=True, help="the session the tools act on")
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1")

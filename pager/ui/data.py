@@ -98,7 +98,7 @@ class View:
         if hit is not None and hit[0] == raw:
             return hit[1]  # building Options costs a millisecond: once per change of the setting
         try:
-            o = Options.build(orjson.loads(raw) if raw else {})
+            o = Options.restore(orjson.loads(raw) if raw else {})  # as saved: never a wrong-mode error
         except (ConfigError, orjson.JSONDecodeError):
             o = Options()  # options of another pager version: the defaults still draw the lines
         self._parsed[session] = (raw, o)
