@@ -225,12 +225,8 @@ class Pager:
                 open_calls=h.open_calls_at(known) if known else None,
                 known_calls=h.call_rows if known else None,
             )
-            tools = list(converted.tools)
             expose = self.options.expose_tools if expose_tools is None else expose_tools
-            if expose:
-                names = {fmt.tool_name(t) for t in tools}
-                specs = fmt.tool_specs(agent_tools.tool_specs(self.options))
-                tools.extend(t for t in specs if fmt.tool_name(t) not in names)
+            tools = self._request_tools(fmt, converted.tools, expose)
             tools_tokens = self._count_tools(tools)
             docs: list[Any] = []
             try:
@@ -267,6 +263,15 @@ class Pager:
             self._report(result, len(messages), recorded.pages, (time.perf_counter() - t0) * 1000.0,
                          recorded.behind)
             return out
+
+    def _request_tools(self, fmt: WireFormat, tools: Sequence[Any], expose: bool) -> list[Any]:
+        """Return the request's tools, with pager's own appended (in ``fmt``'s shape) when ``expose``."""
+        out = list(tools)
+        if expose:
+            names = {fmt.tool_name(t) for t in out}
+            specs = fmt.tool_specs(agent_tools.tool_specs(self.options))
+            out.extend(t for t in specs if fmt.tool_name(t) not in names)
+        return out
 
     def _schedule(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int,
                   reread: Mapping[str, str] | None, *, behind: bool) -> ScheduleResult:
