@@ -140,6 +140,7 @@ class Pager:
         self._count_tools = ToolTokens(self.counter)
         o = self.options
         self._recorder = Recorder(self.session, self.history, o.scope, o.owner, o.pool)
+        self._recorded_generation = self._mirror.generation  # the mirror the recorder follows
         self._pools = Pools(self.store, self.session, o.owner, o.recall_pools, self._feeder, self._writing)
         self._wire = "openai-chat"  # the wire format of the last assembled request: the tools' default
         self.reports = ReportLog(self.store.path, enabled=o.log_reports)
@@ -167,15 +168,19 @@ class Pager:
         When the mirror was rebuilt from the store (another writer's pages, a
         rollback), the recorder follows it.
         """
-        generation = self._mirror.generation
+        self._follow_mirror()
         try:
             with self._mirror.writing():
-                if self._mirror.generation != generation:
-                    self._recorder.reset(self._mirror.history)
+                self._follow_mirror()
                 yield
         finally:
-            if self._mirror.generation != generation:
-                self._recorder.reset(self._mirror.history)
+            self._follow_mirror()
+
+    def _follow_mirror(self) -> None:
+        """Point the recorder at the mirror's history if the mirror was rebuilt since it last looked."""
+        if self._recorded_generation != self._mirror.generation:
+            self._recorder.reset(self._mirror.history)
+            self._recorded_generation = self._mirror.generation
 
     # -- assemble -----------------------------------------------------------------------
 
@@ -214,6 +219,7 @@ class Pager:
         with self._lock:
             self._check_open()
             t0 = time.perf_counter()
+            self._follow_mirror()
             fmt = self._format(request, format)
             converted = fmt.to_messages(request)
             messages = converted.messages
