@@ -3,43 +3,57 @@
 The one module that orchestrates I/O. One ``assemble``::
 
     request --wire format--> neutral messages --validate--> record what is new
-        --> schedule (pure: paging or rollover) --> persist, one transaction
-        --> index the new pages --> render through the wire format --> report
+        --> lookups, schedule(inputs, state) (pure: paging or rollover)
+        --> persist the new state, one transaction --> index the new pages
+        --> render through the wire format --> report
 
-Everything it decides is decided by a scheduler; everything it stores goes
-through the ``Store`` protocol; everything provider-specific through the
-request's ``WireFormat``. A ``Pager`` serialises its methods with a lock, so
-threads may share one.
+A ``Pager`` *has* its parts, each an attribute: the session's mirror and
+its frozen ``SessionState`` (``pager.session``), the ``Recorder``
+(``pager.recording``), one ``Scheduler`` (``pager.schedulers``: it is blind
+to which), the ``Pools`` service (``pager.sharing``), the recall index
+feeder and the checkpoint directory (``pager.statedir``). Everything it
+decides is decided by the scheduler; everything it stores goes through the
+``Store`` protocol; everything provider-specific through the request's
+``WireFormat``. A ``Pager`` serialises its methods with a lock, so threads
+may share one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from typing import Any, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
 
 import attrs
 
 from pager import tools as agent_tools
 from pager.core.describe import brief
-from pager.core.handoff import parse_handoff, render_handoff
+from pager.core.handoff import render_handoff
+from pager.core.heat import HeatPolicy
+from pager.core.history import History
 from pager.core.l1guard import l1_hits
 from pager.core.messages import message_text, validate
+from pager.core.pages import PageRecord
+from pager.core.pools import PoolAcl
 from pager.core.tokens import TokenCounter, ToolTokens, default_counter
-from pager.errors import InputError, ToolError
-from pager.options import Options, load_config
+from pager.errors import InputError, PagerError, ToolError
 from pager.formats.base import WireFormat, detect, get_format
+from pager.options import Options, load_config
 from pager.recording import Recorder, record_aside
-from pager.report import Report, ReportLog, layout_delta
-from pager.schedulers.base import ScheduleResult
+from pager.report import LayoutLog, Report, ReportLog
+from pager.schedulers import get_scheduler
+from pager.schedulers.base import CallInputs, Checkpoint, ScheduleResult
 from pager.schedulers.window import handoff_from_events, task_state
-from pager.session import Session, open_store
-from pager.sharing import Sharing, read_handle
+from pager.session import SessionMirror, check_session_name, open_store, resolve_options
+from pager.sharing import Pools, check_retire_reason, read_handle
 from pager.statedir import attach_state_dir
 from pager.statefiles import TaskState
 from pager.storage.base import Store
 from pager.storage.index import IndexDoc
+from pager.storage.indexing import IndexFeeder
 
 __all__ = ["Pager", "open", "store_sessions"]
 
@@ -85,7 +99,7 @@ def _check_options(config: Any, context_window: int | None, options: Mapping[str
     Options.build(load_config(config), context_window=context_window, **given)
 
 
-class Pager(Sharing, Session):
+class Pager:
     """A scheduling session over a durable store. Use ``pager.open``."""
 
     def __init__(
@@ -98,15 +112,73 @@ class Pager(Sharing, Session):
         counter: TokenCounter | None = None,
         **options: Any,
     ) -> None:
-        super().__init__(path, session, context_window, config=config, counter=counter or default_counter(),
-                         options=options)
+        self.session = check_session_name(session)
+        self.counter = counter or default_counter()
+        self._closed = True
+        self._owns_store = not isinstance(path, Store)
+        self.store: Store = open_store(path)
+        self.path = Path(self.store.path) if getattr(self.store, "path", None) else None  # a Store may have none
+        feeder: IndexFeeder | None = None
+        try:
+            self.options: Options
+            self.policy: HeatPolicy
+            self.options, self.policy = resolve_options(self.store, self.session, context_window, config, options)
+            feeder = self._feeder = IndexFeeder(self.store)
+            self._scheduler = get_scheduler(self.options, self.counter, self.policy, self.session)
+            self._mirror = SessionMirror(self.store, self.session, self.counter, self._scheduler)
+        except BaseException:
+            # a bad option or a broken index must not leave the store open
+            if feeder is not None:
+                feeder.close()
+            if self._owns_store:
+                self.store.close()
+            raise
+        self._closed = False
         self._lock = threading.RLock()
         self._count_tools = ToolTokens(self.counter)
-        self._recorder = Recorder(self.session, self.history, self.options.scope, self.options.owner,
-                                  self.options.pool)
-        self.reports = ReportLog(self.store.path, enabled=self.options.log_reports)
+        o = self.options
+        self._recorder = Recorder(self.session, self.history, o.scope, o.owner, o.pool)
+        self._recorded_generation = self._mirror.generation  # the mirror the recorder follows
+        self._pools = Pools(self.store, self.session, o.owner, o.recall_pools, self._feeder, self._writing)
+        self._wire = "openai-chat"  # the wire format of the last assembled request: the tools' default
+        self.reports = ReportLog(self.store.path, enabled=o.log_reports)
         self.last_report: Report | None = None
-        self._state_dir = attach_state_dir(self)  # live checkpoint files (a no-op without state_dir)
+        self._layouts = LayoutLog()
+        try:
+            self._state_dir = attach_state_dir(self)  # live checkpoint files (a no-op without state_dir)
+        except BaseException:
+            self.close()  # a refused directory (a symlink, a rewritten invariants file) must not leak the store
+            raise
+        self._set_state(checkpoint_unread=self._state_dir.reopened)
+
+    @property
+    def history(self) -> History:
+        """The history mirror of the session's head branch (read-only use)."""
+        return self._mirror.history
+
+    def _set_state(self, **changes: Any) -> None:
+        self._mirror.state = attrs.evolve(self._mirror.state, **changes)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Run a write in one store transaction, caught up with other writers (``SessionMirror.writing``).
+
+        When the mirror was rebuilt from the store (another writer's pages, a
+        rollback), the recorder follows it.
+        """
+        self._follow_mirror()
+        try:
+            with self._mirror.writing():
+                self._follow_mirror()
+                yield
+        finally:
+            self._follow_mirror()
+
+    def _follow_mirror(self) -> None:
+        """Point the recorder at the mirror's history if the mirror was rebuilt since it last looked."""
+        if self._recorded_generation != self._mirror.generation:
+            self._recorder.reset(self._mirror.history)
+            self._recorded_generation = self._mirror.generation
 
     # -- assemble -----------------------------------------------------------------------
 
@@ -127,7 +199,8 @@ class Pager(Sharing, Session):
         API) is the caller's whole history. What is new since the last call
         is recorded; other keys pass through untouched (pager's tools are
         appended to ``tools`` when ``expose_tools``). ``format`` names the
-        wire format instead of detecting it.
+        wire format instead of detecting it; the format becomes the session's
+        (the default of ``observe``, ``call_tool``, ``intercept`` and ``tools``).
 
         A history that is a strict prefix of what the session recorded (a
         request overtaken by a newer one of the same conversation: threads
@@ -144,27 +217,25 @@ class Pager(Sharing, Session):
         with self._lock:
             self._check_open()
             t0 = time.perf_counter()
+            self._follow_mirror()
             fmt = self._format(request, format)
             converted = fmt.to_messages(request)
             messages = converted.messages
             known = self._recorder.same_prefix(messages)
-            generation = getattr(self, "_generation", 0)
+            generation = self._mirror.generation
             h = self.history
             validate(
                 messages, check_encoding=False, start=known, part_types=getattr(fmt, "part_types", None),
                 open_calls=h.open_calls_at(known) if known else None,
                 known_calls=h.call_rows if known else None,
             )
-            tools = list(converted.tools)
             expose = self.options.expose_tools if expose_tools is None else expose_tools
-            if expose:
-                names = {fmt.tool_name(t) for t in tools}
-                tools.extend(t for t in fmt.tool_specs(self.tools()) if fmt.tool_name(t) not in names)
+            tools = self._request_tools(fmt, converted.tools, expose)
             tools_tokens = self._count_tools(tools)
             docs: list[Any] = []
             try:
                 with self._writing():
-                    if getattr(self, "_generation", 0) != generation:
+                    if self._mirror.generation != generation:
                         known = 0  # another writer's pages were loaded: match the whole history again
                     recorded = self._recorder.record(self.store, messages, known)
                     docs = recorded.docs
@@ -174,12 +245,11 @@ class Pager(Sharing, Session):
                     if reread_only and not expose:
                         names = (fmt.tool_name(t) for t in converted.tools)
                         reread = {n.lower(): n for n in names if n}
-                    self._calls += 1
+                    self._set_state(calls=self._mirror.state.calls + 1)
+                    result = self._schedule(messages, tools, tools_tokens, reread, behind=bool(recorded.behind))
                     if recorded.behind:
-                        result = self._schedule_behind(messages, tools, tools_tokens, reread)
-                        self.store.save_state(self.session, self._state())  # the call count only
+                        self._mirror.save()  # the call count only
                     else:
-                        result = self._schedule(messages, tools, tools_tokens, reread)
                         self._persist(result)
             except BaseException:
                 # the store rolled back (and _writing reloaded the mirror): drop the index's copies too
@@ -189,7 +259,8 @@ class Pager(Sharing, Session):
                 self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
                 if result.flush_index:
                     self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
-                self._prev_out = result.messages
+                self._mirror.prev_out = result.messages
+            self._wire = fmt.name
             hints = attrs.evolve(result.hints, cache_marks=self.options.cache_marks)
             out = fmt.render(request, result.messages, tools=result.tools if result.tools is not None else (
                 tools if expose else None), hints=hints)
@@ -197,54 +268,69 @@ class Pager(Sharing, Session):
                          recorded.behind)
             return out
 
+    def _request_tools(self, fmt: WireFormat, tools: Sequence[Any], expose: bool) -> list[Any]:
+        """Return the request's tools, with pager's own appended (in ``fmt``'s shape) when ``expose``."""
+        out = list(tools)
+        if expose:
+            names = {fmt.tool_name(t) for t in out}
+            specs = fmt.tool_specs(agent_tools.tool_specs(self.options))
+            out.extend(t for t in specs if fmt.tool_name(t) not in names)
+        return out
+
     def _schedule(self, messages: Sequence[Mapping[str, Any]], tools: list[Any], tools_tokens: int,
-                  reread: Mapping[str, str] | None = None) -> ScheduleResult:
-        if self._rollover is not None:
-            return self._rollover.assemble(self.history, messages, tools, self._pins, self._notes)
-        req = self._paging.recall_request(self.history, self._layout)
-        hits = self._search_recall(req) if req is not None else []
-        call = self._paging_call(messages, tools_tokens, hits)
-        return self._paging.schedule(call if reread is None else attrs.evolve(call, reread=reread))
+                  reread: Mapping[str, str] | None, *, behind: bool) -> ScheduleResult:
+        """Gather the scheduler's inputs and run it.
+
+        ``behind``: the request is a strict prefix of the recorded branch; it
+        is planned on that prefix and its result is shown, never persisted, so
+        the conversation's cached prefix is what it was.
+        """
+        m = self._mirror
+        state = m.state
+        history = m.history.prefix(len(messages)) if behind else m.history
+        lookups = self._scheduler.lookups(history, state.scheduler)
+        hits = self._pools.search_recall(lookups.search, history) if lookups.search is not None else []
+        sd = self._state_dir
+        inputs = CallInputs(
+            history=history, messages=messages, tools=tools, tools_tokens=tools_tokens, pins=m.pins, notes=m.notes,
+            pin_terms=m.pin_terms, prev_out=m.prev_out, demoted=state.demoted, reread=reread,
+            checkpoint=Checkpoint(sd.text, sd.opened, state.checkpoint_unread and not behind),
+            hits=hits, kept=self._pools.kept_foreign(lookups.foreign),
+        )
+        return self._scheduler.schedule(inputs, state.scheduler)
 
     def _persist(self, result: ScheduleResult) -> None:
-        """Apply a result to the session's counters and save them with its state and events."""
-        self._handles.update(result.handles)
-        self._demoted.update(result.demoted)
-        self._faults += result.faults
-        self._recall_hits += len(result.recalled)
+        """Apply a result to the session's state and save it with the result's events."""
+        state = self._mirror.state
+        self._set_state(
+            scheduler=result.state if result.state is not None else state.scheduler,
+            handles=state.handles.union(result.handles), demoted=state.demoted.union(result.demoted),
+            faults=state.faults + result.faults, recall_hits=state.recall_hits + len(result.recalled),
+            checkpoint_unread=state.checkpoint_unread and not result.checkpoint_read,
+        )
         self._recorder.recalled_pending.update(result.recalled)
-        if self._rollover is None and result.state is not None:
-            self._layout = self._layout_from(result.state)
-        self._save(result)
+        self._mirror.save(result.events)
 
     def _report(self, result: ScheduleResult, n_in: int, new_pages: int, elapsed: float, behind: int = 0) -> None:
-        self._recall_useful = self._recorder.recall_useful
+        state = self._mirror.state
+        useful = self._recorder.recall_useful
         report = Report(
-            session=self.session, call=self._calls, step=self.history.clock, messages_in=n_in,
+            session=self.session, call=state.calls, step=self.history.clock, messages_in=n_in,
             messages_out=len(result.messages), tokens=result.tokens, budget=result.budget,
             layers=result.layers, pages_kept=result.pages_kept, pages_stubbed=result.pages_stubbed,
             pages_dropped=result.pages_dropped, pages_recalled=len(result.recalled),
-            handles_issued=len(self._handles), new_pages=new_pages, round=result.round, reason=result.reason,
-            prefix_kept=result.changed_from is None, changed_from=result.changed_from, faults=self._faults,
-            recall_hits=self._recall_hits,
-            recall_precision=(round(self._recall_useful / self._recall_hits, 4) if self._recall_hits else None),
+            handles_issued=len(state.handles), new_pages=new_pages, round=result.round, reason=result.reason,
+            prefix_kept=result.changed_from is None, changed_from=result.changed_from, faults=state.faults,
+            recall_hits=state.recall_hits,
+            recall_precision=(round(useful / state.recall_hits, 4) if state.recall_hits else None),
             elapsed_ms=round(elapsed, 3), mode=self.options.mode, notices=result.notices, behind=behind,
         )
         self.last_report = report
         if not self.reports.enabled:
             return
         record: dict[str, Any] = {"type": "assemble", **report.to_dict(), "time": round(time.time(), 3)}
-        layout = (result.state or {}).get("layout") if self._rollover is None else None
-        if layout:
-            # the layout as a change against this writer's previous one (a few slots between rounds):
-            # what `pager ui` rebuilds each call's prompt from; the card only when it changed
-            base = getattr(self, "_report_layout", None)
-            start, tail = layout_delta(base[1] if base else None, layout["slots"])
-            delta: dict[str, Any] = {"base": base[0] if base and start else None, "from": start, "slots": tail}
-            if not start or base is None or base[2] != layout.get("card", ""):
-                delta["card"] = layout.get("card", "")
-            record["layout"] = delta
-            self._report_layout = (self._calls, layout["slots"], layout.get("card", ""))
+        if result.layout:
+            record["layout"] = self._layouts.entry(state.calls, result.layout)
         self.reports.append(record)
 
     # -- usage --------------------------------------------------------------------------
@@ -253,15 +339,17 @@ class Pager(Sharing, Session):
         """Record a provider response's usage (prompt, completion, cached and cache-write tokens).
 
         Accepts a response of any registered format (SDK object or dict) or a
-        bare usage mapping; returns the normalised figures, also logged.
-        ``InputError`` for a shape no format knows.
+        bare usage mapping; ``format`` defaults to the session's (the wire
+        format of the last assembled request; OpenAI chat before the first).
+        Returns the normalised figures, also logged. ``InputError`` for a
+        shape no format knows.
         """
         with self._lock:
             self._check_open()
-            fmt = get_format(format or "openai-chat")
+            fmt = get_format(format or self._wire)
             figures = fmt.parse_usage(response).to_dict()
-            self.reports.append({"type": "usage", "session": self.session, "call": self._calls, **figures,
-                                 "time": round(time.time(), 3)})
+            self.reports.append({"type": "usage", "session": self.session, "call": self._mirror.state.calls,
+                                 **figures, "time": round(time.time(), 3)})
             return figures
 
     # -- pins, notes, handles -------------------------------------------------------------
@@ -273,9 +361,9 @@ class Pager(Sharing, Session):
             text = _clean_text("pin", text)
             with self._writing():
                 doc = self._aside("pin", text)
-                self._add_pin(text)
+                self._mirror.add_pin(text)
             self._feeder.add([doc])
-            self._state_dir.record(f"pin p={len(self._pins)}")
+            self._state_dir.record(f"pin p={len(self._mirror.pins)}")
 
     def note(self, text: str) -> int:
         """Keep a short note in the task-state card; return how many notes the card shows."""
@@ -284,10 +372,10 @@ class Pager(Sharing, Session):
             text = _clean_text("note", text)[: agent_tools.NOTE_MAX_CHARS]
             with self._writing():
                 doc = self._aside("note", text)
-                self._notes.append(text)
+                self._mirror.notes.append(text)
             self._feeder.add([doc])
-            self._state_dir.record(f"note n={len(self._notes)}")
-            return min(len(self._notes), self.options.max_notes)
+            self._state_dir.record(f"note n={len(self._mirror.notes)}")
+            return min(len(self._mirror.notes), self.options.max_notes)
 
     def _aside(self, kind: str, text: str) -> IndexDoc:
         """Keep a pin, note or handoff as a page of this session's scope (inside ``_writing``)."""
@@ -300,11 +388,11 @@ class Pager(Sharing, Session):
         with self._lock:
             self._check_open()
             # the one check the MCP server's expand shares (pager.sharing.read_handle)
-            pid, text = read_handle(self.store, self._reader(), handle, start_line, end_line, self._pins, self._notes)
+            pid, text = read_handle(self.store, self._pools.reader, handle, start_line, end_line,
+                                    self._mirror.pins, self._mirror.notes)
             if pid is not None:
-                if pid in self._demoted:
-                    self._faults += 1
-                self._expanded += 1
+                state = self._mirror.state
+                self._set_state(faults=state.faults + (pid in state.demoted), expanded=state.expanded + 1)
             return text
 
     def search(self, query: str, k: int = 5, *, cross_session: bool = False) -> list[Any]:
@@ -322,36 +410,41 @@ class Pager(Sharing, Session):
             if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_K:
                 raise InputError(f"k must be an integer from 1 to {MAX_SEARCH_K}, got {brief(k)}")
             self._feeder.flush()
+            pins, notes = self._mirror.pins, self._mirror.notes
             # this session's own pins and notes come from l1_hits, under the card's pin:N / note:N
             # names and only when outside the card: fetch enough to drop their pages
-            own = len(self._pins) + len(self._notes)
+            own = len(pins) + len(notes)
             hits = [
                 hit for hit in self._feeder.index.search(
                     query, session=self.session, k=min(MAX_SEARCH_K, k + own), cross_session=cross_session,
-                    audiences=self._audiences())
+                    audiences=self._pools.audiences())
                 if not (hit.session == self.session and hit.kind in ("pin", "note"))
             ][:k]
-            hits = self._dated(hits)
-            hits += l1_hits(query, self._pins, self._notes, self._outside_l1(), k - len(hits), self.session)
-            self._faults += sum(1 for hit in hits if hit.page_id in self._demoted)
+            hits = self._pools.dated(hits)
+            hits += l1_hits(query, pins, notes, self._outside_l1(), k - len(hits), self.session)
+            state = self._mirror.state
+            self._set_state(faults=state.faults + sum(1 for hit in hits if hit.page_id in state.demoted))
             return hits
 
     # -- agent tools --------------------------------------------------------------------
 
     def tools(self, *, format: str | None = None) -> list[dict[str, Any]]:
-        """Return the agent tools this session offers (OpenAI function JSON, or ``format``'s shape)."""
-        specs = agent_tools.tool_specs(self.options)
-        return get_format(format).tool_specs(specs) if format else specs
+        """Return the agent tools this session offers, in ``format``'s shape (default: the session's format).
+
+        The session's format is the wire format of the last assembled request
+        (OpenAI function JSON before the first).
+        """
+        return get_format(format or self._wire).tool_specs(agent_tools.tool_specs(self.options))
 
     def call_tool(self, tool_call: Any, *, format: str | None = None) -> dict[str, Any]:
-        """Execute one pager tool call; return the answer in the format's shape (a chat tool message by default).
+        """Execute one pager tool call; return the answer in the format's shape (default: the session's format).
 
         Bad arguments, unknown handles and the like come back as an error
         result the model can read, never as an exception in the harness.
         """
         with self._lock:
             self._check_open()
-            fmt = get_format(format or "openai-chat")
+            fmt = get_format(format or self._wire)
             try:
                 blocked = self.intercept(tool_call, format=fmt.name)
             except ToolError:
@@ -365,17 +458,17 @@ class Pager(Sharing, Session):
         mode's fallback step only ``new_context`` may run: any other call gets
         this result (answer the model with it) instead of running. Outside
         that step, and in paging mode, it returns None. Raises ``ToolError``
-        for a call without an id.
+        for a call without an id. ``format`` defaults to the session's.
         """
         with self._lock:
             self._check_open()
-            if self._rollover is None:
+            if not self._scheduler.guards_tools:
                 return None
-            fmt = get_format(format or "openai-chat")
+            fmt = get_format(format or self._wire)
             parsed = fmt.parse_tool_call(tool_call)
             if not parsed.id:
                 raise ToolError("tool call has no id; it cannot be answered")
-            text = self._rollover.blocked(parsed.name)
+            text = self._scheduler.blocked(parsed.name, self._mirror.state.scheduler)
             return None if text is None else fmt.tool_result(parsed.id, text, is_error=True)
 
     def declare_rollover(self, args: Mapping[str, Any], cid: str) -> str:
@@ -388,27 +481,25 @@ class Pager(Sharing, Session):
         """
         with self._lock:
             self._check_open()
-            if self._rollover is None:
-                raise ToolError("new_context is only offered in rollover mode")
-            handoff = parse_handoff(args, self._rollover.workspace)
+            handoff = self._scheduler.accept_handoff(args)
             with self._writing():
-                text = self._rollover.declare(handoff, cid)
-                self._save_rollover(self._rollover.to_state(), self._rollover.take_events())
-                self.store.save_state(self.session, self._state())
+                declared = self._scheduler.declare(handoff, cid, self._mirror.state.scheduler)
+                self._set_state(scheduler=declared.state)
+                self._mirror.save(declared.events)
                 doc = self._aside("handoff", render_handoff(handoff))
             self._feeder.add([doc])
             self._state_dir.record(f"handoff-intent call={cid}")
-            return text
+            return declared.text
 
     def task_state(self) -> TaskState:
         """Return the task-state card: goal, invariants, next step, notes (``pager state export``)."""
         with self._lock:
             self._check_open()
             h = self.history
-            goal = "\n".join(self._pins)
+            goal = "\n".join(self._mirror.pins)
             if not goal and h.first_user is not None:
                 goal = message_text(self.store.message(h.page[h.first_user])[1])
-            handoff = self._rollover.latest_handoff() if self._rollover is not None else None
+            handoff = self._scheduler.handoff(self._mirror.state.scheduler)
             if handoff is None:
                 handoff = handoff_from_events(self.store.events(self.session))
             return task_state(goal, self.store.timeline(self.session), handoff, self.options.max_notes)
@@ -417,8 +508,8 @@ class Pager(Sharing, Session):
         """Return the pin:N / note:N references not in the last prompt's card (issue 14: recallable)."""
         moved = [n.split(":", 1)[1] for n in (self.last_report.notices if self.last_report else ())
                  if n.startswith("l1-moved:")]
-        shown = 0 if self._rollover is not None else self.options.max_notes
-        return moved + [f"note:{i + 1}" for i in range(max(0, len(self._notes) - shown))]
+        shown = self._scheduler.notes_shown
+        return moved + [f"note:{i + 1}" for i in range(max(0, len(self._mirror.notes) - shown))]
 
     def reindex(self) -> int:
         """Rebuild the recall index from the store outright; return the pages indexed."""
@@ -426,11 +517,115 @@ class Pager(Sharing, Session):
             self._check_open()
             return self._feeder.rebuild()
 
+    # -- pools ----------------------------------------------------------------------------
+
+    def pools(self) -> dict[str, PoolAcl]:
+        """Return the store's pool ACLs by pool name."""
+        with self._lock:
+            self._check_open()
+            return self.store.pool_acls()
+
+    def grant(self, pool: str, *, readers: Sequence[str] = (), writers: Sequence[str] = ()) -> PoolAcl:
+        """Set who may read and write ``pool`` (identities; ``"*"`` is anyone); return the new ACL.
+
+        A new pool's creator becomes one of its writers; changing an existing
+        pool's ACL needs write access to it.
+        """
+        with self._lock:
+            self._check_open()
+            return self._pools.grant(pool, readers, writers)
+
+    def promote(self, handle: str, to: str = "project", *, pool: str | None = None) -> PageRecord:
+        """Move the page behind ``handle`` to a wider scope (``project`` needs ``pool``); return it.
+
+        Needs write access where the page is and where it goes
+        (``pager.core.pools.can_write``); recorded as an event with who and when.
+        """
+        with self._lock:
+            self._check_open()
+            return self._pools.move(handle, to, pool, promote=True)
+
+    def demote(self, handle: str, to: str = "private", *, pool: str | None = None) -> PageRecord:
+        """Move a ``session`` page to ``private`` (its owner only); the same rules as ``promote``.
+
+        A promoted page (``project`` or ``shared``) is not demoted: promotion
+        is a one-way gate and ``PromotionGateError`` says so. ``retire`` takes
+        a page out of its pool, as a separate, recorded act.
+        """
+        with self._lock:
+            self._check_open()
+            return self._pools.move(handle, to, pool, promote=False)
+
+    def retire(self, handle: str, *, reason: str) -> PageRecord:
+        """Take the promoted page behind ``handle`` out of its pool; return it.
+
+        The page leaves the pool's audience (other sessions no longer find,
+        recall or expand it) and returns to the scope it had before its first
+        promotion (``session`` for a page written straight into a pool). It is
+        never deleted. Needs write access where the page is (a configured
+        pool's writers; else the page's owner or session); recorded as a
+        ``retire`` event with ``reason``, who and when.
+        """
+        reason = check_retire_reason(reason)
+        with self._lock:
+            self._check_open()
+            return self._pools.retire(handle, reason)
+
+    # -- lifecycle and introspection --------------------------------------------------------
+
+    def __enter__(self) -> "Pager":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PagerError("this pager is closed")
+
     def close(self) -> None:
         """Flush the recall index and close the store. Idempotent."""
         with self._lock:
-            super().close()
+            if self._closed:
+                return
+            try:
+                # counters changed by expand/search since the last assemble
+                with self._writing():
+                    self._mirror.save()
+            except PagerError:
+                pass  # the counters are statistics: a store that cannot take them must not block close
+            finally:
+                self._closed = True
+                try:
+                    self._feeder.close()
+                finally:
+                    if self._owns_store:
+                        self.store.close()
 
+    def pins(self) -> list[str]:
+        """Return the pinned goals, oldest first."""
+        return list(self._mirror.pins)
+
+    def notes(self) -> list[str]:
+        """Return every note of the session, oldest first."""
+        return list(self._mirror.notes)
+
+    def stats(self) -> dict[str, Any]:
+        """Return session counters: pages, faults, recall hits and precision, handles."""
+        state = self._mirror.state
+        useful = self._recorder.recall_useful
+        return {
+            "session": self.session,
+            "pages": len(self.history),
+            "calls": state.calls,
+            "faults": state.faults,
+            "recall_hits": state.recall_hits,
+            "recall_useful": useful,
+            "recall_precision": (useful / state.recall_hits) if state.recall_hits else None,
+            "handles_issued": len(state.handles),
+            "expanded": state.expanded,
+            "demoted": len(state.demoted),
+        }
 
 def _clean_text(what: str, text: Any) -> str:
     if not isinstance(text, str) or not text.strip():

@@ -6,14 +6,14 @@ import errno
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import attrs
 import orjson
 
 from pager.stateio import open_private
 
-__all__ = ["Report", "ReportLog", "layout_delta"]
+__all__ = ["LayoutLog", "Report", "ReportLog", "layout_delta"]
 
 
 @attrs.frozen(slots=True)
@@ -81,6 +81,27 @@ def layout_delta(prev: list[Any] | None, slots: list[Any]) -> tuple[int, list[An
     while j < m and slots[j] == prev[j]:
         j += 1
     return j, slots[j:]
+
+
+class LayoutLog:
+    """Keep each call's layout in the report log as a change against this writer's previous one."""
+
+    def __init__(self) -> None:
+        self._base: tuple[int, list[Any], str] | None = None  # (call, slots, card) last logged
+
+    def entry(self, call: int, layout: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the report's ``layout`` entry for call ``call`` (a few slots between rounds).
+
+        ``pager ui`` rebuilds each call's prompt from it; the card is kept
+        only when it changed.
+        """
+        base = self._base
+        start, tail = layout_delta(base[1] if base else None, layout["slots"])
+        delta: dict[str, Any] = {"base": base[0] if base and start else None, "from": start, "slots": tail}
+        if not start or base is None or base[2] != layout.get("card", ""):
+            delta["card"] = layout.get("card", "")
+        self._base = (call, layout["slots"], layout.get("card", ""))
+        return delta
 
 
 class ReportLog:

@@ -21,10 +21,14 @@ derives. Either way, the next ``open`` with the same ``state_dir`` notices it,
 derives the files from the store again and logs a ``recover`` line naming the
 two marks, before its ``resume`` line: after a reopen, files and store agree.
 
-A reopened session starts from the files: the paging scheduler's task-state
-card carries them (read once, so the prompt prefix stays byte-stable), and in
-rollover mode they are shown once at the tail and every new window's card
-carries the latest ones, all within the L1 cap (``pager.core.l1guard``).
+A reopened session starts from the files. The facade hands them to its
+scheduler with every call (``schedulers.base.Checkpoint``: the files now,
+as read back on reopen, and whether the model has seen them yet): the
+paging card carries the ones read back (read once, so the prompt prefix
+stays byte-stable); in rollover mode they are shown once at the tail and
+every new window's card carries the latest ones, all within the L1 cap
+(``pager.core.l1guard``). What the directory needs of the facade is
+``CheckpointHost``.
 
 One directory per session; writers of one directory are serialised with an
 advisory lock on it.
@@ -37,7 +41,7 @@ import fcntl
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from pager.statefiles import (
     GOAL_FILE,
@@ -50,14 +54,37 @@ from pager.statefiles import (
 from pager.errors import ConfigError, StateFileError
 from pager.stateio import StateDirFd
 
-__all__ = ["NullStateDir", "StateDir", "attach_state_dir", "checked_path", "store_mark"]
+if TYPE_CHECKING:  # pragma: no cover
+    from pager.core.history import History
+    from pager.options import Options
+    from pager.statefiles import TaskState
+    from pager.storage.base import Store
+
+__all__ = ["CheckpointHost", "NullStateDir", "StateDir", "attach_state_dir", "checked_path", "store_mark"]
 
 _MARK_RE = re.compile(r" mark=(p\d+\.n\d+\.e\d+)")
 
 
-def store_mark(host: Any) -> str:
+class CheckpointHost(Protocol):
+    """What the checkpoint directory needs of a session (``pager.Pager`` is one)."""
+
+    session: str
+    store: "Store"
+    options: "Options"  # state_dir, wal_max_bytes
+
+    @property
+    def history(self) -> "History": ...
+
+    def pins(self) -> list[str]: ...
+
+    def notes(self) -> list[str]: ...
+
+    def task_state(self) -> "TaskState": ...
+
+
+def store_mark(host: CheckpointHost) -> str:
     """Return the store state a WAL line reflects: pins, notes and events of the session."""
-    return f"p{len(host._pins)}.n{len(host._notes)}.e{len(host.store.events(host.session))}"
+    return f"p{len(host.pins())}.n{len(host.notes())}.e{len(host.store.events(host.session))}"
 
 
 def _event_transitions(kind: str, payload: Any) -> list[str]:
@@ -84,6 +111,9 @@ class NullStateDir:
     """The no-op stand-in when a session has no ``state_dir``."""
 
     path: Path | None = None
+    text = ""
+    opened = ""
+    reopened = False
 
     def record(self, transition: str) -> None:
         return None
@@ -97,7 +127,7 @@ class StateDir:
 
     def __init__(
         self,
-        host: Any,
+        host: CheckpointHost,
         path: str | Path,
         *,
         wal_max_bytes: int,
@@ -108,6 +138,8 @@ class StateDir:
         self.wal_max_bytes = wal_max_bytes
         self.clock = clock or (lambda: _dt.datetime.now(_dt.timezone.utc))
         self.text = ""  # what a new window reads: the files in order and the last WAL line
+        self.opened = ""  # the text when a reopened session opened ("" for a fresh directory)
+        self.reopened = False
         self.recovered: str | None = None  # the recover line written at open, if any
         self.goal_written = False
 
@@ -125,7 +157,7 @@ class StateDir:
                 self.goal_written = self.goal_written or d.read_bytes(GOAL_FILE) is not None
             finally:
                 fcntl.flock(d.fd, fcntl.LOCK_UN)
-        self._refresh()
+        self.text = resume_text(self.path)  # the next window's card carries the latest files
         return names
 
     def after_assemble(self, events: Sequence[tuple[str, Any]]) -> None:
@@ -140,16 +172,9 @@ class StateDir:
             for transition in _event_transitions(kind, payload):
                 self.record(transition)
                 logged = True
-        if not self.goal_written and not logged and getattr(self.host.history, "first_user", None) is not None:
+        if not self.goal_written and not logged and self.host.history.first_user is not None:
             self.goal_written = True  # tried once: an empty turn 1 must not cost a WAL line per call
             self.record("goal")
-
-    def _refresh(self) -> None:
-        self.text = resume_text(self.path)
-        self.host._state_text = self.text  # a controller rebuilt after a reload picks it up (Session._load)
-        rollover = getattr(self.host, "_rollover", None)
-        if rollover is not None:
-            rollover.state_text = self.text  # the next window's card carries the latest files
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -179,6 +204,8 @@ class StateDir:
             self.record(f"resume session={self.host.session}")
         else:
             self.record(f"session-opened session={self.host.session}")
+        self.reopened = reopened
+        self.opened = self.text if reopened else ""
         return reopened
 
 
@@ -220,13 +247,12 @@ def _limits(path: Path) -> tuple[int, int]:
         return 255, 4096
 
 
-def attach_state_dir(host: Any) -> StateDir | NullStateDir:
-    """Return the live checkpoint directory of a facade (a no-op without ``state_dir``).
+def attach_state_dir(host: CheckpointHost) -> StateDir | NullStateDir:
+    """Return the live checkpoint directory of a session (a no-op without ``state_dir``).
 
     Opens it (reconciling after a crash, logging ``resume`` or
-    ``session-opened``) and, for a reopened session, hands the files to the
-    scheduler: the paging card carries them from now on, and in rollover mode
-    they are shown once at the next step.
+    ``session-opened``). ``StateFileError`` when the file system refuses
+    it; the caller closes the session on any error.
     """
     where = host.options.state_dir
     if not where:
@@ -234,17 +260,7 @@ def attach_state_dir(host: Any) -> StateDir | NullStateDir:
     try:
         # absolute now: a harness that changes directory later must not move the checkpoint files
         sd = StateDir(host, checked_path(where), wal_max_bytes=host.options.wal_max_bytes)
-        reopened = sd.open()
+        sd.open()
     except OSError as exc:  # the file system refused it (permissions, a full disk): typed, with the reason
-        host.close()
         raise StateFileError(f"cannot use state_dir {str(where)[:200]!r}: {exc.strerror or exc}") from exc
-    except BaseException:
-        host.close()  # a refused directory (a symlink, a rewritten invariants file) must not leak the store
-        raise
-    rollover = getattr(host, "_rollover", None)
-    if rollover is not None:
-        rollover.resume_pending = reopened
-    elif reopened:
-        host._paging.state_text = sd.text
     return sd
-

@@ -297,11 +297,6 @@ def planned_writes(d: StateDirFd, state: TaskState) -> list[tuple[str, str, str]
     return out
 
 
-def expected_hash(d: StateDirFd, names: Sequence[str]) -> str:
-    """Return the content hash of the named files as they are on disk now."""
-    return content_hash([(n, d.read_text(n) or "") for n in names])
-
-
 def write_state(
     d: StateDirFd,
     state: TaskState,

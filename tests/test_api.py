@@ -324,8 +324,16 @@ def test_the_active_task_follows_the_latest_user_message(tmp_path):
         p.pin("keep parse_config backwards compatible")
         history = coding_session(2)
         p.assemble({"messages": history})
-        focus = p._paging._focus_terms(p._paging_call(history, 0, []))
+        focus = _focus_terms(p, history)
         assert "parse_config" in focus and "README.md" not in focus
         history += [user("switch: update README.md")]
         p.assemble({"messages": history})
-        assert {"parse_config", "README.md"} <= p._paging._focus_terms(p._paging_call(history, 0, []))
+        assert {"parse_config", "README.md"} <= _focus_terms(p, history)
+
+
+def _focus_terms(p, history):
+    from pager.schedulers.paging import PagingCall
+
+    call = PagingCall(history=p.history, messages=history, pins=p.pins(), notes=p.notes(),
+                      pin_terms=p._mirror.pin_terms, tools_tokens=0, prev=None, prev_out=None)
+    return p._scheduler._focus_terms(call)

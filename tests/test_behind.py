@@ -87,9 +87,9 @@ def test_a_request_behind_changes_no_layout_and_a_diverging_one_still_forks(wher
     history = coding_session(8)
     with pager.open(where, session="s", context_window=200_000, log_reports=False) as p:
         p.assemble({"messages": history})
-        layout = p._layout
+        layout = p._mirror.state.scheduler
         p.assemble({"messages": history[:9]})
-        assert p._layout is layout and p.store.count_pages("s") == len(history)
+        assert p._mirror.state.scheduler is layout and p.store.count_pages("s") == len(history)
         # a rewound conversation with a new message diverges: a branch, as ever
         p.assemble({"messages": history[:9] + [user("no, do it differently")]})
         assert len(p.store.branches("s")) == 2 and p.store.count_pages("s") == len(history) + 1
@@ -121,10 +121,10 @@ def test_a_rollover_session_behind_is_planned_on_its_prefix_and_keeps_its_window
     with pager.open(tmp_path / "ctx", session="s", context_window=200_000, mode="rollover",
                     log_reports=False) as p:
         p.assemble({"messages": history})
-        state = p._rollover.to_state()
+        state = p._mirror.state.scheduler
         out = p.assemble({"messages": history[:8]})
         assert out["messages"][-1] == history[7]
-        assert p._rollover.to_state() == state and p.store.count_pages("s") == len(history)
+        assert p._mirror.state.scheduler == state and p.store.count_pages("s") == len(history)
         p.assemble({"messages": history})
         assert len(p.store.branches("s")) == 1 and p.store.count_pages("s") == len(history)
 

@@ -119,7 +119,7 @@ def test_a_writer_committing_while_a_pager_loads_is_caught_up_with(tmp_path):
                 other.assemble({"messages": history[:8]})  # another connection commits right now
 
         late.store._db.set_trace_callback(meanwhile)
-        late._reload()
+        late._mirror.reload()
         late.store._db.set_trace_callback(None)
         assert fired
         late.assemble({"messages": history})  # no UNIQUE error: it saw the version move and caught up

@@ -118,8 +118,10 @@ def test_a_40k_token_system_prompt_or_turn_1_is_cut_to_the_cap(tmp_path, fmt, wh
         rest = p.expand(handle, start_line=start)
         assert NEEDLE in rest and rest.startswith(big.splitlines(keepends=True)[start - 1])
         assert p.expand(handle) == big
+        # a chat-shaped call, named as such: without format= a call is read in the session's format
         found = p.call_tool({"id": "r1", "function": {"name": "recall",
-                                                      "arguments": orjson.dumps({"query": NEEDLE}).decode()}})
+                                                      "arguments": orjson.dumps({"query": NEEDLE}).decode()}},
+                            format="openai-chat")
         assert handle in found["content"]
         sdk_valid(fmt, first)
         second = p.assemble(request(fmt, system, turn1, more=1))

@@ -99,7 +99,7 @@ def test_across_windows_through_the_tool(tmp_path):
         answer = p.call_tool(c)
         assert answer["content"].startswith("Error: new_context:"), answer
     assert p.task_state().next == "Run tests/test_budget.py"
-    assert p._rollover.pending is None  # no refused handoff was recorded
+    assert p._mirror.state.scheduler.pending is None  # no refused handoff was recorded
     # a real requirement, with the inference kept as one, is accepted
     ok = p.call_tool(_nc("good", [{"text": "A prompt never exceeds the window", "source": "user, turn 1"}],
                           [INFERENCE]))

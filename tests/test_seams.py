@@ -62,11 +62,11 @@ def test_a_failed_assemble_stores_nothing_and_the_session_goes_on(tmp_path):
             def score(self, table, clock):
                 raise ConfigError("boom")
 
-        p._paging.policy = Exploding()
+        p._scheduler.policy = Exploding()
         with pytest.raises(ConfigError):
             p.assemble({"messages": history + [{"role": "user", "content": "more"}]})
         assert p.store.count_pages() == before
-        p._paging.policy = pager.get_policy("reference")
+        p._scheduler.policy = pager.get_policy("reference")
         p.assemble({"messages": history + [{"role": "user", "content": "more"}]})
         assert p.store.count_pages() == before + 1
 

@@ -210,7 +210,7 @@ class _Proxy:
             return frozenset()
         fmt = get_format(dialect.format)
         client = {fmt.tool_name(t) for t in req.get("tools") or ()}
-        return frozenset(t["function"]["name"] for t in p.tools()) - client
+        return frozenset(t["function"]["name"] for t in p.pager.tools(format="openai-chat")) - client
 
     async def _forward(self, request: Request, body: bytes, dialect: Dialect, stream: bool, kind: str,
                        t0: float) -> Response:

@@ -1,25 +1,52 @@
-"""What a scheduler is: inputs for one call in, one ``ScheduleResult`` out, no I/O.
+"""What a scheduler is: ``schedule(inputs, state) -> result``, its state a value, no I/O.
 
 Two schedulers ship: ``paging`` (the default: L1, a hot working set by heat,
 recalled pages at the tail, demotion rounds in batches) and ``rollover``
 (windows that grow verbatim and restart from L1 and a handoff). The facade
-gathers a scheduler's inputs (the history mirror, pins and notes, recall hits
-from the index), calls it, then persists what the result says in one
-transaction and renders its neutral messages through the request's wire
-format. A scheduler never touches the store, the index, the network or the
-clock.
+is blind to which one runs. For one call it
+
+1. asks ``lookups(history, state)`` what to read (an index search, pages of
+   other sessions the last prompt showed) and reads it;
+2. gathers the ``CallInputs`` (the history mirror, pins and notes, those
+   reads, the checkpoint files) and calls ``schedule(inputs, state)``;
+3. persists ``result.state`` (through ``dump``, under the scheduler's
+   ``key`` of the session's state row) with the call's pages and the
+   result's events, in one transaction, and renders the neutral messages
+   through the request's wire format.
+
+A scheduler's state is a frozen value: it goes in and comes out, and a
+scheduler object holds none between calls (so a request planned behind the
+recorded branch just drops the result's state). A scheduler never touches
+the store, the index, the network or the clock. A third mode is one module
+with a class meeting ``Scheduler`` and one entry in ``pager.schedulers``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, TypeVar
 
 import attrs
 
 from pager.core.canonical import same_message
 from pager.formats.base import RenderHints
 
-__all__ = ["RecallHit", "RecallSource", "ScheduleResult", "Scheduler"]
+if TYPE_CHECKING:  # pragma: no cover
+    from pager.core.handoff import Handoff
+    from pager.core.history import History
+
+__all__ = [
+    "CallInputs",
+    "Checkpoint",
+    "Declared",
+    "Lookups",
+    "RecallHit",
+    "RecallRequest",
+    "RecallSource",
+    "ScheduleResult",
+    "Scheduler",
+]
+
+S = TypeVar("S")
 
 
 @attrs.frozen(slots=True)
@@ -55,14 +82,86 @@ class RecallHit:
 
 
 @attrs.frozen(slots=True)
+class RecallRequest:
+    """The index search the scheduler wants run for this call (the facade runs it)."""
+
+    terms: tuple[str, ...]
+    k: int
+    exclude: frozenset[int]
+    min_score: float
+
+
+@attrs.frozen(slots=True)
+class Lookups:
+    """What the facade reads for one call before scheduling it.
+
+    ``search``: the recall index search (None: no recall this call);
+    ``foreign``: pages of other sessions the previous prompt showed, to show
+    again if this session may still read them.
+    """
+
+    search: RecallRequest | None = None
+    foreign: tuple[int, ...] = ()
+
+
+@attrs.frozen(slots=True)
+class Checkpoint:
+    """The session's checkpoint files (``state_dir``) as a scheduler may show them.
+
+    ``text``: the files now (the resume script's text; "" without a
+    ``state_dir``). ``opened``: the files as read back when the session
+    reopened ("" for a fresh directory): a card that must stay byte-stable
+    carries these. ``unread``: the session reopened and the model has not
+    been shown the files yet.
+    """
+
+    text: str = ""
+    opened: str = ""
+    unread: bool = False
+
+
+@attrs.frozen(slots=True)
+class CallInputs:
+    """The inputs of one call, the same for every scheduler. ``history`` already holds the call's messages."""
+
+    history: "History"
+    messages: Sequence[Mapping[str, Any]]  # neutral messages, one per history row
+    tools: Sequence[Mapping[str, Any]]  # the request's tools as they would be sent
+    tools_tokens: int
+    pins: Sequence[str]
+    notes: Sequence[str]
+    pin_terms: frozenset[str]
+    prev_out: Sequence[Mapping[str, Any]] | None = None  # the previous prompt's messages, when kept
+    demoted: frozenset[int] = frozenset()
+    # None: the model can call expand. Else the request's own tool names (lower case -> as named):
+    # only file reads made with one of them are stubbed, and the stub says to re-read with it
+    reread: Mapping[str, str] | None = None
+    checkpoint: Checkpoint = Checkpoint()
+    hits: Sequence[RecallHit] = ()  # what ``Lookups.search`` found, best first
+    kept: Sequence[RecallHit] = ()  # the ``Lookups.foreign`` pages this session may still read
+
+
+@attrs.frozen(slots=True)
+class Declared:
+    """What recording a handoff did: the tool result, the new state, the events to store."""
+
+    text: str
+    state: Any
+    events: tuple[tuple[str, Any], ...] = ()
+
+
+@attrs.frozen(slots=True)
 class ScheduleResult:
     """Everything one call decided: the prompt, its figures, and what to persist.
 
     ``messages`` are neutral messages; ``tools`` None means the request's tools
-    go out unchanged. ``state`` is the scheduler's own state to save (None:
-    nothing changed), ``events`` the transitions to record, both in the same
+    go out unchanged. ``state`` is the scheduler's new state value (None:
+    unchanged), ``events`` the transitions to record, both saved in the same
     transaction as the call's pages. ``demoted`` are the pages that left the
     prompt in this call; ``faults`` how many demoted pages it brought back.
+    ``layout`` is the prompt's layout as the report log keeps it (None: the
+    scheduler has none); ``checkpoint_read`` says the model has now been
+    shown the reopened checkpoint files (``Checkpoint.unread`` is spent).
     """
 
     messages: list[Mapping[str, Any]]
@@ -82,15 +181,52 @@ class ScheduleResult:
     demoted: tuple[int, ...] = ()
     faults: int = 0
     notices: tuple[str, ...] = ()
-    state: Mapping[str, Any] | None = None
+    state: Any = None
     events: tuple[tuple[str, Any], ...] = ()
     flush_index: bool = False  # a round demoted pages: make them searchable now
+    layout: Mapping[str, Any] | None = None
+    checkpoint_read: bool = False
 
 
-class Scheduler(Protocol):
-    """A scheduler: ``schedule`` takes the call's inputs and returns one result."""
+class Scheduler(Protocol[S]):
+    """One mode of scheduling; see the module docstring for how the facade drives it.
 
-    def schedule(self, call: Any) -> ScheduleResult: ...
+    ``key`` names the entry of the session's state row that holds ``dump(state)``;
+    ``legacy_setting``, when set, is the settings key prefix (``<prefix><session>``)
+    where stores written before that row held it kept the state: read when the
+    row has no ``key``. ``notes_shown`` is how many of the latest notes its
+    card shows (older ones are recallable). ``guards_tools`` says whether
+    ``blocked`` can refuse a harness's tool call.
+    """
+
+    key: str
+    legacy_setting: str | None
+    notes_shown: int
+    guards_tools: bool
+
+    def load(self, saved: Any) -> S:
+        """Return the state ``dump`` wrote (None: a new session's)."""
+
+    def dump(self, state: S) -> Any:
+        """Return ``state`` as JSON-able data."""
+
+    def lookups(self, history: "History", state: S) -> Lookups:
+        """Return what the facade should read for this call."""
+
+    def schedule(self, inputs: CallInputs, state: S) -> ScheduleResult:
+        """Plan and render one call's prompt; the result carries the new state."""
+
+    def blocked(self, tool_name: str, state: S) -> str | None:
+        """Return the error text for a harness tool call the budget forbids now, else None."""
+
+    def accept_handoff(self, arguments: Mapping[str, Any]) -> "Handoff":
+        """Return the ``new_context`` handoff ``arguments`` describe; ``ToolError`` if not offered or malformed."""
+
+    def declare(self, handoff: "Handoff", call_id: str, state: S) -> Declared:
+        """Record ``handoff`` as the pending switch (phase one of two)."""
+
+    def handoff(self, state: S) -> "Handoff | None":
+        """Return the handoff the task-state card shows, if any."""
 
 
 def first_diff(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> int | None:

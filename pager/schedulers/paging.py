@@ -50,11 +50,21 @@ from pager.core.render import (
     source_label,
     stub_message,
 )
+from pager.core.handoff import Handoff
 from pager.core.terms import term_weight
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text
+from pager.errors import ToolError
 from pager.formats.base import RenderHints
 from pager.options import Options
-from pager.schedulers.base import RecallHit, ScheduleResult, first_diff
+from pager.schedulers.base import (
+    CallInputs,
+    Declared,
+    Lookups,
+    RecallHit,
+    RecallRequest,
+    ScheduleResult,
+    first_diff,
+)
 
 __all__ = ["PagingCall", "PagingScheduler", "RecallRequest", "recall_query"]
 
@@ -64,16 +74,6 @@ LABEL_TOKENS = 24
 MIN_LIFE = 8
 # under the objective, a page of another task than the active one is this much less likely to be needed
 TASK_AWAY = 0.25
-
-
-@attrs.frozen(slots=True)
-class RecallRequest:
-    """The index search the scheduler wants run for this call (the facade runs it)."""
-
-    terms: tuple[str, ...]
-    k: int
-    exclude: frozenset[int]
-    min_score: float
 
 
 @attrs.frozen(slots=True)
@@ -95,6 +95,8 @@ class PagingCall:
     # None: the model can call expand. Else the request's own tool names (lower case -> as named):
     # only file reads made with one of them are stubbed, and the stub says to re-read with it
     reread: Mapping[str, str] | None = None
+    # the checkpoint files read back when the session reopened (``state_dir``): part of the card
+    state_text: str = ""
 
     def foreign(self) -> dict[int, RecallHit]:
         """Return the pages from beyond the history this call may show, by id."""
@@ -113,14 +115,64 @@ def recall_query(history: History) -> set[str]:
 
 
 class PagingScheduler:
-    """Schedule one session's calls in paging mode (the default)."""
+    """Schedule one session's calls in paging mode (the default).
+
+    Its state is the last prompt's ``Layout`` (None before the first call),
+    kept under the state row's ``layout`` key, where ``pager ui`` reads it.
+    """
+
+    key = "layout"
+    legacy_setting = None
+    guards_tools = False  # paging prunes no tool: every harness tool may always run
 
     def __init__(self, options: Options, counter: TokenCounter, policy: HeatPolicy) -> None:
         self.options = options
         self.counter = counter
         self.policy = policy
-        # the checkpoint files read back when the session opened (``state_dir``): part of the card
-        self.state_text = ""
+        self.notes_shown = options.max_notes
+
+    # -- the Scheduler interface ------------------------------------------------------------
+
+    def load(self, saved: Any) -> Layout | None:
+        """Return the layout ``dump`` wrote."""
+        return Layout.from_state(saved)
+
+    def dump(self, state: Layout | None) -> Any:
+        """Return the layout as the state row keeps it."""
+        return state.to_state() if state else None
+
+    def lookups(self, history: History, state: Layout | None) -> Lookups:
+        """Return the recall search and the other sessions' pages the last prompt's recall blocks show."""
+        foreign: tuple[int, ...] = ()
+        if state is not None:
+            row_of = history.row_of
+            foreign = tuple(p for s in state.slots if s.kind == RECALL for p in s.pages if p not in row_of)
+        return Lookups(self.recall_request(history, state), foreign)
+
+    def schedule(self, inputs: CallInputs, state: Layout | None) -> ScheduleResult:
+        """Plan and render the prompt for one call; the new layout is the result's state."""
+        return self.plan(PagingCall(
+            history=inputs.history, messages=inputs.messages, pins=inputs.pins, notes=inputs.notes,
+            pin_terms=inputs.pin_terms, tools_tokens=inputs.tools_tokens, prev=state, prev_out=inputs.prev_out,
+            hits=inputs.hits, demoted=inputs.demoted, kept=inputs.kept, reread=inputs.reread,
+            state_text=inputs.checkpoint.opened,
+        ))
+
+    def blocked(self, tool_name: str, state: Layout | None) -> str | None:
+        """Return None: paging blocks no tool."""
+        return None
+
+    def accept_handoff(self, arguments: Mapping[str, Any]) -> Handoff:
+        """Raise ``ToolError``: ``new_context`` is a rollover tool."""
+        raise ToolError("new_context is only offered in rollover mode")
+
+    def declare(self, handoff: Handoff, call_id: str, state: Layout | None) -> Declared:
+        """Raise ``ToolError``: paging takes no handoff."""
+        raise ToolError("new_context is only offered in rollover mode")
+
+    def handoff(self, state: Layout | None) -> Handoff | None:
+        """Return None: a paging session's handoffs are its events' (``handoff_from_events``)."""
+        return None
 
     # -- recall ---------------------------------------------------------------------------
 
@@ -176,20 +228,23 @@ class PagingScheduler:
 
     # -- schedule -------------------------------------------------------------------------
 
-    def card(self, pins: Sequence[str], notes: Sequence[str], fixed_tokens: int = 0) -> GuardResult:
+    def card(
+        self, pins: Sequence[str], notes: Sequence[str], fixed_tokens: int = 0, state_text: str = ""
+    ) -> GuardResult:
         """Return the task-state card under the L1 cap (``pager.core.l1guard``).
 
-        ``fixed_tokens`` is the rest of L1 (system messages and turn 1). With
-        no pins, notes or state block the card is empty and nothing is counted.
+        ``fixed_tokens`` is the rest of L1 (system messages and turn 1);
+        ``state_text`` the checkpoint files the card carries. With no pins,
+        notes or state block the card is empty and nothing is counted.
         """
         o = self.options
         first = len(notes) - min(len(notes), o.max_notes) + 1
         keep = notes[-o.max_notes :] if o.max_notes else []
-        if not pins and not keep and not self.state_text:
+        if not pins and not keep and not state_text:
             return GuardResult("", (), (), (), bool(o.l1_cap) and fixed_tokens > o.l1_cap)
         return guard_card(
             fixed_tokens, items("pin", pins), items("note", keep, first), o.l1_cap, self.counter.count,
-            overhead=MESSAGE_OVERHEAD, state=self.state_text,
+            overhead=MESSAGE_OVERHEAD, state=state_text,
         )
 
     def _focus_terms(self, call: PagingCall) -> frozenset[str]:
@@ -232,7 +287,7 @@ class PagingScheduler:
         growth = float(table.tokens[~pinned].sum()) / max(clock, 1)
         return need, growth, float(max(clock, MIN_LIFE))
 
-    def schedule(self, call: PagingCall) -> ScheduleResult:
+    def plan(self, call: PagingCall) -> ScheduleResult:
         """Plan and render the prompt for one call."""
         o = self.options
         h = call.history
@@ -248,7 +303,7 @@ class PagingScheduler:
         if cut.cut:
             call = attrs.evolve(call, messages=[*cut.messages, *call.messages[npin:]])
             cols["tokens"][:npin] = cut.tokens
-        guard = self.card(call.pins, call.notes, int(cols["tokens"][pinned].sum()))
+        guard = self.card(call.pins, call.notes, int(cols["tokens"][pinned].sum()), call.state_text)
         card = guard.card
         card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
         focus = self._focus_terms(call)
@@ -294,6 +349,7 @@ class PagingScheduler:
             else _first_change(prev, layout)
         )
         layers, kept, stubbed = self._layers(h, layout, card_tokens, call.tools_tokens, cols["tokens"])
+        saved = layout.to_state()
         return ScheduleResult(
             messages=rendered,
             tokens=result.tokens + call.tools_tokens,
@@ -318,7 +374,10 @@ class PagingScheduler:
             # the L1 guard says what it moved out of the card, every call it is out
             notices=tuple(f"l1-moved:{ref}" for ref in guard.moved) + (("l1-over-cap",) if guard.over else ())
             + tuple(f"l1-cut:{h.handle[r]}" for r in cut.cut),
-            state={"layout": layout.to_state()},
+            layout=saved,
+            # the layout as it reads back from the store: a reopened session plans from the same value
+            state=Layout.from_state(saved),
+            checkpoint_read=True,  # the card carries the files read back on reopen from the first call
             # a round that left every page in full demoted nothing to search for (a first call, say):
             # no commit (a Tantivy commit costs ~0.2 s on the first request of every session)
             flush_index=result.round and (kept < n or bool(demoted)),

@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-In rollover mode (``pager.open(..., mode="rollover")``) the facade calls
-``RolloverController.assemble`` instead of the paging planner. The caller
-still sends its whole history every call; the controller keeps a *window*
+In rollover mode (``pager.open(..., mode="rollover")``) the facade's
+scheduler is ``RolloverScheduler`` instead of the paging planner. The caller
+still sends its whole history every call; the scheduler keeps a *window*
 over it::
 
     L1 rows          system messages and the original first user message, verbatim
@@ -47,22 +47,31 @@ results are carried into the new window whole (pairing is never cut). Only
 when L1 and the new window's first message alone do not fit is
 ``BudgetError`` raised.
 
-The controller never touches the store: its window state (``to_state``) and
-the events it records (a handoff intent, a rollover) go out in each result,
-and the facade saves them in the store's settings table (key
-``rollover:<session>``) in the same transaction as the call's pages, so a
-reopened session keeps its window, its claimed notices and a pending handoff.
+The scheduler never touches the store and keeps no state between calls: its
+state (``RolloverState``: the window, a pending handoff, the handoffs so far)
+comes in with each call and goes out in the result with the events it
+recorded (a handoff intent, a rollover). The facade saves both in the
+session's state row (key ``rollover``) in the same transaction as the call's
+pages, so a reopened session keeps its window, its claimed notices and a
+pending handoff. Stores written before that row held it kept it in the
+settings table under ``rollover:<session>``; it is read from there once.
+
+One call is worked out by a ``_WindowCall``: a copy of the state for that
+call alone, changed step by step (sync with a rewound history, open the
+first card, the budget decision, the notices, the tools) and returned as the
+new state.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
 
 from pager.core.budget import (
     ROLLOVER_TOOL,
+    BudgetAction,
     BudgetConfig,
     BudgetState,
     blocked_text,
@@ -72,39 +81,34 @@ from pager.core.budget import (
     prune_tools,
     reminder_text,
 )
-from pager.core.handoff import NEW_CONTEXT_TOOL, Handoff, confirmation_text
+from pager.core.handoff import NEW_CONTEXT_TOOL, Handoff, confirmation_text, parse_handoff
 from pager.core.promotion import check_promotion
 from pager.core.tokens import TokenCounter, ToolTokens
 from pager.errors import BudgetError
 from pager.formats.base import RenderHints
-from pager.schedulers.base import ScheduleResult
-from pager.schedulers.window import Intent, Notice, Window, handoff_from
+from pager.schedulers.base import CallInputs, Declared, Lookups, ScheduleResult
+from pager.schedulers.window import Intent, RolloverState, handoff_from
 from pager.schedulers.windowing import WindowOps, open_calls
 
 if TYPE_CHECKING:  # pragma: no cover
     from pager.core.history import History
     from pager.options import Options
 
-__all__ = ["SETTING_PREFIX", "RolloverController"]
+__all__ = ["SETTING_PREFIX", "RolloverScheduler"]
 
+# where stores written before the state row held the rollover state kept it: settings["rollover:<session>"]
 SETTING_PREFIX = "rollover:"
-_STATE_VERSION = 1
 
 
-# --------------------------------------------------------------------------- controller
+class RolloverScheduler:
+    """Schedule one session's calls in rollover mode: one window at a time (see the module docstring)."""
 
+    key = "rollover"
+    legacy_setting = SETTING_PREFIX
+    notes_shown = 0  # a window's card shows pins only: every note is recallable
+    guards_tools = True  # the fallback step lets only new_context run
 
-class RolloverController(WindowOps):
-    """Keep one session's rollover window, decide the budget actions, persist the state.
-
-    The facade owns the history and the store; this class reads the history
-    mirror and returns its state and events in each result for the facade to
-    persist. It never touches the store or the recall index.
-    """
-
-    def __init__(
-        self, options: "Options", counter: TokenCounter, session: str, state: Mapping[str, Any] | None = None
-    ) -> None:
+    def __init__(self, options: "Options", counter: TokenCounter, session: str) -> None:
         self.options = options
         self.counter = counter
         self.session = session
@@ -120,221 +124,237 @@ class RolloverController(WindowOps):
             max_steps=options.max_steps,
         )
         self.workspace = Path(options.workspace) if options.workspace else None
-        self.window = Window()
-        self.pending: Intent | None = None
-        self.last_handoff: Mapping[str, Any] | None = None
-        # inferences of every committed handoff: never accepted back as requirements
-        self.inferences: tuple[str, ...] = ()
-        self.triggers: tuple[str, ...] = ()  # message_uuids of earlier handoffs
-        # the checkpoint files read back (``state_dir``), set by the facade: the next card carries them
-        self.state_text = ""
-        self.resume_pending = False  # a reopened session: show the state files once, at the tail
-        self._count_tools = ToolTokens(counter)
-        self._events: list[tuple[str, Any]] = []
-        if state:
-            self._load(state)
+        self.count_tools = ToolTokens(counter)
 
-    # -- persistence -----------------------------------------------------------------
+    # -- state ---------------------------------------------------------------------------
 
-    def _load(self, data: Mapping[str, Any]) -> None:
-        w = dict(data["window"])
-        w["carried"] = tuple(w.get("carried", ()))
-        w["notices"] = tuple(Notice(**n) for n in w.get("notices", ()))
-        for key in ("notices_claimed", "moved"):
-            w[key] = tuple(w.get(key, ()))
-        if "opened" not in w:
-            w["opened"] = True  # a window saved before the notice existed is not announced again
-        self.window = Window(**w)
-        self.inferences = tuple(data.get("inferences", ()))
-        self.triggers = tuple(data.get("triggers", ()))
-        p = data.get("pending")
-        self.pending = Intent(p["arguments"], p["call_id"]) if p else None
-        self.last_handoff = data.get("last_handoff")
+    def load(self, saved: Mapping[str, Any] | None) -> RolloverState:
+        """Return the state ``dump`` wrote (None: a new session's)."""
+        return RolloverState.from_data(saved)
 
-    def to_state(self) -> dict[str, Any]:
-        """Return the controller's state as JSON-able data (what ``save`` writes)."""
-        return {
-            "version": _STATE_VERSION,
-            "window": attrs.asdict(self.window, recurse=True),
-            "pending": attrs.asdict(self.pending) if self.pending else None,
-            "last_handoff": self.last_handoff,
-            "inferences": list(self.inferences),
-            "triggers": list(self.triggers),
-        }
+    def dump(self, state: RolloverState) -> dict[str, Any]:
+        """Return ``state`` as JSON-able data."""
+        return state.to_data()
 
-    def take_events(self) -> tuple[tuple[str, Any], ...]:
-        """Return the events recorded since the last call, and forget them (the facade stores them)."""
-        out, self._events = tuple(self._events), []
-        return out
+    def lookups(self, history: "History", state: RolloverState) -> Lookups:
+        """Return no reads: a window recalls nothing (its pages are one ``expand`` away)."""
+        return Lookups()
 
     # -- the tool side ------------------------------------------------------------------
 
-    def declare(self, handoff: Handoff, call_id: str) -> str:
-        """Record the model's handoff as the pending intent; return the tool result text.
+    def accept_handoff(self, arguments: Mapping[str, Any]) -> Handoff:
+        """Return the handoff ``arguments`` describe; ``ToolError`` for a malformed one or a file outside the workspace."""
+        return parse_handoff(arguments, self.workspace)
+
+    def declare(self, handoff: Handoff, call_id: str, state: RolloverState) -> Declared:
+        """Record the model's handoff as the pending intent; return the tool result text and the new state.
 
         Phase one of two: nothing in the window changes here. A second call
         before the switch replaces the first (the latest handoff wins).
         """
-        check_promotion(handoff, self.inferences, self.triggers)
+        check_promotion(handoff, state.inferences, state.triggers)
         args = handoff.to_arguments()
-        self.pending = Intent(args, call_id)
-        self._events.append(("rollover_intent", {"call_id": call_id, **args}))
-        return confirmation_text(handoff, self.session)
+        return Declared(
+            confirmation_text(handoff, self.session),
+            attrs.evolve(state, pending=Intent(args, call_id)),
+            (("rollover_intent", {"call_id": call_id, **args}),),
+        )
 
-    @property
-    def fallback_active(self) -> bool:
-        """Whether the current window is in its fallback step (only ``new_context`` may run)."""
-        return self.window.fallback_claimed
-
-    def blocked(self, tool_name: str) -> str | None:
+    def blocked(self, tool_name: str, state: RolloverState) -> str | None:
         """Return the error result text for a call to ``tool_name`` if the fallback step prunes it, else None."""
-        if not self.fallback_active or tool_name == ROLLOVER_TOOL:
+        if not state.window.fallback_claimed or tool_name == ROLLOVER_TOOL:
             return None
         return blocked_text(tool_name, (ROLLOVER_TOOL,))
 
-    def latest_handoff(self) -> Handoff | None:
+    def handoff(self, state: RolloverState) -> Handoff | None:
         """Return the pending handoff, else the one the current window started from."""
-        if self.pending is not None:
-            return handoff_from(self.pending.arguments)
-        return handoff_from(self.last_handoff) if self.last_handoff else None
+        if state.pending is not None:
+            return handoff_from(state.pending.arguments)
+        return handoff_from(state.last_handoff) if state.last_handoff else None
 
-    # -- assemble -------------------------------------------------------------------------
+    # -- schedule -------------------------------------------------------------------------
 
-    def assemble(
-        self,
-        h: "History",
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]],
-        pins: Sequence[str],
-        notes: Sequence[str],
-    ) -> ScheduleResult:
+    def schedule(self, inputs: CallInputs, state: RolloverState) -> ScheduleResult:
         """Build the prompt for the next model call from the caller's whole history.
 
-        ``h`` is the facade's history mirror, already holding ``messages``;
-        ``tools`` the request's tools as they would be sent. Raises
-        ``BudgetError`` when L1 and the first message of a new window alone
-        do not fit the hard limit.
+        ``inputs.history`` is the facade's history mirror, already holding the
+        call's messages. Raises ``BudgetError`` when L1 and the first message
+        of a new window alone do not fit the hard limit.
         """
-        forked = self._sync(h)
-        n = len(h)
-        hard = hard_limit(self.config)
-        labels: list[str] = []
+        return _WindowCall(self, inputs, state).run()
+
+
+class _WindowCall(WindowOps):
+    """One call of the rollover scheduler: the state copied in, changed step by step, handed back."""
+
+    def __init__(self, scheduler: RolloverScheduler, inputs: CallInputs, state: RolloverState) -> None:
+        self.options = scheduler.options
+        self.counter = scheduler.counter
+        self.session = scheduler.session
+        self.config = scheduler.config
+        self._count_tools = scheduler.count_tools
+        self.window = state.window
+        self.pending = state.pending
+        self.last_handoff = state.last_handoff
+        self.inferences = state.inferences
+        self.triggers = state.triggers
+        self.state_text = inputs.checkpoint.text  # a new window's card carries the latest files
+        self.resume_pending = inputs.checkpoint.unread  # a reopened session: show them once, at the tail
+        self._events: list[tuple[str, Any]] = []
+        self.inputs = inputs
+        self.h = inputs.history
+        self.n = len(inputs.history)
+        self.hard = hard_limit(self.config)
+        self.tools_tokens = inputs.tools_tokens
+        self.last_assistant, self.open_ids = open_calls(inputs.messages)
+        self.boundary = not self.open_ids
+        self.labels: list[str] = []
+        self.changed: list[int] = []  # prompt positions that changed since the last call
+        self.demoted: tuple[int, ...] = ()
+        self.reason = ""
+
+    def state(self) -> RolloverState:
+        return RolloverState(self.window, self.pending, self.last_handoff, self.inferences, self.triggers)
+
+    def run(self) -> ScheduleResult:
+        forked = self._sync(self.h)
         if self.window.card is None:
-            # the first window's card is fixed when it opens, like every later one's
-            guard = self._guard(h, pins, self.window.carried)
-            self.window = attrs.evolve(
-                self.window, card=guard.card, card_tokens=self._text_tokens(guard.card) if guard.card else 0,
-                pins_shown=len(pins), moved=guard.moved,
-            )
-            labels.extend(f"l1-moved:{ref}" for ref in guard.moved)
-            self.resume_pending = False  # the card already carries the state files
-        last_assistant, open_ids = open_calls(messages)
-        boundary = not open_ids
-        tools_tokens = self._count_tools(tools)
-        changed: list[int] = []
+            self._open_first_card()
         if forked is not None:
-            changed.append(0)  # conservative: a rewind is rare and re-bills anyway
+            self.changed.append(0)  # conservative: a rewind is rare and re-bills anyway
         if self.window.synthetic_at is not None:
-            changed.append(self.window.synthetic_at)
-        demoted: tuple[int, ...] = ()
-        reason = ""
+            self.changed.append(self.window.synthetic_at)
+        action = self._decide()
+        if self.boundary:
+            self._give_notices(action)
+        out_tools, tools_sent = self._tools_sent()
+        return self._result(out_tools, tools_sent)
 
-        def size() -> int:
-            layers, _, _ = self._measure(h, len(open_ids))
-            return sum(layers.values()) + tools_tokens
+    def size(self) -> int:
+        """Return the prompt's tokens as it stands now, tools included."""
+        layers, _, _ = self._measure(self.h, len(self.open_ids))
+        return sum(layers.values()) + self.tools_tokens
 
-        def roll(why: str, end: int) -> None:
-            nonlocal demoted, reason
-            old = self.window
-            demoted += self._roll(h, messages, pins, notes, why, end)
-            # L1 rows and the carried system rows stay; the first difference is after them
-            changed.append(min(h.pinned_count(), n) + len(old.carried))
-            reason = f"rollover: {why}"
-            labels.append(f"rollover:{why}")
-            labels.extend(f"l1-moved:{ref}" for ref in self.window.moved)
-            if size() > hard:
-                raise BudgetError(size() - tools_tokens, hard - tools_tokens,
-                                  "L1 and the new window's first message do not fit")
+    def _open_first_card(self) -> None:
+        # the first window's card is fixed when it opens, like every later one's
+        pins = self.inputs.pins
+        guard = self._guard(self.h, pins, self.window.carried)
+        self.window = attrs.evolve(
+            self.window, card=guard.card, card_tokens=self._text_tokens(guard.card) if guard.card else 0,
+            pins_shown=len(pins), moved=guard.moved,
+        )
+        self.labels.extend(f"l1-moved:{ref}" for ref in guard.moved)
+        self.resume_pending = False  # the card already carries the state files
 
-        total = size()
+    def roll(self, why: str, end: int) -> None:
+        """Start a new window at row ``end``; ``BudgetError`` if it does not fit the hard limit."""
+        old = self.window
+        i = self.inputs
+        self.demoted += self._roll(self.h, i.messages, i.pins, i.notes, why, end)
+        # L1 rows and the carried system rows stay; the first difference is after them
+        self.changed.append(min(self.h.pinned_count(), self.n) + len(old.carried))
+        self.reason = f"rollover: {why}"
+        self.labels.append(f"rollover:{why}")
+        self.labels.extend(f"l1-moved:{ref}" for ref in self.window.moved)
+        if self.size() > self.hard:
+            raise BudgetError(self.size() - self.tools_tokens, self.hard - self.tools_tokens,
+                              "L1 and the new window's first message do not fit")
+
+    def _decide(self) -> BudgetAction:
+        """Take the budget's decision on the prompt as it stands; roll over when it says so and may."""
+        total = self.size()
         action = evaluate_budget(self.config, BudgetState(
             current_tokens=total,
-            explicit_rollover_declared=self.pending is not None and boundary,
+            explicit_rollover_declared=self.pending is not None and self.boundary,
             reminder_claimed=self.window.reminder_claimed,
             fallback_claimed=self.window.fallback_claimed,
-            steps=self._steps(h),
+            steps=self._steps(self.h),
         ))
-        if action.type == "rollover":
-            if boundary:
-                roll(action.reason or "hard-limit", n)
-            elif total > hard:
-                # over the limit while a call is still running: carry its unit whole
-                if last_assistant is None or last_assistant <= self._start(h):
-                    raise BudgetError(total - tools_tokens, hard - tools_tokens,
-                                      "the unit with the unanswered tool call alone does not fit")
-                roll(action.reason or "hard-limit", last_assistant)
-            # else: not at a step boundary yet; the switch waits for the next call
-            if reason:
-                # the new window gets its own decision, never a second rollover
-                action = evaluate_budget(self.config, BudgetState(size()))
-        if boundary and action.type in ("remind", "fallback"):
-            now = BudgetState(size())
+        if action.type != "rollover":
+            return action
+        if self.boundary:
+            self.roll(action.reason or "hard-limit", self.n)
+        elif total > self.hard:
+            # over the limit while a call is still running: carry its unit whole
+            if self.last_assistant is None or self.last_assistant <= self._start(self.h):
+                raise BudgetError(total - self.tools_tokens, self.hard - self.tools_tokens,
+                                  "the unit with the unanswered tool call alone does not fit")
+            self.roll(action.reason or "hard-limit", self.last_assistant)
+        # else: not at a step boundary yet; the switch waits for the next call
+        if self.reason:
+            # the new window gets its own decision, never a second rollover
+            action = evaluate_budget(self.config, BudgetState(self.size()))
+        return action
+
+    def _give_notices(self, action: BudgetAction) -> None:
+        """Append what this step boundary owes: the budget's notice, the window's, a new pin's."""
+        n = self.n
+        if action.type in ("remind", "fallback"):
+            now = BudgetState(self.size())
             if action.type == "remind":
                 self._notice("remind", reminder_text(self.config, now), n)
                 self.window = attrs.evolve(self.window, reminder_claimed=True)
             else:
                 self._notice("fallback", fallback_text(self.config, now), n)
                 self.window = attrs.evolve(self.window, fallback_claimed=True)
-            labels.append(action.type)
-            reason = reason or action.type
-        if boundary:
-            labels.extend(self._announce(h, size, hard))
-        if boundary and len(pins) > self.window.pins_shown:
+            self.labels.append(action.type)
+            self.reason = self.reason or action.type
+        self.labels.extend(self._announce(self.h, self.size, self.hard))
+        pins = self.inputs.pins
+        if len(pins) > self.window.pins_shown:
             # a pin added mid-window is shown once at the tail; the card is fixed until the next window
             added = "\n".join(f"- {p}" for p in pins[self.window.pins_shown :])
             self._notice("pin", f"[pager] Pinned goal(s) added by the harness:\n{added}", n)
             self.window = attrs.evolve(self.window, pins_shown=len(pins))
-            labels.append("pin")
+            self.labels.append("pin")
+
+    def _tools_sent(self) -> tuple[list[Mapping[str, Any]] | None, int]:
+        """Return the tools to send (None: the request's) and their tokens; roll over if a notice tipped the prompt."""
         out_tools: list[Mapping[str, Any]] | None = None
         if self.window.fallback_claimed:
             # the fallback step: only new_context stays callable (added when the request lacks it)
-            out_tools = prune_tools(tools) or [NEW_CONTEXT_TOOL]
-        tools_sent = tools_tokens if out_tools is None else self._count_tools(out_tools)
-        if size() - tools_tokens + tools_sent > hard:
-            if reason.startswith("rollover") or not boundary:
-                raise BudgetError(size() - tools_tokens, hard - tools_sent,
+            out_tools = prune_tools(self.inputs.tools) or [NEW_CONTEXT_TOOL]
+        tools_sent = self.tools_tokens if out_tools is None else self._count_tools(out_tools)
+        if self.size() - self.tools_tokens + tools_sent > self.hard:
+            if self.reason.startswith("rollover") or not self.boundary:
+                raise BudgetError(self.size() - self.tools_tokens, self.hard - tools_sent,
                                   "L1, the first message and the budget notice do not fit")
             # a notice tipped the prompt over the limit: roll over instead
-            roll("hard-limit", n)
-            out_tools, tools_sent = None, tools_tokens
-        layers, kept, stubbed = self._measure(h, len(open_ids))
-        msgs, handles, synthetic = self._emit(h, messages)
+            self.roll("hard-limit", self.n)
+            out_tools, tools_sent = None, self.tools_tokens
+        return out_tools, tools_sent
+
+    def _result(self, out_tools: list[Mapping[str, Any]] | None, tools_sent: int) -> ScheduleResult:
+        h, n = self.h, self.n
+        layers, kept, stubbed = self._measure(h, len(self.open_ids))
+        msgs, handles, synthetic = self._emit(h, self.inputs.messages)
         prev_len = self.window.emitted
         self.window = attrs.evolve(self.window, upto=n, tail=h.page[n - 1] if n else 0,
                                    synthetic_at=synthetic, emitted=len(msgs))
         layers["tools"] = tools_sent
-        changed_from = min(changed) if changed else None
+        changed_from = min(self.changed) if self.changed else None
         l1 = min(h.pinned_count(), n) + len(self.window.carried) + (1 if self.window.card else 0)
         return ScheduleResult(
             messages=msgs,
             tools=out_tools,
             tokens=sum(layers.values()),
-            budget=hard,
+            budget=self.hard,
             layers=layers,
             pages_kept=kept,
             pages_stubbed=stubbed,
             pages_dropped=n - kept - stubbed,
-            round=reason.startswith("rollover"),
-            reason=reason,
+            round=self.reason.startswith("rollover"),
+            reason=self.reason,
             changed_from=changed_from,
             # a window grows verbatim: its first message closes the part that never changes
             hints=RenderHints(
                 l1=l1, stable=l1 + (1 if self.window.first else 0),
                 previous=changed_from if changed_from is not None else (prev_len or None),
             ),
-            notices=tuple(labels),
+            notices=tuple(self.labels),
             handles=tuple(handles),
-            demoted=demoted,
-            state=self.to_state(),
-            events=self.take_events(),
+            demoted=self.demoted,
+            state=self.state(),
+            events=tuple(self._events),
+            checkpoint_read=not self.resume_pending,
         )

@@ -1,7 +1,8 @@
 """Rollover mode's values and the task-state card: windows, notices, intents. Pure.
 
-``Window`` is what the rollover controller (``pager.schedulers.rollover``)
-persists between calls; ``task_state`` derives the task-state card
+``RolloverState`` (a ``Window``, a pending ``Intent``, the handoffs so far)
+is the rollover scheduler's state (``pager.schedulers.rollover``), kept
+between calls; ``task_state`` derives the task-state card
 (goal, invariants, next step, notes) that ``pager state export`` writes.
 """
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "Intent",
     "Notice",
+    "RolloverState",
     "Window",
     "handoff_from",
     "handoff_from_events",
@@ -85,6 +87,53 @@ class Window:
     prefix_tokens: int = 0  # L1, the first message and the tools when the window opened
     opened: bool = False  # the window-open notice was given (or not wanted)
     moved: tuple[str, ...] = ()  # pins the L1 guard moved out of this window's card
+
+
+_STATE_VERSION = 1
+
+
+@attrs.frozen(slots=True)
+class RolloverState:
+    """The rollover scheduler's state between calls: the window, a pending handoff, the handoffs so far."""
+
+    window: Window = Window()
+    pending: Intent | None = None
+    last_handoff: Mapping[str, Any] | None = None  # the arguments the current window started from
+    # inferences of every committed handoff: never accepted back as requirements
+    inferences: tuple[str, ...] = ()
+    triggers: tuple[str, ...] = ()  # message_uuids of earlier handoffs
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any] | None) -> "RolloverState":
+        """Return the state ``to_data`` wrote (None: a new session's)."""
+        if not data:
+            return cls()
+        w = dict(data["window"])
+        w["carried"] = tuple(w.get("carried", ()))
+        w["notices"] = tuple(Notice(**n) for n in w.get("notices", ()))
+        for key in ("notices_claimed", "moved"):
+            w[key] = tuple(w.get(key, ()))
+        if "opened" not in w:
+            w["opened"] = True  # a window saved before the notice existed is not announced again
+        p = data.get("pending")
+        return cls(
+            window=Window(**w),
+            pending=Intent(p["arguments"], p["call_id"]) if p else None,
+            last_handoff=data.get("last_handoff"),
+            inferences=tuple(data.get("inferences", ())),
+            triggers=tuple(data.get("triggers", ())),
+        )
+
+    def to_data(self) -> dict[str, Any]:
+        """Return the state as JSON-able data (the format of the ``rollover:<session>`` settings rows)."""
+        return {
+            "version": _STATE_VERSION,
+            "window": attrs.asdict(self.window, recurse=True),
+            "pending": attrs.asdict(self.pending) if self.pending else None,
+            "last_handoff": self.last_handoff,
+            "inferences": list(self.inferences),
+            "triggers": list(self.triggers),
+        }
 
 
 def handoff_from(arguments: Mapping[str, Any]) -> Handoff:

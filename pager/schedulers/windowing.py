@@ -1,13 +1,13 @@
-"""Rollover windows: measuring, emitting, opening and announcing them. The controller's base class.
+"""Rollover windows: measuring, emitting, opening and announcing them. One call's base class.
 
-``WindowOps`` holds what ``pager.schedulers.rollover.RolloverController``
-does to its window besides the per-call budget decision: follow a caller
+``WindowOps`` holds what one call of ``pager.schedulers.rollover``
+(``_WindowCall``) does to its window besides the budget decision: follow a caller
 that rewound its history, measure and render the window, start a new one
 (``_roll``: the model's handoff or a forced checkpoint, and a card under the
 L1 cap carrying the checkpoint files), and append the notices a window is
 owed at a step boundary (``_announce``: window-open, resume, usage). Pure,
-like the controller: it reads the history mirror and records events for the
-facade to persist, never touching the store.
+like the scheduler: it reads the history mirror, changes its own copy of the
+state and records events for the facade to persist, never touching the store.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _cap(text: str, handle: str) -> str:
 
 
 class WindowOps:
-    """The window half of the rollover controller (see the module docstring)."""
+    """The window half of one rollover call (see the module docstring)."""
 
     options: "Options"
     counter: TokenCounter
