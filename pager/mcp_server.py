@@ -49,12 +49,12 @@ class SessionTools:
 
     def __init__(self, store: str | os.PathLike[str], session: str) -> None:
         from pager.storage.index import PageIndex
-        from pager.storage.sqlite import Store
+        from pager.storage.sqlite import SQLiteStore
 
         self.path = Path(store)
         self.session = session
         self._lock = threading.Lock()
-        self.store = Store(self.path)
+        self.store = SQLiteStore(self.path)
         self.store.ensure_session(session)
         saved = self.store.setting(f"options:{session}")
         self.options = Options.build(orjson.loads(saved) if saved else {})

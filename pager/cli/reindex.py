@@ -24,14 +24,14 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pager.storage.index import PageIndex
     from pager.storage.indexing import feed_index
-    from pager.storage.sqlite import DB_NAME, Store
+    from pager.storage.sqlite import DB_NAME, SQLiteStore
 
     folder = Path(args.store)
     if not (folder / DB_NAME).exists():
         raise ConfigError(f"{folder} holds no pager store (no {DB_NAME})")
     t0 = time.perf_counter()
     shutil.rmtree(folder / "index", ignore_errors=True)
-    store = Store(folder)
+    store = SQLiteStore(folder)
     index = PageIndex(folder / "index")
 
     def progress(done: int, total: int) -> None:
