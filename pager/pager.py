@@ -31,7 +31,7 @@ from pager.core.render import line_range
 from pager.core.tokens import TokenCounter, ToolTokens, default_counter
 from pager.errors import HandleError, InputError, ToolError
 from pager.options import Options, load_config
-from pager.formats.base import WireFormat, detect, get_format
+from pager.formats.base import WireFormat, detect, get_format, read_usage
 from pager.recording import Recorder, record_aside
 from pager.report import Report, ReportLog, layout_delta
 from pager.schedulers.base import ScheduleResult
@@ -260,8 +260,9 @@ class Pager(Sharing, Session):
         """
         with self._lock:
             self._check_open()
-            fmt = get_format(format or "openai-chat")
-            figures = fmt.parse_usage(response).to_dict()
+            get_format(format or "openai-chat")  # a wrong name is still a ConfigError
+            # the format whose usage the response carries reads it (its keys say whose it is)
+            figures = read_usage(response).to_dict()
             self.reports.append({"type": "usage", "session": self.session, "call": self._calls, **figures,
                                  "time": round(time.time(), 3)})
             return figures
