@@ -207,6 +207,7 @@ def wal_line(
 
 
 _HASH_RE = re.compile(r" files=(\S+) sha256=([0-9a-f]{16})$")
+_LOOSE_HASH_RE = re.compile(r" files=\S+ sha256=\S*$")  # a hash tail, whether or not it still parses
 
 
 def parse_wal_hash(line: str) -> tuple[tuple[str, ...], str] | None:
@@ -228,10 +229,12 @@ def damaged_files(d: StateDirFd) -> tuple[str, ...]:
         for raw in reversed(data.split(b"\n")):
             line = raw.decode("utf-8", errors="replace")
             found = parse_wal_hash(line)
-            if found is None and (" files=" in line or " sha256=" in line):
+            if found is None and _LOOSE_HASH_RE.search(line.rstrip("\r")):
                 return (name,)
             if found is not None:
                 names, digest = found
+                if not set(names) <= {GOAL_FILE, INVARIANTS_FILE, NEXT_FILE} or any(d.is_symlink(n) for n in names):
+                    return names  # not what pager wrote (never read through a symlink)
                 return () if content_hash([(n, d.read_text(n) or "") for n in names]) == digest else names
     return ()
 
@@ -304,12 +307,17 @@ def planned_writes(
 
     Raises ``InvariantRewriteError`` when the invariants on disk are not a
     prefix of what ``state`` renders (checked before anything is written).
-    ``damaged`` files (``damaged_files``; a WAL segment's name: all of them)
-    are derived again: the goal's latch holds what pager wrote, not a file
-    that no longer hashes to it. The invariants are never derived again.
+    ``damaged`` files (``damaged_files``) are derived again: the goal's latch
+    holds what pager wrote, not a file that no longer hashes to it; a name
+    that is no state file (a WAL segment's, a garbled one) means the goal
+    too. With any damage ``99_next.md`` is rewritten, so a new WAL line
+    hashes the directory as it now is. The invariants are never derived
+    again (an altered entry is an ``InvariantRewriteError``).
     """
-    every = any(n.startswith(WAL_FILE) for n in damaged)
-    damaged = (GOAL_FILE, NEXT_FILE) if every else damaged
+    if any(n not in (GOAL_FILE, INVARIANTS_FILE, NEXT_FILE) for n in damaged):
+        damaged = (GOAL_FILE, NEXT_FILE)
+    elif damaged:
+        damaged = (*damaged, NEXT_FILE)
     want_inv = render_invariants(state.invariants)
     have_inv = d.read_text(INVARIANTS_FILE)
     if have_inv is not None and not want_inv.startswith(have_inv):
@@ -403,7 +411,8 @@ def export_state(
     clock = now or (lambda: _dt.datetime.now(_dt.timezone.utc))
     with StateDirFd(directory) as d:
         names, _line = write_state(
-            d, state, transition, now=clock(), revision=git_state(directory), wal_max_bytes=wal_max_bytes
+            d, state, transition, now=clock(), revision=git_state(directory), wal_max_bytes=wal_max_bytes,
+            damaged=damaged_files(d),
         )
     return [directory / n for n in names]
 

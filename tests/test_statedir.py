@@ -336,3 +336,32 @@ def test_a_reopen_derives_a_damaged_goal_again_though_the_goal_is_a_latch(tmp_pa
     assert (d / "00_goal.md").read_text() == goal
     assert "00_goal.md" in [m["what"] for m in wal(d)][-2]
     assert goal in resume_text(d)
+
+
+def test_a_recover_line_that_wrote_nothing_is_no_damage(tmp_path):
+    from pager.statefiles import StateDirFd, damaged_files
+
+    d = tmp_path / "state"
+    opened(tmp_path).close()
+    with (d / ".wal").open("a") as f:  # as a recover line with no file to write reads
+        f.write("2026-01-01T00:00:00Z no-git recover store=p0.n0.e0 wal=p0.n0.e1 files=- mark=p0.n0.e0\n")
+    with StateDirFd(d) as fd:
+        assert damaged_files(fd) == ()
+
+
+@pytest.mark.parametrize("garble", [("99_next.md sha256=", "99_next.mf sha256="), ("sha256=", "sha256=zz")])
+def test_a_garbled_hash_tail_is_healed_at_the_next_write(tmp_path, garble):
+    from pager.statefiles import resume_text
+
+    d = tmp_path / "state"
+    p = opened(tmp_path)
+    p.note("current: fixing hard_limit")
+    wal_file = d / ".wal"
+    text = wal_file.read_text()
+    at = text.rindex(garble[0])
+    wal_file.write_text(text[:at] + garble[1] + text[at + len(garble[0]):])
+    with pytest.raises(pager.StateFileError, match="do not hash"):
+        resume_text(d)
+    p.pin("keep the API stable")  # the next write derives the files again under a new line
+    p.close()
+    assert "fixing hard_limit" in resume_text(d)
