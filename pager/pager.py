@@ -40,7 +40,7 @@ from pager.core.pages import PageRecord
 from pager.core.pools import PoolAcl
 from pager.core.tokens import TokenCounter, ToolTokens, default_counter
 from pager.errors import InputError, PagerError, ToolError
-from pager.formats.base import WireFormat, detect, get_format
+from pager.formats.base import WireFormat, detect, get_format, read_usage
 from pager.options import Options, load_config
 from pager.recording import Recorder, record_aside
 from pager.report import LayoutLog, Report, ReportLog
@@ -346,8 +346,9 @@ class Pager:
         """
         with self._lock:
             self._check_open()
-            fmt = get_format(format or self._wire)
-            figures = fmt.parse_usage(response).to_dict()
+            get_format(format or self._wire)  # a wrong name is still a ConfigError
+            # the format whose usage the response carries reads it (its keys say whose it is)
+            figures = read_usage(response).to_dict()
             self.reports.append({"type": "usage", "session": self.session, "call": self._mirror.state.calls,
                                  **figures, "time": round(time.time(), 3)})
             return figures

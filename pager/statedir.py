@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from pager.statefiles import (
     GOAL_FILE,
+    damaged_files,
     planned_writes,
     resume_text,
     wal_segments,
@@ -146,13 +147,18 @@ class StateDir:
     # -- writing ------------------------------------------------------------------------------
 
     def record(self, transition: str) -> list[str]:
-        """Log ``transition`` and bring the files in line with the store; return the names written."""
+        """Log ``transition`` and bring the files in line with the store; return the names written.
+
+        Files that no longer hash to their WAL line (``damaged_files``) are
+        derived again, latches included: the hash is checked on every write.
+        """
         with StateDirFd(self.path) as d:
             fcntl.flock(d.fd, fcntl.LOCK_EX)
             try:
                 names, _line = write_state(
                     d, self.host.task_state(), f"{transition} mark={store_mark(self.host)}",
                     now=self.clock(), revision=git_state(self.path), wal_max_bytes=self.wal_max_bytes,
+                    damaged=damaged_files(d),
                 )
                 self.goal_written = self.goal_written or d.read_bytes(GOAL_FILE) is not None
             finally:
@@ -196,7 +202,9 @@ class StateDir:
             was = self.last_mark()
             now = store_mark(self.host)
             with StateDirFd(self.path) as d:
-                stale = planned_writes(d, self.host.task_state())
+                # files that no longer hash to their WAL line are damage, not what pager wrote
+                damaged = damaged_files(d)
+                stale = planned_writes(d, self.host.task_state(), damaged)
             if was != now or stale:
                 # a crash between the store's commit and the WAL line, or between the line and the files
                 self.recovered = f"recover store={now} wal={was} files={','.join(n for n, _, _ in stale) or '-'}"

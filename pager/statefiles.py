@@ -23,8 +23,16 @@ sha256=<hash>]``: the git revision (``no-git`` outside a repository, ``+dirty``
 when tracked files are modified), the transition, and a content hash of the
 files it changed. The line is appended *before* those files are replaced
 (write-ahead): if the files on disk do not hash to the last line's hash, the
-write was interrupted, and the files can be derived again (``pager.statedir``
-does so when a session reopens).
+write was interrupted (or a file was changed since), and the files can be
+derived again. The hash is checked on read (``damaged_files``):
+``resume_text`` refuses files that do not hash to the newest hashed line
+(``StateFileError`` naming them: never a resume from damaged files), and
+``pager.statedir`` derives them from the store again at its next write or
+reopen, the latched goal included. ``10_invariants.md`` is not re-derived: an
+altered entry stays an ``InvariantRewriteError``. The hash covers the files a
+line names, not the line's own text: a flipped byte in its ``files=`` or
+``sha256=`` part reads as damage too (of every derived file), one elsewhere in
+the line changes no file.
 
 Every file operation goes through ``pager.stateio``: no symlink is followed,
 replacements are atomic renames inside the directory.
@@ -59,6 +67,7 @@ __all__ = [
     "StateFileError",
     "TaskState",
     "content_hash",
+    "damaged_files",
     "export_state",
     "git_revision",
     "git_state",
@@ -198,12 +207,36 @@ def wal_line(
 
 
 _HASH_RE = re.compile(r" files=(\S+) sha256=([0-9a-f]{16})$")
+_LOOSE_HASH_RE = re.compile(r" files=\S+ sha256=\S*$")  # a hash tail, whether or not it still parses
 
 
 def parse_wal_hash(line: str) -> tuple[tuple[str, ...], str] | None:
     """Return the (file names, hash) a WAL line records, or None for a line that changed no file."""
     m = _HASH_RE.search(line.rstrip("\n"))
     return (tuple(m.group(1).split(",")), m.group(2)) if m else None
+
+
+def damaged_files(d: StateDirFd) -> tuple[str, ...]:
+    """Return the files of the newest hashed WAL line if they no longer hash to it, else ``()``.
+
+    Rotated segments are searched too. Only the newest line that hashes
+    files is checkable: an older line's hash covers files a newer line has
+    since changed. A line whose ``files=`` / ``sha256=`` part no longer
+    parses returns the segment's name (what it hashed is unknown).
+    """
+    for name in reversed(wal_segments(d)):
+        data = d.read_bytes(name) or b""
+        for raw in reversed(data.split(b"\n")):
+            line = raw.decode("utf-8", errors="replace")
+            found = parse_wal_hash(line)
+            if found is None and _LOOSE_HASH_RE.search(line.rstrip("\r")):
+                return (name,)
+            if found is not None:
+                names, digest = found
+                if not set(names) <= {GOAL_FILE, INVARIANTS_FILE, NEXT_FILE} or any(d.is_symlink(n) for n in names):
+                    return names  # not what pager wrote (never read through a symlink)
+                return () if content_hash([(n, d.read_text(n) or "") for n in names]) == digest else names
+    return ()
 
 
 # --------------------------------------------------------------------------- git
@@ -267,12 +300,24 @@ def rotate_wal(d: StateDirFd, max_bytes: int) -> str | None:
     return segment
 
 
-def planned_writes(d: StateDirFd, state: TaskState) -> list[tuple[str, str, str]]:
+def planned_writes(
+    d: StateDirFd, state: TaskState, damaged: Sequence[str] = ()
+) -> list[tuple[str, str, str]]:
     """Return ``(name, how, text)`` for each file ``state`` changes; ``how`` is ``replace`` or ``append``.
 
     Raises ``InvariantRewriteError`` when the invariants on disk are not a
     prefix of what ``state`` renders (checked before anything is written).
+    ``damaged`` files (``damaged_files``) are derived again: the goal's latch
+    holds what pager wrote, not a file that no longer hashes to it; a name
+    that is no state file (a WAL segment's, a garbled one) means the goal
+    too. With any damage ``99_next.md`` is rewritten, so a new WAL line
+    hashes the directory as it now is. The invariants are never derived
+    again (an altered entry is an ``InvariantRewriteError``).
     """
+    if any(n not in (GOAL_FILE, INVARIANTS_FILE, NEXT_FILE) for n in damaged):
+        damaged = (GOAL_FILE, NEXT_FILE)
+    elif damaged:
+        damaged = (*damaged, NEXT_FILE)
     want_inv = render_invariants(state.invariants)
     have_inv = d.read_text(INVARIANTS_FILE)
     if have_inv is not None and not want_inv.startswith(have_inv):
@@ -283,7 +328,7 @@ def planned_writes(d: StateDirFd, state: TaskState) -> list[tuple[str, str, str]
             "existing entries in the task state, or move the file away to start over"
         )
     out: list[tuple[str, str, str]] = []
-    if state.goal.strip() and d.read_text(GOAL_FILE) is None:
+    if state.goal.strip() and (GOAL_FILE in damaged or d.read_text(GOAL_FILE) is None):
         out.append((GOAL_FILE, "replace", render_goal(state.goal)))
     if have_inv is None:
         out.append((INVARIANTS_FILE, "replace", want_inv))
@@ -291,7 +336,7 @@ def planned_writes(d: StateDirFd, state: TaskState) -> list[tuple[str, str, str]
         out.append((INVARIANTS_FILE, "append", want_inv[len(have_inv):]))
     want_next = render_state_next(state)
     # a symlink in 99_next.md's place is replaced by the rename, never read or written through
-    have_next = None if d.is_symlink(NEXT_FILE) else d.read_text(NEXT_FILE)
+    have_next = None if d.is_symlink(NEXT_FILE) or NEXT_FILE in damaged else d.read_text(NEXT_FILE)
     if have_next != want_next:
         out.append((NEXT_FILE, "replace", want_next))
     return out
@@ -305,6 +350,7 @@ def write_state(
     now: _dt.datetime,
     revision: str,
     wal_max_bytes: int = DEFAULT_WAL_MAX_BYTES,
+    damaged: Sequence[str] = (),
 ) -> tuple[list[str], str]:
     """Write ``state`` into an open state directory; return (names written, the WAL line).
 
@@ -312,7 +358,7 @@ def write_state(
     new contents) is appended, then each file is written. A crash after the
     line and before the files leaves files whose hash differs from the line's.
     """
-    plan = planned_writes(d, state)
+    plan = planned_writes(d, state, damaged)
     rotated = rotate_wal(d, wal_max_bytes)
     if rotated:
         d.append(WAL_FILE, wal_line(f"rotated previous={rotated}", revision, now))
@@ -360,7 +406,8 @@ def export_state(
     clock = now or (lambda: _dt.datetime.now(_dt.timezone.utc))
     with StateDirFd(directory) as d:
         names, _line = write_state(
-            d, state, transition, now=clock(), revision=git_state(directory), wal_max_bytes=wal_max_bytes
+            d, state, transition, now=clock(), revision=git_state(directory), wal_max_bytes=wal_max_bytes,
+            damaged=damaged_files(d),
         )
     return [directory / n for n in names]
 
@@ -388,6 +435,13 @@ def resume_text(directory: Path) -> str:
         raise StateFileError(f"no state directory at {directory}")
     parts = []
     with StateDirFd(directory) as d:
+        damaged = damaged_files(d)
+        if damaged:
+            raise StateFileError(
+                f"{directory}: {', '.join(damaged)} do not hash to the last WAL line that wrote them (an "
+                "interrupted write, or a file changed since): reopen the session with this state_dir, or run "
+                "`pager state export STORE DIR`, to derive them from the store again"
+            )
         for name in d.names():
             if not re.fullmatch(r"[0-9][0-9]_.*\.md", name) or d.is_symlink(name):
                 continue

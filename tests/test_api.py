@@ -8,7 +8,7 @@ import pytest
 import pager
 from pager.core import pairing
 from pager.formats.openai_chat import validate
-from pager.storage.sqlite import SCHEMA_VERSION, Store
+from pager.storage.sqlite import SCHEMA_VERSION, SQLiteStore
 from pager.core.tokens import HeuristicCounter
 
 from helpers import assistant, big_text, call, coding_session, system, tool, user
@@ -270,13 +270,13 @@ def test_closed_pager_refuses_work(tmp_path):
 def test_store_records_schema_version(tmp_path):
     with open_pager(tmp_path):
         pass
-    store = Store(tmp_path / "ctx")
+    store = SQLiteStore(tmp_path / "ctx")
     assert store.setting("schema_version") == str(SCHEMA_VERSION)
     assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     store.set_setting("schema_version", "99")
     store.close()
     with pytest.raises(pager.SchemaError):
-        Store(tmp_path / "ctx")
+        SQLiteStore(tmp_path / "ctx")
 
 
 def test_big_output_is_full_only_in_the_newest_step(tmp_path):

@@ -16,13 +16,13 @@ SCRIPT = textwrap.dedent(
     import os, sys
     sys.path.insert(0, {tests!r})
     import pager
-    from pager.storage.sqlite import Store
+    from pager.storage.sqlite import SQLiteStore
     from helpers import coding_session
 
     history = coding_session(12)
     p = pager.open({path!r}, session="s", context_window=200_000)
     p.assemble({{"messages": history[:10]}})
-    real = Store.record
+    real = SQLiteStore.record
 
     def dying(self, *args, **kwargs):
         # start the transaction, write part of it, then die without committing
@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent(
             db.execute("INSERT INTO pins (session, text, created) VALUES ('s', 'half-written', 0)")
             os._exit(9)
 
-    Store.record = dying
+    SQLiteStore.record = dying
     p.assemble({{"messages": history}})
     """
 )

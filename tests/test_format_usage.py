@@ -1,4 +1,8 @@
-"""Usage figures per provider, from real SDK objects and dicts; unknown shapes are errors."""
+"""Usage figures per provider, from real SDK objects and dicts; unknown shapes are errors.
+
+Each format reads its own provider's usage (``WireFormat.parse_usage``); ``read_usage``
+picks the format by the usage's keys (the formats' ``usage_claim``).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from langchain_core.messages import AIMessage
 from openai.types.chat import ChatCompletion
 
 from pager.errors import InputError
-from pager.formats.usage import parse_usage
+from pager.formats.base import get_format, read_usage
+
+parse_usage = read_usage  # the facade's route: observe() reads any format's usage
 
 
 def test_anthropic_message():
@@ -70,3 +76,65 @@ def test_langchain_usage_metadata():
 def test_unknown_shapes_raise(bad):
     with pytest.raises(InputError):
         parse_usage(bad)
+
+
+# -- each format reads its own provider's usage, and only that -------------------------------------
+
+CHAT = ChatCompletion.model_validate({
+    "id": "c", "object": "chat.completion", "created": 0, "model": "gpt-4o", "choices": [],
+    "usage": {"prompt_tokens": 2000, "completion_tokens": 9, "total_tokens": 2009,
+              "prompt_tokens_details": {"cached_tokens": 1536}},
+})
+RESPONSES = rt.Response.model_validate({
+    "id": "resp_1", "object": "response", "created_at": 0, "model": "gpt-5", "output": [],
+    "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+    "usage": {"input_tokens": 1000, "output_tokens": 5, "total_tokens": 1005,
+              "input_tokens_details": {"cached_tokens": 800, "cache_write_tokens": 0},
+              "output_tokens_details": {"reasoning_tokens": 0}},
+})
+ANTHROPIC = at.Message.model_validate({
+    "id": "m", "type": "message", "role": "assistant", "model": "claude", "content": [],
+    "stop_reason": "end_turn", "stop_sequence": None,
+    "usage": {"input_tokens": 12, "output_tokens": 7, "cache_read_input_tokens": 800,
+              "cache_creation_input_tokens": 100},
+})
+OWN = {"openai-chat": (CHAT, (2000, 9, 1536, 0)), "openai-responses": (RESPONSES, (1000, 5, 800, 0)),
+       "anthropic-messages": (ANTHROPIC, (912, 7, 800, 100))}
+
+
+@pytest.mark.parametrize("name", sorted(OWN))
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_each_format_reads_its_own_usage(name, as_dict):
+    response, figures = OWN[name]
+    response = response.model_dump() if as_dict else response
+    for value in (response, response["usage"] if as_dict else response.usage):
+        u = get_format(name).parse_usage(value)
+        assert (u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cache_write_tokens) == figures
+        assert read_usage(value) == u  # observe's route picks the same format
+
+
+@pytest.mark.parametrize("name", sorted(OWN))
+def test_a_format_refuses_another_providers_usage(name):
+    for other, (response, _) in OWN.items():
+        if other != name:
+            with pytest.raises(InputError, match="usage"):
+                get_format(name).parse_usage(response)
+
+
+@pytest.mark.parametrize(("usage", "owner"), [
+    ({"input_tokens": 30, "output_tokens": 2}, "anthropic-messages"),  # no total: never Responses
+    ({"input_tokens": 30, "output_tokens": 2, "total_tokens": 32}, "openai-responses"),  # a total: never Anthropic
+    ({"input_tokens": 30, "output_tokens": 2, "input_tokens_details": {"cached_tokens": 3}}, "openai-responses"),
+    ({"prompt_tokens": 30, "completion_tokens": 2, "input_tokens": 1, "cache_read_input_tokens": 5}, "openai-chat"),
+    ({"input_tokens": 30, "output_tokens": 2, "cache_read_input_tokens": 5,
+      "input_tokens_details": {"cached_tokens": 3}}, "anthropic-messages"),  # sure claims tie: the older format
+])
+def test_the_surest_claim_reads_an_ambiguous_usage(usage, owner):
+    assert read_usage(usage) == get_format(owner).parse_usage(usage)
+
+
+def test_langchain_details_outrank_a_guess_but_not_a_sure_claim():
+    lc = {"input_tokens": 1000, "output_tokens": 5, "total_tokens": 1005,
+          "input_token_details": {"cache_read": 800}}
+    assert read_usage(lc).cached_tokens == 800  # Responses would only guess (by the total)
+    assert read_usage({**lc, "input_tokens_details": {"cached_tokens": 7}}).cached_tokens == 7

@@ -112,8 +112,43 @@ def _run_python(name: str, namespace: dict[str, Any], cwd: Path, monkeypatch: py
 def test_every_recipe_is_tested():
     assert set(RECIPES) == {
         "proxy", "claude-code", "codex", "openai-env", "openai-python", "aio", "langchain", "langgraph",
-        "openai-agents", "litellm", "mcp-claude", "mcp-codex",
+        "openai-agents", "litellm", "mcp-claude", "mcp-codex", "upstream-module", "proxy-upstream",
     }
+
+
+def test_an_upstream_added_by_a_loaded_module(servers, tmp_path):
+    # the module recipe as a file, the command recipe as written: a new route to a new upstream
+    (tmp_path / "gateway_upstream.py").write_text(RECIPES["upstream-module"][1], encoding="utf-8")
+    argv = shlex.split(RECIPES["proxy-upstream"][1].replace("\\\n", " "))
+    assert argv[:4] == ["python", "-m", "pager", "proxy"] and "--load" in argv
+    port = _free_port()
+    swap = {"8788": str(port), "gateway=http://127.0.0.1:4000": "gateway=" + servers["upstream"]}
+    argv = [sys.executable, *[swap.get(a, a) for a in argv[1:]]]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    pytest.fail(f"pager proxy did not start: {proc.stdout.read().decode()[-2000:]}")
+                time.sleep(0.05)
+        base = f"http://127.0.0.1:{port}/gateway/v1"
+        with openai.OpenAI(base_url=base, api_key=KEY, max_retries=0) as client:
+            reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "via the gateway"}])
+        assert reply.choices[0].message.content == "echo: via the gateway"
+        path, headers, _ = servers["up_app"].state.seen[-1]
+        assert path == "/v1/chat/completions" and headers["authorization"] == f"Bearer {KEY}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def test_openai_clients_through_the_proxy(servers, monkeypatch, tmp_path):

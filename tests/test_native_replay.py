@@ -158,7 +158,9 @@ def test_a_marked_string_turn_is_the_same_prefix():
 
 @pytest.mark.traces
 def test_usage_of_real_claude_code_responses_is_read_exactly(traces_dir):
-    from pager.formats.usage import parse_usage
+    from pager.formats.base import get_format
+
+    parse_usage = get_format("anthropic-messages").parse_usage
 
     path = traces_dir / "raw" / "claude-code" / "test" / "fixtures" / "transcripts" / "tool_heavy.jsonl"
     if not path.exists():

@@ -281,3 +281,87 @@ def test_a_next_note_is_printed_once_as_the_next_step_not_next_step_next(tmp_pat
     nxt = (tmp_path / "state" / "99_next.md").read_text()
     assert "- next step: run the canary\n" in nxt and "next step: next" not in nxt.lower()
     p.close()
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_resume_refuses_files_that_no_longer_hash_to_their_wal_line(tmp_path):
+    from pager.statefiles import resume_text
+
+    d = tmp_path / "state"
+    p = opened(tmp_path)
+    p.note("current: fixing hard_limit")
+    p.close()
+    assert "fixing hard_limit" in resume_text(d)
+    _flip(d / "99_next.md", 5)
+    with pytest.raises(pager.StateFileError, match="99_next.md do not hash"):
+        resume_text(d)
+
+
+@pytest.mark.parametrize("to_hex", [True, False])  # to another hash, or to no hash at all
+def test_a_flipped_byte_in_the_wal_lines_hash_is_damage_too(tmp_path, to_hex):
+    from pager.statefiles import resume_text
+
+    d = tmp_path / "state"
+    p = opened(tmp_path)
+    p.note("current: fixing hard_limit")
+    p.close()
+    wal_file = d / ".wal"
+    text = wal_file.read_text()
+    at = text.rindex("sha256=") + len("sha256=")
+    new = ("1" if text[at] == "0" else "0") if to_hex else "g"
+    wal_file.write_text(text[:at] + new + text[at + 1:])
+    with pytest.raises(pager.StateFileError, match="do not hash"):
+        resume_text(d)
+    opened(tmp_path).close()  # the reopen derives the files again under a new line
+    assert "fixing hard_limit" in resume_text(d)
+
+
+def test_a_reopen_derives_a_damaged_goal_again_though_the_goal_is_a_latch(tmp_path):
+    from pager.statefiles import resume_text
+
+    d = tmp_path / "state"
+    p = opened(tmp_path)
+    p.assemble({"messages": HISTORY})
+    p.close()
+    goal = (d / "00_goal.md").read_text()
+    last = (d / ".wal").read_text().splitlines()[-1]
+    assert "00_goal.md" in last  # the goal line is the newest hashed line
+    _flip(d / "00_goal.md", len(goal) - 3)
+    opened(tmp_path).close()
+    assert (d / "00_goal.md").read_text() == goal
+    assert "00_goal.md" in [m["what"] for m in wal(d)][-2]
+    assert goal in resume_text(d)
+
+
+def test_a_recover_line_that_wrote_nothing_is_no_damage(tmp_path):
+    from pager.statefiles import StateDirFd, damaged_files
+
+    d = tmp_path / "state"
+    opened(tmp_path).close()
+    with (d / ".wal").open("a") as f:  # as a recover line with no file to write reads
+        f.write("2026-01-01T00:00:00Z no-git recover store=p0.n0.e0 wal=p0.n0.e1 files=- mark=p0.n0.e0\n")
+    with StateDirFd(d) as fd:
+        assert damaged_files(fd) == ()
+
+
+@pytest.mark.parametrize("garble", [("99_next.md sha256=", "99_next.mf sha256="), ("sha256=", "sha256=zz")])
+def test_a_garbled_hash_tail_is_healed_at_the_next_write(tmp_path, garble):
+    from pager.statefiles import resume_text
+
+    d = tmp_path / "state"
+    p = opened(tmp_path)
+    p.note("current: fixing hard_limit")
+    wal_file = d / ".wal"
+    text = wal_file.read_text()
+    at = text.rindex(garble[0])
+    wal_file.write_text(text[:at] + garble[1] + text[at + len(garble[0]):])
+    with pytest.raises(pager.StateFileError, match="do not hash"):
+        resume_text(d)
+    p.pin("keep the API stable")  # the next write derives the files again under a new line
+    p.close()
+    assert "fixing hard_limit" in resume_text(d)

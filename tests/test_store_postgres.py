@@ -512,3 +512,31 @@ def located_store(pg_dsn):
     s = PostgresStore(pg_dsn, max_size=2)
     yield s, pg_dsn
     s.close()
+
+
+def test_both_recall_indexes_clean_a_query_the_same_way(pg_dsn, plan):
+    # one clean-up (index_schema.clean_query) serves both: duplicates, stopwords, quotes and
+    # brackets, case, CJK and a path as an exact key find the same pages in Tantivy and PostgreSQL
+    from pager.storage.index_schema import analyze_query, clean_query
+
+    writer, follower_store = PostgresStore(pg_dsn), PostgresStore(pg_dsn, index="tantivy")
+    try:
+        b = writer.ensure_session("q")
+        texts = ["the walrus ate the fish", "Walrus tusks are long", "a page about pager/index.py", "上下文换窗的方案",
+                 "the of and", "fish fish fish", "(frobnicator) [config]"]
+        _, ids = writer.record("q", b, None, 0, [_text_page(i, t) for i, t in enumerate(texts)])
+        writer.record("q", b, None, len(texts), [new_page(99, kind="file", path="pager/index.py")])
+        pg, tv = writer.open_index(), follower_store.open_index()
+        tv.sync()
+        for q in ["walrus walrus WALRUS", "the of and", "the walrus", "'pager/index.py'", "(frobnicator)",
+                  "换窗", "fish, fish!", "", "x" * 10_000, " ".join(f"w{i}" for i in range(200)) + " walrus"]:
+            got_pg = {h.page_id for h in pg.search(q, session="q", k=20)}
+            got_tv = {h.page_id for h in tv.search(q, session="q", k=20)}
+            assert got_pg == got_tv, q
+        assert clean_query(*analyze_query("the of and")) == (["the", "of", "and"], [], ["=the", "=of", "=and"])
+        assert clean_query(*analyze_query("'Pager/Index.py' pager")) == (
+            ["pager", "index", "py"], [], ["=pager/index.py", "=pager"])
+        assert clean_query(*analyze_query("  ")) is None
+    finally:
+        writer.close()
+        follower_store.close()

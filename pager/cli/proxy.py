@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 from typing import Any
 
 from pager.errors import ConfigError
 
-__all__ = ["byte_size", "register"]
+__all__ = ["byte_size", "register", "upstream_pair"]
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
@@ -21,6 +22,14 @@ def byte_size(text: str) -> int:
     if not number.isdigit() or int(number) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (a positive byte count, or e.g. 512K, 32M, 1G)")
     return int(number) * _UNITS[unit]
+
+
+def upstream_pair(text: str) -> tuple[str, str]:
+    """Parse ``NAME=URL`` (an upstream's name in ``pager.proxy.dialects.UPSTREAMS`` and its base URL)."""
+    name, sep, url = text.partition("=")
+    if not sep or not name.strip() or not url.strip().startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=URL (e.g. openai=http://127.0.0.1:4000)")
+    return name.strip(), url.strip()
 
 
 def register(sub: Any) -> None:
@@ -46,6 +55,12 @@ def register(sub: Any) -> None:
                    help="where chat completions and responses go (default https://api.openai.com)")
     p.add_argument("--upstream-anthropic", default="https://api.anthropic.com", metavar="URL",
                    help="where Anthropic messages go (default https://api.anthropic.com)")
+    p.add_argument("--upstream", action="append", type=upstream_pair, default=[], metavar="NAME=URL",
+                   help="the base URL of any upstream by its name (openai, anthropic, or one a --load module "
+                        "registers); repeatable; wins over --upstream-openai / --upstream-anthropic")
+    p.add_argument("--load", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (repeatable): it registers a wire format, a dialect and its "
+                        "upstream (pager.proxy.dialects.register_dialect / register_upstream)")
     tools = p.add_mutually_exclusive_group()
     tools.add_argument("--no-tools", dest="tools", action="store_false",
                        help="do not add pager's recall / expand / note tools (then only file reads the client's "
@@ -76,6 +91,11 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     check_bind(args.host, args.allow_remote)  # before anything is opened
+    for module in args.load:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(f"--load {module}: {exc}") from exc
     options: dict[str, Any] = {"context_window": args.context_window}
     if args.config:
         options["config"] = args.config
@@ -87,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     config = ProxyConfig(
         store=args.store, upstream_openai=args.upstream_openai, upstream_anthropic=args.upstream_anthropic,
         tools=args.tools, timeout=args.timeout, options=options, max_tool_rounds=args.max_tool_rounds,
-        session_header_required=args.session_header_required,
+        session_header_required=args.session_header_required, upstreams=dict(args.upstream),
         **({"max_body": args.max_body} if args.max_body is not None else {}),
     )
     serve(create_app(config), args.host, args.port, allow_remote=args.allow_remote,

@@ -49,7 +49,7 @@ from pager.formats.anthropic_blocks import (
     system_message,
 )
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
-from pager.formats.usage import parse_usage
+from pager.formats._usage import count, own_usage
 
 __all__ = ["DEFAULT_CACHE_MARKS", "EPHEMERAL", "FORMAT", "AnthropicMessages", "block_text", "convert_message"]
 
@@ -320,8 +320,31 @@ class AnthropicMessages:
             block["is_error"] = True
         return block
 
+    def usage_claim(self, usage: Mapping[str, Any]) -> int:
+        if "input_tokens" not in usage:
+            return 0
+        if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
+            return 2  # Anthropic's own keys
+        # bare input/output tokens could be anyone's; Anthropic never sends a total
+        return 0 if "total_tokens" in usage else 1
+
     def parse_usage(self, response: Any) -> Usage:
-        return parse_usage(response)
+        """Read Messages usage: ``input_tokens`` is only the uncached part after the last
+        breakpoint; ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` are the rest
+        of the prompt (the prompt is the sum), read as cached and cache-written."""
+        usage = own_usage(response, self.usage_claim, "Anthropic Messages")
+        uncached = count(usage, "input_tokens", "Anthropic")
+        read = count(usage, "cache_read_input_tokens", "Anthropic") if "cache_read_input_tokens" in usage else 0
+        write = (
+            count(usage, "cache_creation_input_tokens", "Anthropic")
+            if "cache_creation_input_tokens" in usage else 0
+        )
+        return Usage(
+            prompt_tokens=uncached + read + write,
+            completion_tokens=count(usage, "output_tokens", "Anthropic"),
+            cached_tokens=read,
+            cache_write_tokens=write,
+        )
 
 
 def _assistant_blocks(m: Mapping[str, Any]) -> Any:

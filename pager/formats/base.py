@@ -1,6 +1,6 @@
 """The wire-format protocol: how a provider's request becomes neutral messages and back.
 
-The scheduler never sees a provider's shapes. A wire format does five things
+The scheduler never sees a provider's shapes. A wire format does six things
 for the facade, each a method of ``WireFormat``:
 
 ``validate(request)``
@@ -17,23 +17,29 @@ for the facade, each a method of ``WireFormat``:
     stable prefix ends, for formats with explicit cache breakpoints.
 ``tool_result(call_id, text, is_error)``
     Return the message or item answering one tool call, in the format's shape.
-``parse_usage(response)``
-    Return the provider response's ``Usage``; ``InputError`` on a shape the
-    format does not know (never zeros).
+``usage_claim(usage)`` and ``parse_usage(response)``
+    Each format reads its own provider's usage object. ``usage_claim`` says
+    how surely a usage mapping is this format's, by its keys: 0 not at all,
+    1 it could be (keys other providers send too), 2 keys only this provider
+    sends. ``parse_usage`` returns the ``Usage`` of a response (SDK object or
+    dict), its ``usage``, or a bare usage mapping; ``InputError`` on a usage
+    this format does not claim or a missing field (never zeros).
 
 A new format is a new module that registers a ``WireFormat`` instance with
 ``register_format`` (the built-in ones are imported by ``pager/formats/__init__.py``);
-``detect`` picks the format of a request by its keys.
+``detect`` picks the format of a request by its keys, and ``read_usage`` the
+format that reads a response's usage by the formats' claims.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
 
 from pager.core.describe import brief
 from pager.errors import ConfigError, InputError
+from pager.formats._usage import Usage, find_usage, is_langchain, keys, langchain_usage
 
 __all__ = [
     "Converted",
@@ -44,27 +50,9 @@ __all__ = [
     "detect",
     "formats",
     "get_format",
+    "read_usage",
     "register_format",
 ]
-
-
-@attrs.frozen(slots=True)
-class Usage:
-    """A provider response's token figures, normalised.
-
-    ``prompt_tokens`` is the whole prompt (cached, cache-written and uncached
-    parts together); ``cached_tokens`` the part read from the cache;
-    ``cache_write_tokens`` the part written to it (Anthropic bills it at a
-    premium; zero elsewhere).
-    """
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return attrs.asdict(self)
 
 
 @attrs.frozen(slots=True)
@@ -144,7 +132,13 @@ class WireFormat(Protocol):
 
     def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]: ...
 
-    def parse_usage(self, response: Any) -> Usage: ...
+    def usage_claim(self, usage: Mapping[str, Any]) -> int:
+        """How surely the usage mapping ``usage`` is this format's: 0, 1 or 2 (see the module docstring)."""
+        ...
+
+    def parse_usage(self, response: Any) -> Usage:
+        """Return the ``Usage`` of a response in this format (or its usage); ``InputError`` otherwise."""
+        ...
 
 
 _FORMATS: dict[str, WireFormat] = {}
@@ -183,3 +177,33 @@ def detect(request: Any) -> WireFormat:
         "request is in no known format: expected 'messages' (OpenAI chat or Anthropic Messages) "
         "or 'input' (OpenAI Responses)"
     )
+
+
+def read_usage(response: Any) -> Usage:
+    """Return the ``Usage`` of ``response``, read by the format whose usage it carries.
+
+    The format claiming the usage most surely reads it (``usage_claim``); a
+    tie goes to the older registration (chat, then Anthropic, then
+    Responses), whatever the caller's format: the usage's keys say whose it
+    is. LangChain's ``usage_metadata`` is LangChain's own normalisation of
+    every provider's usage, so no format's: it is read below the formats'
+    sure claims (2) and above their guesses (1). ``InputError`` when nothing
+    claims the usage.
+    """
+    usage = find_usage(response, lambda u: _usage_reader(u) is not None)
+    reader = _usage_reader(usage)
+    if reader is None:
+        raise InputError(f"unknown usage shape: got keys {keys(usage)}")
+    return reader(usage)
+
+
+def _usage_reader(usage: Mapping[str, Any]) -> Callable[[Any], Usage] | None:
+    best: WireFormat | None = None
+    sure = 0
+    for fmt in _FORMATS.values():
+        claim = fmt.usage_claim(usage)
+        if claim > sure:
+            best, sure = fmt, claim
+    if best is not None and (sure >= 2 or not is_langchain(usage)):
+        return best.parse_usage
+    return langchain_usage if is_langchain(usage) else None

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 from pager.errors import InputError, ToolError
 from pager.formats._convert import id_text, tool_arguments
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
-from pager.formats.usage import parse_usage
+from pager.formats._usage import count, optional_count, own_usage
 from pager.core.messages import check_message as neutral_check
 from pager.core.messages import validate as neutral_validate
 
@@ -101,8 +101,21 @@ class OpenAIChat:
     def tool_result(self, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:
         return {"role": "tool", "tool_call_id": call_id, "content": text}
 
+    def usage_claim(self, usage: Mapping[str, Any]) -> int:
+        # prompt_tokens is chat's alone (Responses and Anthropic say input_tokens)
+        return 2 if "prompt_tokens" in usage else 0
+
     def parse_usage(self, response: Any) -> Usage:
-        return parse_usage(response)
+        """Read chat usage: ``prompt_tokens`` (all of the prompt), ``completion_tokens``,
+        ``prompt_tokens_details.cached_tokens`` (and ``cache_write_tokens`` where the model reports writes)."""
+        usage = own_usage(response, self.usage_claim, "OpenAI chat")
+        details = usage.get("prompt_tokens_details")
+        return Usage(
+            prompt_tokens=count(usage, "prompt_tokens", "chat"),
+            completion_tokens=count(usage, "completion_tokens", "chat"),
+            cached_tokens=optional_count(details, "cached_tokens"),
+            cache_write_tokens=optional_count(details, "cache_write_tokens"),
+        )
 
 
 FORMAT = register_format(OpenAIChat())

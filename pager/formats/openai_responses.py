@@ -36,7 +36,7 @@ from pager.formats._convert import (
     text_part, tool_arguments,
 )
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
-from pager.formats.usage import parse_usage
+from pager.formats._usage import count, optional_count, own_usage
 
 __all__ = ["FORMAT", "ItemError", "OpenAIResponses", "item_text"]
 
@@ -337,8 +337,25 @@ class OpenAIResponses:
         # Responses has no error flag on an output item: the text says it
         return {"type": "function_call_output", "call_id": call_id, "output": text}
 
+    def usage_claim(self, usage: Mapping[str, Any]) -> int:
+        if "input_tokens" not in usage:
+            return 0
+        if "input_tokens_details" in usage:
+            return 2  # Responses' own key
+        # a total is sent by Responses and LangChain, never by Anthropic
+        return 1 if "total_tokens" in usage else 0
+
     def parse_usage(self, response: Any) -> Usage:
-        return parse_usage(response)
+        """Read Responses usage: ``input_tokens`` (all of the prompt), ``output_tokens``,
+        ``input_tokens_details.cached_tokens`` (and ``cache_write_tokens``)."""
+        usage = own_usage(response, self.usage_claim, "OpenAI Responses")
+        details = usage.get("input_tokens_details")
+        return Usage(
+            prompt_tokens=count(usage, "input_tokens", "Responses"),
+            completion_tokens=count(usage, "output_tokens", "Responses"),
+            cached_tokens=optional_count(details, "cached_tokens"),
+            cache_write_tokens=optional_count(details, "cache_write_tokens"),
+        )
 
 
 def _text(content: Any) -> str:

@@ -45,7 +45,8 @@ from starlette.routing import Mount, Route
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
 from pager.proxy.clients import passthrough_kind, serve_refusals
-from pager.proxy.dialects import DIALECTS, Dialect, reuse_items
+from pager.proxy.dialects import (DIALECTS, UPSTREAMS, Dialect, base_url, check_upstreams, reuse_items,
+                                  upstream_for)
 from pager.proxy.limits import DEFAULT_MAX_BODY, Refused, read_body, session_refusal
 from pager.proxy.replies import error_body, stream_error_event
 from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_for
@@ -54,8 +55,8 @@ __all__ = ["ProxyConfig", "create_app"]
 
 log = logging.getLogger("pager.proxy")
 
-DEFAULT_OPENAI = "https://api.openai.com"
-DEFAULT_ANTHROPIC = "https://api.anthropic.com"
+DEFAULT_OPENAI = UPSTREAMS["openai"].base_url
+DEFAULT_ANTHROPIC = UPSTREAMS["anthropic"].base_url
 # never forwarded upstream: hop-by-hop, recomputed, or pager's own
 _DROP_REQUEST = frozenset(
     "host content-length connection keep-alive transfer-encoding te trailer upgrade "
@@ -72,8 +73,8 @@ class ProxyConfig:
     """How the proxy runs. ``options`` go to ``pager.open`` for every session."""
 
     store: str
-    upstream_openai: str = DEFAULT_OPENAI
-    upstream_anthropic: str = DEFAULT_ANTHROPIC
+    upstream_openai: str | None = None  # None: UPSTREAMS["openai"] (DEFAULT_OPENAI)
+    upstream_anthropic: str | None = None  # None: UPSTREAMS["anthropic"] (DEFAULT_ANTHROPIC)
     tools: bool = True
     timeout: float = 600.0  # seconds between bytes of an upstream response (models can think a while)
     connect_timeout: float = 10.0
@@ -82,11 +83,12 @@ class ProxyConfig:
     options: Mapping[str, Any] = attrs.field(factory=dict)
     max_body: int = DEFAULT_MAX_BODY  # bytes; a bigger body gets a 413 before it is read (pager.proxy.limits)
     session_header_required: bool = False  # a request without x-pager-session gets a 400
+    upstreams: Mapping[str, str] = attrs.field(factory=dict, validator=check_upstreams)  # name -> base URL
 
     def upstream(self, which: str) -> str:
-        base = (self.upstream_anthropic if which == "anthropic" else self.upstream_openai).rstrip("/")
-        # accept a base URL given with its /v1, as SDKs take it
-        return base[:-3] if base.endswith("/v1") else base
+        """Return the base URL of upstream ``which`` (``upstreams`` first, then the two named fields)."""
+        named = {k: v for k, v in (("openai", self.upstream_openai), ("anthropic", self.upstream_anthropic)) if v}
+        return base_url(which, {**named, **self.upstreams})
 
 
 def _upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -203,7 +205,7 @@ class _Proxy:
     def _url(self, dialect: Dialect, request: Request) -> str:
         # the query too: Claude Code posts to /v1/messages?beta=true
         query = "?" + request.url.query if request.url.query else ""
-        return self.config.upstream(dialect.upstream) + request.url.path + query
+        return self.config.upstream(dialect.upstream) + (dialect.upstream_path or request.url.path) + query
 
     def _added_tools(self, p: Any, dialect: Dialect, req: Mapping[str, Any]) -> frozenset[str]:
         if not self.config.tools:
@@ -372,9 +374,9 @@ class _Proxy:
     async def passthrough(self, request: Request) -> Response:
         """Forward any other ``/v1`` call (model lists and the like) untouched."""
         assert self.client is not None
-        anthropic = "anthropic-version" in request.headers or "x-api-key" in request.headers
-        style = "anthropic" if anthropic else "openai"
-        url = self.config.upstream(style) + request.url.path
+        up = upstream_for(request.headers)
+        style = up.error_style
+        url = self.config.upstream(up.name) + request.url.path
         if request.url.query:
             url += "?" + request.url.query
         body = await read_body(request, self.config.max_body)

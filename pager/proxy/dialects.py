@@ -8,16 +8,98 @@ one per route; everything here is pure dict work on parsed JSON.
 
 Streams are read event by event by the format's ``StreamTurn``
 (``pager.proxy.streams``).
+
+Upstreams are data. Each dialect names its upstream (``Dialect.upstream``),
+an ``Upstream`` value in the ``UPSTREAMS`` table: its base URL, the header its
+clients send their key in and that header's scheme, the headers only its
+clients send (how an unrouted ``/v1/...`` call finds its upstream), and the
+error shape its clients read. A new provider is a format module, a dialect
+served at a path (``register_dialect``) and its upstream
+(``register_upstream``); ``ProxyConfig(upstreams={name: url})`` and
+``pager proxy --upstream NAME=URL`` move any upstream's base URL.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import attrs
+
 from pager.core.canonical import canonical
+from pager.errors import ConfigError
 from pager.proxy.streams import AnthropicTurn, ChatTurn, ResponsesTurn, StreamTurn
 
-__all__ = ["DIALECTS", "Dialect", "reuse_items"]
+__all__ = [
+    "DIALECTS",
+    "UPSTREAMS",
+    "Dialect",
+    "Upstream",
+    "base_url",
+    "check_upstreams",
+    "register_dialect",
+    "register_upstream",
+    "reuse_items",
+    "upstream_for",
+]
+
+
+@attrs.frozen(slots=True)
+class Upstream:
+    """Where one provider's calls go, and how its clients speak to it.
+
+    The proxy forwards the client's own key, never one of its own:
+    ``auth_header`` / ``auth_scheme`` say how that key travels (for the
+    docs, and to tell a provider's clients apart); ``client_headers`` are
+    the headers only this provider's clients send. ``error_style`` is the
+    error body shape they read (``pager.proxy.replies``).
+    """
+
+    name: str
+    base_url: str
+    auth_header: str = "authorization"
+    auth_scheme: str = "Bearer"
+    client_headers: tuple[str, ...] = ()
+    error_style: str = "openai"
+
+    def __attrs_post_init__(self) -> None:
+        if not self.name or not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"an upstream needs a name and an http(s) base URL, got {self.name!r} {self.base_url!r}")
+
+
+UPSTREAMS: dict[str, Upstream] = {}
+DEFAULT_UPSTREAM = "openai"  # an unrouted call that carries no provider's own headers goes here
+
+
+def register_upstream(upstream: Upstream) -> Upstream:
+    """Add ``upstream`` to ``UPSTREAMS`` (replacing one of the same name); return it."""
+    UPSTREAMS[upstream.name] = upstream
+    return upstream
+
+
+def base_url(name: str, overrides: Mapping[str, str] = {}) -> str:
+    """Return the base URL calls to upstream ``name`` go to (an override first), without a trailing ``/v1``."""
+    if name not in UPSTREAMS:
+        raise ConfigError(f"unknown upstream {name!r}; known: {sorted(UPSTREAMS)}")
+    base = (overrides.get(name) or UPSTREAMS[name].base_url).rstrip("/")
+    # accept a base URL given with its /v1, as SDKs take it
+    return base[:-3] if base.endswith("/v1") else base
+
+
+def check_upstreams(_instance: Any, _attribute: Any, overrides: Mapping[str, str]) -> None:
+    """Refuse base-URL ``overrides`` (name -> URL) of unknown upstreams or with no http(s) URL (an attrs validator)."""
+    for name, url in overrides.items():
+        if name not in UPSTREAMS:
+            raise ConfigError(f"unknown upstream {name!r}; known: {sorted(UPSTREAMS)}")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigError(f"upstream {name!r} needs an http(s) base URL, got {url!r}")
+
+
+def upstream_for(headers: Mapping[str, str]) -> Upstream:
+    """Return the upstream of an unrouted ``/v1/...`` call: the first whose clients' own headers it carries."""
+    for up in UPSTREAMS.values():
+        if any(h in headers for h in up.client_headers):
+            return up
+    return UPSTREAMS[DEFAULT_UPSTREAM]
 
 
 def reuse_items(previous: Sequence[Any] | None, items: Any) -> Any:
@@ -57,7 +139,8 @@ class Dialect:
     """Per-format proxy knowledge; see the module docstring."""
 
     format: str
-    upstream: str  # "openai" or "anthropic"
+    upstream: str  # its name in UPSTREAMS
+    upstream_path: str | None = None  # the path upstream (None: the path the client called)
     error_style: str  # "openai" or "anthropic"
     history_key: str = "messages"  # the request's list of history items
 
@@ -239,8 +322,23 @@ class ResponsesDialect(Dialect):
         return ResponsesTurn(pager_tools, round_no, offset, client_usage)
 
 
-DIALECTS: dict[str, Dialect] = {
-    "/v1/chat/completions": OpenAIChatDialect(),
-    "/v1/messages": AnthropicDialect(),
-    "/v1/responses": ResponsesDialect(),
-}
+DIALECTS: dict[str, Dialect] = {}  # the proxy's model-call routes: path -> dialect
+
+
+def register_dialect(path: str, dialect: Dialect) -> Dialect:
+    """Serve ``dialect`` at ``path`` in proxies created from now on; its upstream must be registered."""
+    if not path.startswith("/") or path in ("/v1/messages/count_tokens", "/"):
+        raise ConfigError(f"a dialect's path must start with '/' and not be one the proxy serves itself: {path!r}")
+    if dialect.upstream not in UPSTREAMS:
+        raise ConfigError(f"dialect {type(dialect).__name__} names upstream {dialect.upstream!r}; "
+                          f"register it first (known: {sorted(UPSTREAMS)})")
+    DIALECTS[path] = dialect
+    return dialect
+
+
+register_upstream(Upstream("openai", "https://api.openai.com"))
+register_upstream(Upstream("anthropic", "https://api.anthropic.com", auth_header="x-api-key", auth_scheme="",
+                           client_headers=("anthropic-version", "x-api-key"), error_style="anthropic"))
+register_dialect("/v1/chat/completions", OpenAIChatDialect())
+register_dialect("/v1/messages", AnthropicDialect())
+register_dialect("/v1/responses", ResponsesDialect())

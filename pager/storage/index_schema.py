@@ -17,7 +17,7 @@ from pager.core.pages import SCOPES
 from pager.core.pools import SHARED, is_audience, session_audience
 from pager.errors import InputError
 
-__all__ = ["Hit", "IndexDoc", "SCOPES", "analyze_terms"]
+__all__ = ["Hit", "IndexDoc", "SCOPES", "analyze_query", "analyze_terms", "clean_query"]
 
 MAX_QUERY_TERMS = 64
 MAX_QUERY_CHARS = 4096
@@ -207,3 +207,31 @@ def analyze_terms(terms: Iterable[str]) -> tuple[list[str], list[str], list[str]
         grams.extend(_bigrams(t))
         chunks.append(t)
     return words, grams, chunks
+
+
+def analyze_query(query: str) -> tuple[list[str], list[str], list[str]]:
+    """Return the words, CJK bigrams and whitespace chunks of free-text ``query`` (cut to 4 KB)."""
+    q = _clean(query[:MAX_QUERY_CHARS])
+    return _TEXT_ANALYZER.analyze(q), _bigrams(q), q.split()
+
+
+def clean_query(
+    words: list[str], grams: list[str], chunks: list[str]
+) -> tuple[list[str], list[str], list[str]] | None:
+    """Return the (words, grams, exact keys) a recall query searches; None when nothing is left.
+
+    Every recall index (Tantivy, PostgreSQL) cleans its queries here, so both
+    search the same terms: words and grams deduplicated, stopwords dropped
+    (unless nothing else is left), each capped at ``MAX_QUERY_TERMS``; the
+    first ``MAX_KEY_CHUNKS`` chunks, stripped of quotes and brackets and
+    lowercased, as ``=``-prefixed exact keys (paths, handles, labels).
+    """
+    words = list(dict.fromkeys(words))
+    kept = [w for w in words if w not in _STOPWORDS]
+    words = (kept or words)[:MAX_QUERY_TERMS]
+    grams = list(dict.fromkeys(grams))[:MAX_QUERY_TERMS]
+    keys = [c.strip(_CHUNK_STRIP).lower() for c in chunks[:MAX_KEY_CHUNKS]]
+    keys = list(dict.fromkeys("=" + c[:MAX_KEY_CHARS] for c in keys if c))
+    if not words and not grams:
+        return None
+    return words, grams, keys

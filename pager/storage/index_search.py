@@ -14,23 +14,17 @@ import tantivy
 from tantivy import Occur, Query
 
 from pager.storage.index_schema import (
+    analyze_query,
     analyze_terms,
+    clean_query,
     Hit,
     KEY_BOOST,
-    MAX_KEY_CHARS,
-    MAX_KEY_CHUNKS,
-    MAX_QUERY_CHARS,
-    MAX_QUERY_TERMS,
     PRUNE_KEEP,
     PRUNE_MIN_DF,
     PRUNE_SHARE,
     SNIPPET_CHARS,
-    _CHUNK_STRIP,
     _OVERFETCH,
     _SCHEMA,
-    _STOPWORDS,
-    _TEXT_ANALYZER,
-    _bigrams,
     _clean,
     reader_keys,
 )
@@ -78,11 +72,9 @@ class SearchMixin:
         Never raises on odd input: syntax characters, empty, huge, emoji or
         CJK queries are all fine (huge ones are cut to 4 KB / 64 terms).
         """
-        q = _clean(query[:MAX_QUERY_CHARS])
         # a person or the agent asked: see what other writers committed (reload=True)
         return self._run(
-            _TEXT_ANALYZER.analyze(q), _bigrams(q), q.split(),
-            session, k, exclude, kinds, cross_session, min_score, audiences, reload=True,
+            *analyze_query(query), session, k, exclude, kinds, cross_session, min_score, audiences, reload=True,
         )  # fmt: skip
 
     def search_terms(
@@ -121,14 +113,10 @@ class SearchMixin:
     ) -> list[Hit]:
         if k <= 0:
             return []
-        words = list(dict.fromkeys(words))
-        kept = [w for w in words if w not in _STOPWORDS]
-        words = (kept or words)[:MAX_QUERY_TERMS]
-        grams = list(dict.fromkeys(grams))[:MAX_QUERY_TERMS]
-        keys = [c.strip(_CHUNK_STRIP).lower() for c in chunks[:MAX_KEY_CHUNKS]]
-        keys = list(dict.fromkeys("=" + c[:MAX_KEY_CHARS] for c in keys if c))
-        if not words and not grams:
+        cleaned = clean_query(words, grams, chunks)
+        if cleaned is None:
             return []
+        words, grams, keys = cleaned
         readers = reader_keys(session, audiences, cross_session)  # a bare name is the caller's InputError
 
         def query() -> list[Hit]:

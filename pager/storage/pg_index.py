@@ -69,14 +69,11 @@ import orjson
 from pager.core.messages import message_text
 from pager.errors import RecallIndexError, StoreError
 from pager.storage.index_schema import (  # the Tantivy index's analysis, shared on purpose: same words
+    analyze_query,
     analyze_terms,
-    _CHUNK_STRIP,
-    _STOPWORDS,
+    clean_query,
     _TEXT_ANALYZER,
     MAX_KEY_CHARS,
-    MAX_KEY_CHUNKS,
-    MAX_QUERY_CHARS,
-    MAX_QUERY_TERMS,
     Hit,
     IndexDoc,
     _bigrams,
@@ -399,9 +396,7 @@ class PgIndex:
         ``audiences`` (``pager.core.pools``: an owner's private pages, a
         project pool's), and shared pages with ``cross_session``.
         """
-        q = _clean(query[:MAX_QUERY_CHARS])
-        return self._run(_TEXT_ANALYZER.analyze(q), _bigrams(q), q.split(), session, k, exclude, kinds,
-                         cross_session, min_score, audiences)
+        return self._run(*analyze_query(query), session, k, exclude, kinds, cross_session, min_score, audiences)
 
     def search_terms(
         self, terms: Iterable[str], *, session: str, k: int = 5, exclude: Collection[int] = (),
@@ -419,18 +414,14 @@ class PgIndex:
     ) -> list[Hit]:
         if k <= 0 or (kinds is not None and not kinds):
             return []
-        words = list(dict.fromkeys(words))
-        kept = [w for w in words if w not in _STOPWORDS]
-        words = (kept or words)[:MAX_QUERY_TERMS]
+        cleaned = clean_query(words, grams, chunks)
+        if cleaned is None:
+            return []
+        words, grams, keys = cleaned
         try:
-            words = self._prune(words)
+            words = self._prune(words)  # keeps at least PRUNE_KEEP words: never empties the query
         except StoreError as exc:
             raise RecallIndexError(f"recall query failed: {exc}") from exc
-        grams = list(dict.fromkeys(grams))[:MAX_QUERY_TERMS]
-        keys = [c.strip(_CHUNK_STRIP).lower() for c in chunks[:MAX_KEY_CHUNKS]]
-        keys = list(dict.fromkeys("=" + c[:MAX_KEY_CHARS] for c in keys if c))
-        if not words and not grams:
-            return []
         lexemes = [x for x in dict.fromkeys([*words, *grams, *keys]) if _fits(x)]
         terms = [_quote(x) for x in lexemes]
         vis, near = (_CROSS, _NEAR_CROSS) if cross_session else (_HOME, _NEAR_HOME)

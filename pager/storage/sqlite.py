@@ -551,9 +551,6 @@ for _name, _method in list(vars(SQLiteStore).items()):
     if callable(_method) and not _name.startswith("_") and _name not in ("transaction", "open_index"):
         setattr(SQLiteStore, _name, _translated(_method))
 
-# The name the protocol's first implementation had; kept for callers that construct it directly.
-Store = SQLiteStore
-
 
 def _insert_page(db: sqlite3.Connection, session: str, seq: int, p: NewPage) -> int:
     cur = db.execute(
