@@ -12,7 +12,6 @@ or ``python -m pager.lab.replay.native PATH...`` prints the table.
 from __future__ import annotations
 
 import argparse
-import inspect
 import shutil
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import orjson
 from pager.core.tokens import TokenCounter, default_counter
 from pager.errors import InputError
 from pager.formats.anthropic_messages import EPHEMERAL
-from pager.formats.base import RenderHints, get_format
+from pager.formats.base import get_format
 from pager.formats.export import to_chat
 from pager.lab.replay.cache_model import (
     AnthropicPricing,
@@ -72,22 +71,9 @@ class NativePager:
         self._dir = tempfile.mkdtemp(prefix="pager-native-")
         self.p = pager.open(self._dir, session=session, **{"context_window": 200_000, **options})
         self.fmt = get_format(fmt_name)
-        self._seam = "format" in inspect.signature(self.p.assemble).parameters
-        self._prev_len: int | None = None
 
     def assemble(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        if self._seam:
-            return self.p.assemble(request, format=self.fmt.name)
-        conv = self.fmt.to_messages(request)
-        out = self.p.assemble({"messages": list(conv.messages)})["messages"]
-        rep = self.p.last_report
-        h = self.p.history
-        l1 = h.pinned_count() + (1 if self.p._layout and self.p._layout.card else 0)
-        stable = max(l1, self.p._layout.stable if self.p._layout else 0)
-        previous = self._prev_len if rep.changed_from is None else rep.changed_from
-        self._prev_len = len(out)
-        hints = RenderHints(l1=l1, stable=min(stable, len(out)), previous=previous)
-        return self.fmt.render(request, out, tools=conv.tools or None, hints=hints)
+        return self.p.assemble(request, format=self.fmt.name)
 
     def assemble_chat(self, messages: list[dict[str, Any]]) -> list[Any]:
         return list(self.p.assemble({"messages": messages})["messages"])
