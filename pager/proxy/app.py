@@ -44,6 +44,7 @@ from starlette.routing import Mount, Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
+from pager.proxy.bodies import BodyCache
 from pager.proxy.clients import passthrough_kind, serve_refusals
 from pager.proxy.dialects import DIALECTS, Dialect, reuse_items
 from pager.proxy.limits import DEFAULT_MAX_BODY, Refused, read_body, session_refusal
@@ -116,6 +117,8 @@ class _Proxy:
         self.config = config
         self.client: httpx.AsyncClient | None = None
         self.pool = SessionPool(config.store, config.options, config.max_open_sessions)
+        self.bodies = BodyCache()  # a resent history is not parsed again (pager.proxy.bodies)
+        self.refusals: dict[int, tuple[Any, bool]] = {}  # nor searched for refused re-reads again
         self.viewer: Any = None
 
     @contextlib.asynccontextmanager
@@ -142,7 +145,7 @@ class _Proxy:
         if isinstance(body, Refused):
             return self._error(dialect, body.status, body.message)
         try:
-            req = orjson.loads(body)
+            req = self.bodies.parse(body, dialect.history_key, request.url.path)
         except orjson.JSONDecodeError as exc:
             return self._error(dialect, 400, f"request body is not valid JSON: {exc}")
         if not isinstance(req, dict):
@@ -168,7 +171,7 @@ class _Proxy:
         released = False
         try:
             key = dialect.history_key
-            served = serve_refusals(dialect.format, req)
+            served = serve_refusals(dialect.format, req, self.refusals)
             req[key] = reuse_items(self.pool.last.get(name), req.get(key))
             expose = self.config.tools and bool(req.get("tools"))
             try:
