@@ -33,6 +33,8 @@ import orjson
 __all__ = ["BodyCache", "KEY_BYTES"]
 
 KEY_BYTES = 4096
+CHAIN = 4  # conversations remembered per opening (forks, subagents with one system prompt)
+FORK_ITEMS = 2  # a body that keeps all but this many items is the same conversation (a cache mark moved)
 MIN_BYTES = 64 * 1024  # a smaller body parses whole in well under a millisecond
 # a JSON string (escapes included) or a bracket: what item boundaries are found from
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
@@ -113,8 +115,10 @@ def _find_array(body: bytes, key: str) -> int | None:
 class BodyCache:
     """Recent conversations' bodies, for ``parse``. See the module docstring."""
 
-    def __init__(self, maxsize: int = 64) -> None:
+    def __init__(self, maxsize: int = 64, min_bytes: int = MIN_BYTES, key_bytes: int = KEY_BYTES) -> None:
         self.maxsize = maxsize
+        self.min_bytes = min_bytes
+        self.key_bytes = key_bytes
         self._seen: OrderedDict[tuple[str, bytes], list[_Seen]] = OrderedDict()
 
     def parse(self, body: bytes, key: str, route: str = "") -> Any:
@@ -123,41 +127,58 @@ class BodyCache:
         ``key``: the request's history list (``messages``, ``input``).
         Raises ``orjson.JSONDecodeError`` as ``orjson.loads`` does.
         """
-        if len(body) < MIN_BYTES:
+        if len(body) < self.min_bytes:
             return orjson.loads(body)
-        ckey = (route, body[:KEY_BYTES])
+        ckey = (route, body[:self.key_bytes])
         chain = self._seen.get(ckey)
-        if chain:
-            for seen in chain:
-                out = self._extend(seen, body, key)
-                if out is not None:
-                    self._seen.move_to_end(ckey)
-                    return out
+        best, lo = None, 0
+        for seen in chain or ():
+            n = self._match(seen, body, key)
+            if n > lo:
+                best, lo = seen, n
+        if best is not None:
+            out = self._extend(best, lo, body, key)
+            if out is not None:
+                if lo < len(best.ends) - FORK_ITEMS:
+                    # a fork of that conversation (an edit, a retry): both go on, each extends its own
+                    chain.insert(0, out[1])  # type: ignore[union-attr]
+                    del chain[CHAIN:]
+                else:
+                    best.raw, best.ends, best.items = out[1].raw, out[1].ends, out[1].items
+                self._seen.move_to_end(ckey)
+                return out[0]
         req = orjson.loads(body)
         self._remember(ckey, body, key, req)
         return req
 
-    def _extend(self, seen: _Seen, body: bytes, key: str) -> Any:
+    @staticmethod
+    def _match(seen: _Seen, body: bytes, key: str) -> int:
+        """Return how many leading items of ``seen`` ``body`` holds byte for byte (comparing each byte about once)."""
         if not seen.scanned(key):
-            return None
+            return 0
         raw, start, ends = seen.raw, seen.start, seen.ends
         assert start is not None
-        if not body.startswith(memoryview(raw)[:start]):
-            return None
-        # the longest run of leading items whose bytes are unchanged; compare each byte at most about once
-        lo, hi, off = 0, len(ends), start
         view = memoryview(raw)
-        if hi and body.startswith(view[off:ends[-1]], off):
-            lo, off = hi, ends[-1]
+        if not ends or not body.startswith(view[:start]):
+            return 0
+        lo, hi, off = 0, len(ends), start
+        if body.startswith(view[off:ends[-1]], off):
+            return hi
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if body.startswith(view[off:ends[mid - 1]], off):
                 lo, off = mid, ends[mid - 1]
             else:
                 hi = mid - 1
-        if lo == 0:
-            return None
-        new_ends = ends[:lo]
+        return lo
+
+    @staticmethod
+    def _extend(seen: _Seen, lo: int, body: bytes, key: str) -> tuple[Any, _Seen] | None:
+        """Return the request of ``body`` and its record, ``seen``'s first ``lo`` items reused; None to parse whole."""
+        start = seen.start
+        assert start is not None
+        new_ends = seen.ends[:lo]
+        off = new_ends[-1]
         close = _scan_items(body, off, new_ends)
         if close is None:
             return None
@@ -171,8 +192,7 @@ class BodyCache:
             return None
         items = seen.items[:lo] + fresh
         req[key] = list(items)  # the caller's to change: the copy kept here is for the next body
-        seen.raw, seen.ends, seen.items = body, new_ends, items
-        return req
+        return req, _Seen(body, items, start, new_ends)
 
     def _remember(self, ckey: tuple[str, bytes], body: bytes, key: str, req: Any) -> None:
         items = req.get(key) if isinstance(req, dict) else None
@@ -180,7 +200,7 @@ class BodyCache:
             return
         chain = self._seen.setdefault(ckey, [])
         chain.insert(0, _Seen(body, items))
-        del chain[4:]  # a few conversations sharing one opening
+        del chain[CHAIN:]
         self._seen.move_to_end(ckey)
         while len(self._seen) > self.maxsize:
             self._seen.popitem(last=False)
