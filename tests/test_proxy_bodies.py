@@ -122,3 +122,33 @@ def test_any_sequence_of_bodies_parses_as_orjson_does(items, edits, indent):
         req = {"model": "m", "messages": history, "tail": value}
         raw = json.dumps(req, indent=2).encode() if indent else orjson.dumps(req)
         assert cache.parse(raw, "messages") == orjson.loads(raw)
+
+
+def test_count_tokens_with_a_memo_counts_only_new_messages_and_agrees(monkeypatch):
+    import pager.proxy.counting as counting
+    from pager.core.tokens import default_counter
+
+    memo = counting.CountMemo()
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "read a.py"}]
+    for i in range(4):
+        msgs += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "Read",
+                                                    "input": {"file_path": f"/w/{i}.py"}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": f"body {i}"}]}]
+    req = {"system": [{"type": "text", "text": "You are terse."}], "messages": msgs,
+           "tools": [{"name": "Read", "input_schema": {"type": "object"}}]}
+    assert counting.count_request(req, memo) == counting.count_request(req)
+    texts: list[str] = []
+    real = default_counter()
+
+    class Spy:
+        def count(self, text: str) -> int:
+            texts.append(text)
+            return real.count(text)
+
+    monkeypatch.setattr(counting, "default_counter", lambda: Spy())
+    grown = {**req, "system": [{"type": "text", "text": "You are terse."}],  # the same value, new objects
+             "messages": [*msgs, {"role": "assistant", "content": "done"}]}
+    n = counting.count_request(grown, memo)
+    assert texts == ["done"]  # system, tools and the nine earlier messages came from the memo
+    texts.clear()
+    assert n == counting.count_request(grown) and len(texts) == 12

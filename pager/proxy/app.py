@@ -119,6 +119,10 @@ class _Proxy:
         self.pool = SessionPool(config.store, config.options, config.max_open_sessions)
         self.bodies = BodyCache()  # a resent history is not parsed again (pager.proxy.bodies)
         self.refusals: dict[int, tuple[Any, bool]] = {}  # nor searched for refused re-reads again
+        from pager.proxy.counting import CountMemo
+
+        self.counts = CountMemo()  # nor counted again by count_tokens
+        self._counting = asyncio.Lock()
         self.viewer: Any = None
 
     @contextlib.asynccontextmanager
@@ -256,8 +260,8 @@ class _Proxy:
             if resp.status_code >= 400:
                 return await self._passthrough_error(resp)
             try:
-                data = resp.json()
-            except ValueError:
+                data = orjson.loads(resp.content)
+            except orjson.JSONDecodeError:
                 return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
             await self._observe(p, dialect, data)
             calls = dialect.calls(data) if added else []
@@ -271,7 +275,8 @@ class _Proxy:
                 data = dialect.strip_calls(data, added)
             self._log(dialect, name, resp.status_code, t0, False, rounds)
             if rounds or ours:
-                return JSONResponse(data, status_code=resp.status_code, headers=_client_headers(resp.headers))
+                return Response(orjson.dumps(data), status_code=resp.status_code, headers=_client_headers(resp.headers),
+                                media_type="application/json")
             return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
 
     async def _stream(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
@@ -363,14 +368,17 @@ class _Proxy:
         if isinstance(body, Refused):
             return self._error_style("anthropic", body.status, body.message)
         try:
-            req = orjson.loads(body)
+            req = self.bodies.parse(body, "messages", request.url.path)
         except orjson.JSONDecodeError as exc:
             return self._error_style("anthropic", 400, f"request body is not valid JSON: {exc}")
         if not isinstance(req, dict) or not isinstance(req.get("messages"), list):
             return self._error_style("anthropic", 400, "count_tokens needs a 'messages' list")
         from pager.proxy.counting import count_request
 
-        return JSONResponse({"input_tokens": await asyncio.to_thread(count_request, req)})
+        # the memo is only touched here, in one worker at a time
+        async with self._counting:
+            n = await asyncio.to_thread(count_request, req, self.counts)
+        return JSONResponse({"input_tokens": n})
 
     async def passthrough(self, request: Request) -> Response:
         """Forward any other ``/v1`` call (model lists and the like) untouched."""
