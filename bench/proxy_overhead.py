@@ -17,13 +17,15 @@ request: the steady state of a long session, after the proxy has recorded its
 history once (the ``--warm`` requests, not counted).
 
 Every request goes once straight to the model server and once through the
-proxy, interleaved (which goes first alternates), so load on the machine hits
-both alike; the paired difference is what the proxy adds. Reported per mode,
+proxy (and through each ``--also`` checkout's proxy: the code before a change,
+say, under the same load), interleaved (which goes first rotates), so load on
+the machine hits all alike; the paired difference is what the proxy adds. Reported per mode,
 in milliseconds: direct and proxied latency (p50, p99), the added latency
 (p50, p99), the same minus pager's ``assemble`` (its ``elapsed_ms`` in the
 store's reports: the proxy's own share), and for streams the time to first
-byte direct and proxied and its difference. The load average is printed
-before and after. ``--json FILE`` keeps every figure.
+byte direct and proxied and its difference, and the proxy process's CPU time
+per request (Linux: /proc), which load disturbs far less than latency. The
+load average is printed before and after. ``--json FILE`` keeps every figure.
 """
 
 from __future__ import annotations
@@ -153,12 +155,12 @@ def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> Non
 
 
 @contextlib.contextmanager
-def _process(args: list[str], port: int, env: dict[str, str]) -> Iterator[str]:
+def _process(args: list[str], port: int, env: dict[str, str]) -> Iterator[tuple[str, int]]:
     proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=None)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url, proc)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         try:
@@ -168,9 +170,10 @@ def _process(args: list[str], port: int, env: dict[str, str]) -> Iterator[str]:
             proc.wait()
 
 
-def _env() -> dict[str, str]:
+def _env(src: Path) -> dict[str, str]:
+    """The environment of a server process: ``src``'s pager first, this file's scripted upstream."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(ROOT / "bench"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT / "tests"), str(ROOT / "bench")])
     return env
 
 
@@ -211,22 +214,34 @@ def _assemble_ms(store: Path) -> dict[str, list[float]]:
     return out
 
 
-def run_mode(client: httpx.Client, direct: str, proxied: str, fmt: str, stream: bool, bodies: list[bytes],
-             warm: int) -> dict[str, Any]:
+def _cpu_ms(pid: int) -> float:
+    """CPU time (user + system) a process has used, in ms (Linux; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def run_mode(client: httpx.Client, direct: str, proxies: list[tuple[str, str, int]], fmt: str, stream: bool,
+             bodies: list[bytes], warm: int) -> list[dict[str, Any]]:
+    """Send each body direct and through each proxy, in rotating order; return each proxy's paired rows."""
     path = PATHS[fmt]
+    targets = [direct] + [url for _, url, _ in proxies]
     for b in bodies[:warm]:
-        _send(client, direct + path, b, stream)
-        _send(client, proxied + path, b, stream)
-    rows = []
+        for url in targets:
+            _send(client, url + path, b, stream)
+    cpu0 = [_cpu_ms(pid) for _, _, pid in proxies]
+    rows: list[list[tuple[float, float]]] = []
     for i, b in enumerate(bodies[warm:]):
-        if i % 2:
-            p = _send(client, proxied + path, b, stream)
-            d = _send(client, direct + path, b, stream)
-        else:
-            d = _send(client, direct + path, b, stream)
-            p = _send(client, proxied + path, b, stream)
-        rows.append((d, p))
-    return {"rows": rows}
+        k = i % len(targets)
+        order = targets[k:] + targets[:k]  # who goes first rotates: load falls on every target alike
+        got = {url: _send(client, url + path, b, stream) for url in order}
+        rows.append([got[url] for url in targets])
+    n = max(1, len(bodies) - warm)
+    cpu = [(_cpu_ms(pid) - c) / n for (_, _, pid), c in zip(proxies, cpu0)]
+    return [{"label": label, "rows": [(r[0], r[j + 1]) for r in rows], "cpu_ms": cpu[j]}
+            for j, (label, _, _) in enumerate(proxies)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--formats", default="openai-chat,openai-responses,anthropic-messages")
     ap.add_argument("--modes", default="plain,stream", help="plain, stream or both (default both)")
     ap.add_argument("--context-window", type=int, default=200_000, help="the proxy's --context-window")
+    ap.add_argument("--also", action="append", default=[], metavar="CHECKOUT",
+                    help="also measure the proxy of another pager checkout, side by side (e.g. the code before a change)")
     ap.add_argument("--json", help="write every figure to this file")
-    ap.add_argument("--proxy-cmd", default="", help="run the proxy under this prefix (e.g. 'python -m cProfile -o F')")
+    ap.add_argument("--proxy-cmd", default="", help="run this checkout's proxy under this prefix "
+                                                    "(e.g. 'python -m cProfile -o FILE')")
     args = ap.parse_args(argv)
 
     formats = [f for f in args.formats.split(",") if f]
@@ -252,57 +270,64 @@ def main(argv: list[str] | None = None) -> int:
             reqs = conversation(fmt, 100 + 2 * k + stream, args.messages, n)
             for r in reqs:
                 if stream:
-                    r["stream"] = True  # type: ignore[index]
+                    r["stream"] = True
             plans.append((fmt, stream, [orjson.dumps(r) for r in reqs]))
-    env = _env()
-    results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        store = Path(tmp) / "store"
-        up_port, px_port = _free_port(), _free_port()
+    checkouts = [("this", ROOT)] + [(Path(a).name, Path(a).resolve()) for a in args.also]
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        up_port = _free_port()
         up_cmd = [sys.executable, "-m", "uvicorn", "--factory", "proxy_overhead:make_upstream", "--port", str(up_port),
                   "--log-level", "warning", "--no-access-log"]
-        with _process(up_cmd, up_port, env) as up:
-            prefix = args.proxy_cmd.split() if args.proxy_cmd else [sys.executable]
-            px_cmd = [*prefix, "-m", "pager", "proxy", "--store", str(store), "--port", str(px_port),
-                      "--upstream-openai", up, "--upstream-anthropic", up, "--context-window", str(args.context_window),
-                      "--log-level", "warning"]
-            with _process(px_cmd, px_port, env) as px, httpx.Client(timeout=120) as client:
-                for fmt, stream, bodies in plans:
-                    t = time.perf_counter()
-                    res = run_mode(client, up, px, fmt, stream, bodies, args.warm)
-                    res.update(format=fmt, stream=stream, bytes=(len(bodies[args.warm]), len(bodies[-1])))
-                    results.append(res)
-                    print(f"  {fmt} {'stream' if stream else 'plain'}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
-        assembles = _assemble_ms(store)
+        up, _ = stack.enter_context(_process(up_cmd, up_port, _env(ROOT)))
+        proxies = []
+        for j, (label, src) in enumerate(checkouts):
+            port = _free_port()
+            prefix = args.proxy_cmd.split() if args.proxy_cmd and j == 0 else [sys.executable]
+            cmd = [*prefix, "-m", "pager", "proxy", "--store", str(Path(tmp) / f"store{j}"), "--port", str(port),
+                   "--upstream-openai", up, "--upstream-anthropic", up, "--context-window", str(args.context_window),
+                   "--log-level", "warning"]
+            url, pid = stack.enter_context(_process(cmd, port, _env(src)))
+            proxies.append((label, url, pid))
+        client = stack.enter_context(httpx.Client(timeout=120))
+        for fmt, stream, bodies in plans:
+            t = time.perf_counter()
+            for res in run_mode(client, up, proxies, fmt, stream, bodies, args.warm):
+                res.update(format=fmt, stream=stream, bytes=(len(bodies[args.warm]), len(bodies[-1])))
+                results.append(res)
+            print(f"  {fmt} {'stream' if stream else 'plain'}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        stack.close()  # the proxies stop: their reports are complete
+        assembles = {label: _assemble_ms(Path(tmp) / f"store{j}") for j, (label, _) in enumerate(checkouts)}
     load1 = os.getloadavg()
-    # sessions were created in mode order; each mode's first assemble is its first warm request
-    order = list(assembles)
     report: dict[str, Any] = {"load_before": load0, "load_after": load1, "messages": args.messages,
-                              "requests": args.requests, "modes": []}
+                              "requests": args.requests, "checkouts": [str(src) for _, src in checkouts], "modes": []}
     print(f"conversation: {args.messages} messages at the first measured request, +2 per request, "
-          f"{args.requests} requests per mode (after {args.warm} warm-up)")
-    print(f"{'mode':<26}{'KiB':>6}  {'direct p50':>10} {'proxied p50':>11}  {'added p50':>9} {'p99':>7}"
-          f"  {'-assemble p50':>13} {'p99':>7}  {'assemble p50':>12}  {'TTFB added p50':>14} {'p99':>7}")
-    for i, res in enumerate(results):
-        rows = res["rows"]
-        asm = assembles.get(order[i], []) if i < len(order) else []
-        asm = asm[args.warm:args.warm + len(rows)]
+          f"{args.requests} requests per mode (after {args.warm} warm-up); times in ms")
+    print(f"{'mode':<26}{'proxy':<12}{'KiB':>5}  {'direct':>7} {'proxied':>8}  {'added p50':>9} {'p99':>7}"
+          f"  {'-assemble p50':>13} {'p99':>7}  {'assemble':>8}  {'TTFB added p50':>14} {'p99':>7}  {'CPU/req':>7}")
+    seen: dict[str, int] = {}
+    for res in results:
+        rows, label = res["rows"], res["label"]
+        # sessions were opened in mode order: a proxy's k-th session is its k-th mode
+        k = seen[label] = seen.get(label, -1) + 1
+        sessions = list(assembles.get(label, {}).values())
+        asm = sessions[k][args.warm:args.warm + len(rows)] if k < len(sessions) else []
         if len(asm) != len(rows):
             asm = [0.0] * len(rows)  # reports off or missing: no split
         added = [p[1] - d[1] for d, p in rows]
         own = [a - s for a, s in zip(added, asm)]
-        ttfb = [p[0] - d[0] for d, p in rows]
-        mode = {"format": res["format"], "stream": res["stream"], "bytes": res["bytes"],
+        mode = {"format": res["format"], "stream": res["stream"], "proxy": label, "bytes": res["bytes"],
                 "direct": _stats([d[1] for d, _ in rows]), "proxied": _stats([p[1] for _, p in rows]),
                 "added": _stats(added), "added_minus_assemble": _stats(own), "assemble": _stats(asm),
                 "ttfb_direct": _stats([d[0] for d, _ in rows]), "ttfb_proxied": _stats([p[0] for _, p in rows]),
-                "ttfb_added": _stats(ttfb)}
+                "ttfb_added": _stats([p[0] - d[0] for d, p in rows]), "proxy_cpu_ms_per_request": round(res["cpu_ms"], 2)}
         report["modes"].append(mode)
         name = f"{res['format']} {'stream' if res['stream'] else 'plain'}"
-        tt = f"{mode['ttfb_added']['p50']:>14.2f} {mode['ttfb_added']['p99']:>7.2f}" if res["stream"] else f"{'':>14} {'':>7}"
-        print(f"{name:<26}{res['bytes'][1] // 1024:>6}  {mode['direct']['p50']:>10.2f} {mode['proxied']['p50']:>11.2f}  "
-              f"{mode['added']['p50']:>9.2f} {mode['added']['p99']:>7.2f}  {mode['added_minus_assemble']['p50']:>13.2f} "
-              f"{mode['added_minus_assemble']['p99']:>7.2f}  {mode['assemble']['p50']:>12.2f}  {tt}")
+        tt = (f"{mode['ttfb_added']['p50']:>14.2f} {mode['ttfb_added']['p99']:>7.2f}" if res["stream"]
+              else f"{'':>14} {'':>7}")
+        print(f"{name:<26}{label[:11]:<12}{res['bytes'][1] // 1024:>5}  {mode['direct']['p50']:>7.2f} "
+              f"{mode['proxied']['p50']:>8.2f}  {mode['added']['p50']:>9.2f} {mode['added']['p99']:>7.2f}  "
+              f"{mode['added_minus_assemble']['p50']:>13.2f} {mode['added_minus_assemble']['p99']:>7.2f}  "
+              f"{mode['assemble']['p50']:>8.2f}  {tt}  {res['cpu_ms']:>7.2f}")
     print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     if args.json:
         Path(args.json).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
