@@ -155,8 +155,9 @@ def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> Non
 
 
 @contextlib.contextmanager
-def _process(args: list[str], port: int, env: dict[str, str]) -> Iterator[tuple[str, int]]:
-    proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=None)
+def _process(args: list[str], port: int, env: dict[str, str], cwd: Path = ROOT) -> Iterator[tuple[str, int]]:
+    # cwd matters: ``python -m`` puts it first on sys.path, so it decides which pager is imported
+    proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=None)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url, proc)
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [*prefix, "-m", "pager", "proxy", "--store", str(Path(tmp) / f"store{j}"), "--port", str(port),
                    "--upstream-openai", up, "--upstream-anthropic", up, "--context-window", str(args.context_window),
                    "--log-level", "warning"]
-            url, pid = stack.enter_context(_process(cmd, port, _env(src)))
+            url, pid = stack.enter_context(_process(cmd, port, _env(src), src))
             proxies.append((label, url, pid))
         client = stack.enter_context(httpx.Client(timeout=120))
         for fmt, stream, bodies in plans:

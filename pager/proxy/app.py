@@ -112,6 +112,18 @@ def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
         buf = buf[i + n :]
 
 
+def _reuse(previous: list[Any] | None, items: Any) -> Any:
+    """``dialects.reuse_items``, past the leading items that already are the previous objects (``bodies``)."""
+    if not previous or not isinstance(items, list):
+        return items
+    k, n = 0, min(len(previous), len(items))
+    while k < n and items[k] is previous[k]:
+        k += 1
+    if k == len(items):
+        return items
+    return items[:k] + reuse_items(previous[k:], items[k:])
+
+
 class _Proxy:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
@@ -176,7 +188,7 @@ class _Proxy:
         try:
             key = dialect.history_key
             served = serve_refusals(dialect.format, req, self.refusals)
-            req[key] = reuse_items(self.pool.last.get(name), req.get(key))
+            req[key] = _reuse(self.pool.last.get(name), req.get(key))
             expose = self.config.tools and bool(req.get("tools"))
             try:
                 out = await p.aassemble(req, format=dialect.format, expose_tools=expose, reread_only=not expose)
