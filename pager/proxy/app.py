@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 A model call arrives on a route that names its wire format
-(``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``). A client's
+(``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``). Its body is
+parsed in proportion to what is new since the conversation's previous request
+(``bodies``: the resent history's objects are the previous ones). A client's
 compaction request and its short tool-less side requests (titles, topic
 detection) are forwarded untouched and not recorded (``clients``). Otherwise
 the proxy names the session (``sessions.session_for``: ``x-pager-session``, the
