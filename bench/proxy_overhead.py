@@ -89,33 +89,20 @@ def conversation(fmt: str, seed: int, start: int, n: int) -> list[dict[str, Any]
     if len(cuts) < n:
         raise SystemExit(f"the synthetic session is too short for {n} requests from {start} messages")
     neutral = get_format("openai-chat").to_messages({"model": "m", "messages": msgs}).messages
-    # converting the whole conversation once and slicing keeps each request's earlier items identical
-    full = export_request(neutral, fmt, request={"model": "m"})
+    full = export_request(neutral, fmt, request={"model": "m"})  # its system prompt / instructions
     bodies = []
     for cut in cuts:
         if fmt == "openai-chat":
             req = {"model": "m", "messages": full["messages"][:cut], "tools": _tools(fmt)}
         elif fmt == "openai-responses":
-            req = {"model": "m", "instructions": full.get("instructions"), "input": _responses_cut(full, neutral, cut),
-                   "tools": _tools(fmt)}
+            req = {"model": "m", "instructions": full.get("instructions"),
+                   "input": export_request(neutral[:cut], fmt, request={"model": "m"})["input"], "tools": _tools(fmt)}
         else:
             req = {"model": "m", "max_tokens": 1024, "system": full.get("system"),
-                   "messages": _anthropic_cut(neutral, cut), "tools": _tools(fmt)}
+                   "messages": export_request(neutral[:cut], fmt, request={"model": "m"})["messages"], "tools": _tools(fmt)}
             _mark_newest(req)
         bodies.append(req)
     return bodies
-
-
-def _responses_cut(full: dict[str, Any], neutral: list[dict[str, Any]], cut: int) -> list[Any]:
-    from pager.formats.export import export_request
-
-    return export_request(neutral[:cut], "openai-responses", request={"model": "m"})["input"]
-
-
-def _anthropic_cut(neutral: list[dict[str, Any]], cut: int) -> list[Any]:
-    from pager.formats.export import export_request
-
-    return export_request(neutral[:cut], "anthropic-messages", request={"model": "m"})["messages"]
 
 
 # -- the servers -----------------------------------------------------------------------------

@@ -152,3 +152,13 @@ def test_count_tokens_with_a_memo_counts_only_new_messages_and_agrees(monkeypatc
     assert texts == ["done"]  # system, tools and the nine earlier messages came from the memo
     texts.clear()
     assert n == counting.count_request(grown) and len(texts) == 12
+
+
+def test_reuse_known_keeps_the_same_objects_and_maps_equal_ones_to_the_previous():
+    from pager.proxy.bodies import reuse_known
+
+    prev = [{"role": "user", "content": "a"}, {"role": "tool", "content": "served"}]
+    items = [prev[0], {"role": "tool", "content": "served"}, {"role": "user", "content": "new"}]
+    out = reuse_known(prev, items)
+    assert out == items and out[0] is prev[0] and out[1] is prev[1] and out[2] is items[2]
+    assert reuse_known(prev, prev[:]) == prev and reuse_known(None, items) is items

@@ -46,9 +46,9 @@ from starlette.routing import Mount, Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
-from pager.proxy.bodies import BodyCache
+from pager.proxy.bodies import BodyCache, reuse_known
 from pager.proxy.clients import passthrough_kind, serve_refusals
-from pager.proxy.dialects import DIALECTS, Dialect, reuse_items
+from pager.proxy.dialects import DIALECTS, Dialect
 from pager.proxy.limits import DEFAULT_MAX_BODY, Refused, read_body, session_refusal
 from pager.proxy.replies import error_body, stream_error_event
 from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_for
@@ -112,18 +112,6 @@ def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
         i, n = min(found)
         events.append(buf[: i + n])
         buf = buf[i + n :]
-
-
-def _reuse(previous: list[Any] | None, items: Any) -> Any:
-    """``dialects.reuse_items``, past the leading items that already are the previous objects (``bodies``)."""
-    if not previous or not isinstance(items, list):
-        return items
-    k, n = 0, min(len(previous), len(items))
-    while k < n and items[k] is previous[k]:
-        k += 1
-    if k == len(items):
-        return items
-    return items[:k] + reuse_items(previous[k:], items[k:])
 
 
 class _Proxy:
@@ -190,7 +178,7 @@ class _Proxy:
         try:
             key = dialect.history_key
             served = serve_refusals(dialect.format, req, self.refusals)
-            req[key] = _reuse(self.pool.last.get(name), req.get(key))
+            req[key] = reuse_known(self.pool.last.get(name), req.get(key))
             expose = self.config.tools and bool(req.get("tools"))
             try:
                 out = await p.aassemble(req, format=dialect.format, expose_tools=expose, reread_only=not expose)

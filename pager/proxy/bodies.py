@@ -30,7 +30,9 @@ from typing import Any
 import attrs
 import orjson
 
-__all__ = ["BodyCache", "KEY_BYTES"]
+from pager.proxy.dialects import reuse_items
+
+__all__ = ["BodyCache", "KEY_BYTES", "reuse_known"]
 
 KEY_BYTES = 4096
 CHAIN = 4  # conversations remembered per opening (forks, subagents with one system prompt)
@@ -204,3 +206,15 @@ class BodyCache:
         self._seen.move_to_end(ckey)
         while len(self._seen) > self.maxsize:
             self._seen.popitem(last=False)
+
+
+def reuse_known(previous: list[Any] | None, items: Any) -> Any:
+    """``dialects.reuse_items``, past the leading items that already are the previous objects (``parse``)."""
+    if not previous or not isinstance(items, list):
+        return items
+    k, n = 0, min(len(previous), len(items))
+    while k < n and items[k] is previous[k]:
+        k += 1
+    if k == len(items):
+        return items
+    return items[:k] + reuse_items(previous[k:], items[k:])
