@@ -1,47 +1,185 @@
 """What ``pager proxy`` adds to a model call, on loopback: ``python bench/proxy_overhead.py``.
 
-A canned model server (tests/proxy_upstream.py) and the proxy run on
-127.0.0.1 under uvicorn, in this process's threads. A synthetic agent session
-(``pager.lab.synth``, 200 steps, large tool outputs) is replayed step by step:
-each request carries the history before one assistant message, as an agent
-sends it. Every step is sent twice, straight to the model server and through
-the proxy (fresh store), and the paired difference is the proxy's cost:
-reading the request, ``assemble`` (recording, scheduling), forwarding,
-``observe``.
+Issue 23's target: at most 5 ms median and 20 ms p99 added per request for a
+1k-message conversation, and the first byte of a stream at most 5 ms later
+than direct.
 
-Reports, in milliseconds: per-request latency direct and proxied (p50, p99)
-and the paired overhead; for streaming, time to the first event direct and
-proxied and the first-byte latency the proxy adds (target: < 10 ms median);
-throughput (requests/s) with ``--concurrency`` clients, each in its own
-session, direct and proxied.
+Three processes, as in production: the scripted model server
+(tests/proxy_upstream.py) under uvicorn, ``pager proxy`` in front of it (fresh
+store), and this one, the client. A synthetic agent conversation
+(``pager.lab.synth``: tool calls, large outputs) is sent in each wire format
+(OpenAI chat, OpenAI Responses, Anthropic Messages with Claude Code's cache
+mark on the newest block), streaming and not, each mode its own conversation
+and session (named by the proxy from the request, as a real client's is). The
+conversation starts at ``--messages`` (default 1000) and grows by one
+assistant turn and its tool results (two messages, sometimes three) per
+request: the steady state of a long session, after the proxy has recorded its
+history once (the ``--warm`` requests, not counted).
+
+Every request goes once straight to the model server and once through the
+proxy (and through each ``--also`` checkout's proxy: the code before a change,
+say, under the same load), interleaved (which goes first rotates), so load on
+the machine hits all alike; the paired difference is what the proxy adds. Reported per mode,
+in milliseconds: direct and proxied latency (p50, p99), the added latency
+(p50, p99), the same minus pager's ``assemble`` (its ``elapsed_ms`` in the
+store's reports: the proxy's own share), and for streams the time to first
+byte direct and proxied and its difference, and the proxy process's CPU time
+per request (Linux: /proc), which load disturbs far less than latency. The
+load average is printed before and after. ``--json FILE`` keeps every figure.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
+import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+HEADERS = {"authorization": "Bearer sk-bench", "x-api-key": "sk-bench", "anthropic-version": "2023-06-01",
+           "content-type": "application/json"}
+PATHS = {"openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses",
+         "anthropic-messages": "/v1/messages"}
+BASH = {"name": "bash", "description": "Run a shell command in the workspace.",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 
-from pager.proxy import ProxyConfig, ServerThread, create_app  # noqa: E402
-from pager.lab.synth import generate_session  # noqa: E402
-from proxy_upstream import make_upstream  # noqa: E402
 
-HEADERS = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
+# -- the conversation ------------------------------------------------------------------------
 
 
-def _steps(seed: int, steps: int) -> list[list[dict[str, Any]]]:
+def _tools(fmt: str) -> list[dict[str, Any]]:
+    if fmt == "openai-chat":
+        return [{"type": "function", "function": BASH}]
+    if fmt == "openai-responses":
+        return [{"type": "function", **BASH}]
+    return [{"name": BASH["name"], "description": BASH["description"], "input_schema": BASH["parameters"]}]
+
+
+def _mark_newest(req: dict[str, Any]) -> None:
+    """Put a cache mark on the newest block, as Claude Code does on every request."""
+    last = req["messages"][-1]
+    content = last["content"]
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    content = [dict(b) for b in content]
+    content[-1]["cache_control"] = {"type": "ephemeral"}
+    req["messages"][-1] = {**last, "content": content}
+
+
+def conversation(fmt: str, seed: int, start: int, n: int) -> list[dict[str, Any]]:
+    """Return ``n`` request bodies of one conversation in ``fmt``, from ``start`` messages on."""
+    from pager.formats.base import get_format
+    from pager.formats.export import export_request
+    from pager.lab.synth import generate_session
+
+    steps = start // 2 + n + 50
     _header, msgs = generate_session(seed, steps)
-    return [msgs[:i] for i, m in enumerate(msgs) if m["role"] == "assistant" and i > 1]
+    # cut before an assistant message: the history an agent sends for its next turn
+    cuts = [i for i, m in enumerate(msgs) if m["role"] == "assistant" and i >= start][:n]
+    if len(cuts) < n:
+        raise SystemExit(f"the synthetic session is too short for {n} requests from {start} messages")
+    neutral = get_format("openai-chat").to_messages({"model": "m", "messages": msgs}).messages
+    full = export_request(neutral, fmt, request={"model": "m"})  # its system prompt / instructions
+    bodies = []
+    for cut in cuts:
+        if fmt == "openai-chat":
+            req = {"model": "m", "messages": full["messages"][:cut], "tools": _tools(fmt)}
+        elif fmt == "openai-responses":
+            req = {"model": "m", "instructions": full.get("instructions"),
+                   "input": export_request(neutral[:cut], fmt, request={"model": "m"})["input"], "tools": _tools(fmt)}
+        else:
+            req = {"model": "m", "max_tokens": 1024, "system": full.get("system"),
+                   "messages": export_request(neutral[:cut], fmt, request={"model": "m"})["messages"], "tools": _tools(fmt)}
+            _mark_newest(req)
+        bodies.append(req)
+    return bodies
+
+
+# -- the servers -----------------------------------------------------------------------------
+
+
+class _Nothing(list):  # type: ignore[type-arg]
+    def append(self, _item: Any) -> None:  # the scripted server keeps no bodies here: hundreds of MB each run
+        pass
+
+
+def make_upstream() -> Any:
+    """The scripted model server (``uvicorn --factory proxy_overhead:make_upstream``), keeping no requests."""
+    from proxy_upstream import make_upstream as make
+
+    app = make()
+    app.state.seen = _Nothing()
+    return app
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"{url} exited with {proc.returncode}")
+        try:
+            httpx.get(url + "/", timeout=1.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not start in {timeout:g}s")
+
+
+@contextlib.contextmanager
+def _process(args: list[str], port: int, env: dict[str, str], cwd: Path = ROOT) -> Iterator[tuple[str, int]]:
+    # cwd matters: ``python -m`` puts it first on sys.path, so it decides which pager is imported
+    proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=None)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(url, proc)
+        yield url, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _env(src: Path) -> dict[str, str]:
+    """The environment of a server process: ``src``'s pager first, this file's scripted upstream."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT / "tests"), str(ROOT / "bench")])
+    return env
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def _send(client: httpx.Client, url: str, body: bytes, stream: bool) -> tuple[float, float]:
+    """Return (time to first byte, total) in ms for one request, the response read to its end."""
+    t0 = time.perf_counter()
+    with client.stream("POST", url, content=body, headers=HEADERS) as r:
+        first = None
+        for _chunk in r.iter_raw():
+            if first is None:
+                first = time.perf_counter()
+        if r.status_code >= 400:
+            raise SystemExit(f"{url}: {r.status_code} {r.read()[:300]!r}")
+    end = time.perf_counter()
+    return ((first or end) - t0) * 1000.0, (end - t0) * 1000.0
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -49,102 +187,138 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def _row(name: str, xs: list[float]) -> str:
-    return f"{name:<34} p50 {statistics.median(xs):8.2f}   p99 {_pct(xs, 0.99):8.2f}   (n={len(xs)})"
+def _stats(xs: list[float]) -> dict[str, float]:
+    return {"p50": round(statistics.median(xs), 3), "p99": round(_pct(xs, 0.99), 3), "n": len(xs)}
 
 
-def _timed(client: httpx.Client, url: str, body: bytes, session: str) -> float:
-    t0 = time.perf_counter()
-    r = client.post(url, content=body, headers={**HEADERS, "x-pager-session": session})
-    r.raise_for_status()
-    return (time.perf_counter() - t0) * 1000.0
+def _assemble_ms(store: Path) -> dict[str, list[float]]:
+    """Each session's assemble times, in call order, from the store's reports."""
+    out: dict[str, list[float]] = {}
+    path = store / "reports.jsonl"
+    for line in path.read_bytes().splitlines() if path.exists() else ():
+        rec = orjson.loads(line)
+        if rec.get("type") == "assemble":
+            out.setdefault(rec["session"], []).append(float(rec["elapsed_ms"]))
+    return out
 
 
-def _first_byte(client: httpx.Client, url: str, body: bytes, session: str) -> float:
-    t0 = time.perf_counter()
-    with client.stream("POST", url, content=body, headers={**HEADERS, "x-pager-session": session}) as r:
-        r.raise_for_status()
-        chunks = r.iter_raw()
-        next(chunks)
-        first = (time.perf_counter() - t0) * 1000.0
-        for _chunk in chunks:
-            pass
-    return first
+def _cpu_ms(pid: int) -> float:
+    """CPU time (user + system) a process has used, in ms (Linux; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
 
 
-async def _throughput(url: str, bodies: list[list[bytes]]) -> float:
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=256)) as client:
-        async def one(i: int, seq: list[bytes]) -> None:
-            for body in seq:
-                r = await client.post(url, content=body, headers={**HEADERS, "x-pager-session": f"tp-{i}"})
-                r.raise_for_status()
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one(i, seq) for i, seq in enumerate(bodies)))
-        return sum(len(s) for s in bodies) / (time.perf_counter() - t0)
+def run_mode(client: httpx.Client, direct: str, proxies: list[tuple[str, str, int]], fmt: str, stream: bool,
+             bodies: list[bytes], warm: int) -> list[dict[str, Any]]:
+    """Send each body direct and through each proxy, in rotating order; return each proxy's paired rows."""
+    path = PATHS[fmt]
+    targets = [direct] + [url for _, url, _ in proxies]
+    for b in bodies[:warm]:
+        for url in targets:
+            _send(client, url + path, b, stream)
+    cpu0 = [_cpu_ms(pid) for _, _, pid in proxies]
+    rows: list[list[tuple[float, float]]] = []
+    for i, b in enumerate(bodies[warm:]):
+        k = i % len(targets)
+        order = targets[k:] + targets[:k]  # who goes first rotates: load falls on every target alike
+        got = {url: _send(client, url + path, b, stream) for url in order}
+        rows.append([got[url] for url in targets])
+    n = max(1, len(bodies) - warm)
+    cpu = [(_cpu_ms(pid) - c) / n for (_, _, pid), c in zip(proxies, cpu0)]
+    return [{"label": label, "rows": [(r[0], r[j + 1]) for r in rows], "cpu_ms": cpu[j]}
+            for j, (label, _, _) in enumerate(proxies)]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=200, help="steps of the synthetic session (default 200)")
-    ap.add_argument("--concurrency", type=int, default=16, help="clients (sessions) for the throughput run")
-    ap.add_argument("--per-client", type=int, default=20, help="requests per client in the throughput run")
+    ap.add_argument("--messages", type=int, default=1000, help="messages in the first request (default 1000)")
+    ap.add_argument("--requests", type=int, default=60, help="measured requests per mode (default 60)")
+    ap.add_argument("--warm", type=int, default=3, help="requests per mode sent before measuring (default 3)")
+    ap.add_argument("--formats", default="openai-chat,openai-responses,anthropic-messages")
+    ap.add_argument("--modes", default="plain,stream", help="plain, stream or both (default both)")
+    ap.add_argument("--context-window", type=int, default=200_000, help="the proxy's --context-window")
+    ap.add_argument("--also", action="append", default=[], metavar="CHECKOUT",
+                    help="also measure the proxy of another pager checkout, side by side (e.g. the code before a change)")
+    ap.add_argument("--json", help="write every figure to this file")
+    ap.add_argument("--proxy-cmd", default="", help="run this checkout's proxy under this prefix "
+                                                    "(e.g. 'python -m cProfile -o FILE')")
     args = ap.parse_args(argv)
 
-    history = _steps(0, args.steps)
-    bodies = [orjson.dumps({"model": "m", "messages": h}) for h in history]
-    streams = [orjson.dumps({"model": "m", "messages": h, "stream": True}) for h in history]
-    with tempfile.TemporaryDirectory() as tmp, ServerThread(make_upstream()) as up, httpx.Client(timeout=60) as client:
-        direct_url = up + "/v1/chat/completions"
-
-        def proxy(name: str) -> ServerThread:
-            # one store per phase: each phase measures a fresh session
-            cfg = ProxyConfig(store=str(Path(tmp) / name), upstream_openai=up, options={"context_window": 128_000})
-            return ServerThread(create_app(cfg))
-
-        with proxy("plain") as px:
-            proxy_url = px + "/v1/chat/completions"
-            for _ in range(3):  # warm both paths: connections, tokenizer, the session's first open
-                _timed(client, direct_url, bodies[0], "s1")
-                _timed(client, proxy_url, bodies[0], "s1")
-            direct = [_timed(client, direct_url, b, "s1") for b in bodies]
-            proxied = [_timed(client, proxy_url, b, "s1") for b in bodies]
-        with proxy("stream") as px:
-            proxy_url = px + "/v1/chat/completions"
-            for _ in range(3):
-                _first_byte(client, direct_url, streams[0], "s2")
-                _first_byte(client, proxy_url, streams[0], "s2")
-            s_direct = [_first_byte(client, direct_url, b, "s2") for b in streams]
-            s_proxied = [_first_byte(client, proxy_url, b, "s2") for b in streams]
-        # pager's own share of the proxied time: assemble, as its reports time it
-        assemble = [r["elapsed_ms"] for r in map(orjson.loads, (Path(tmp) / "stream" / "reports.jsonl").read_bytes().splitlines())
-                    if r.get("type") == "assemble"][3:]
-        per = max(1, args.per_client)
-        tp_bodies = [
-            [orjson.dumps({"model": "m", "messages": h}) for h in _steps(i + 1, per + 2)[:per]]
-            for i in range(args.concurrency)
-        ]
-        tp_direct = asyncio.run(_throughput(direct_url, tp_bodies))
-        with proxy("throughput") as px:
-            try:
-                tp_proxied = asyncio.run(_throughput(px + "/v1/chat/completions", tp_bodies))
-            except httpx.HTTPStatusError as exc:
-                tp_proxied = float("nan")
-                print(f"throughput through the proxy failed: {exc.response.status_code} {exc.response.text[:300]}")
-
-    sizes = [len(b) for b in bodies]
-    print(f"session: {len(bodies)} requests, {min(sizes) // 1024}-{max(sizes) // 1024} KiB of JSON each")
-    print("non-streaming, per request (ms)")
-    print(_row("  direct to the model server", direct))
-    print(_row("  through pager proxy", proxied))
-    print(_row("  overhead (paired difference)", [p - d for p, d in zip(proxied, direct)]))
-    print("streaming, time to first event (ms)")
-    print(_row("  direct", s_direct))
-    print(_row("  through pager proxy", s_proxied))
-    print(_row("  first-byte latency added", [p - d for p, d in zip(s_proxied, s_direct)]))
-    print(_row("  of which pager's assemble", assemble))
-    print(f"throughput, {args.concurrency} clients x {args.per_client} requests, one session each (req/s)")
-    print(f"  direct {tp_direct:8.1f}   through pager proxy {tp_proxied:8.1f}")
+    formats = [f for f in args.formats.split(",") if f]
+    modes = [m == "stream" for m in args.modes.split(",") if m]
+    n = args.warm + args.requests
+    load0 = os.getloadavg()
+    print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} ({os.cpu_count()} cores)")
+    plans = []
+    for k, fmt in enumerate(formats):
+        for stream in modes:
+            reqs = conversation(fmt, 100 + 2 * k + stream, args.messages, n)
+            for r in reqs:
+                if stream:
+                    r["stream"] = True
+            plans.append((fmt, stream, [orjson.dumps(r) for r in reqs]))
+    checkouts = [("this", ROOT)] + [(Path(a).name, Path(a).resolve()) for a in args.also]
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        up_port = _free_port()
+        up_cmd = [sys.executable, "-m", "uvicorn", "--factory", "proxy_overhead:make_upstream", "--port", str(up_port),
+                  "--log-level", "warning", "--no-access-log"]
+        up, _ = stack.enter_context(_process(up_cmd, up_port, _env(ROOT)))
+        proxies = []
+        for j, (label, src) in enumerate(checkouts):
+            port = _free_port()
+            prefix = args.proxy_cmd.split() if args.proxy_cmd and j == 0 else [sys.executable]
+            cmd = [*prefix, "-m", "pager", "proxy", "--store", str(Path(tmp) / f"store{j}"), "--port", str(port),
+                   "--upstream-openai", up, "--upstream-anthropic", up, "--context-window", str(args.context_window),
+                   "--log-level", "warning"]
+            url, pid = stack.enter_context(_process(cmd, port, _env(src), src))
+            proxies.append((label, url, pid))
+        client = stack.enter_context(httpx.Client(timeout=120))
+        for fmt, stream, bodies in plans:
+            t = time.perf_counter()
+            for res in run_mode(client, up, proxies, fmt, stream, bodies, args.warm):
+                res.update(format=fmt, stream=stream, bytes=(len(bodies[args.warm]), len(bodies[-1])))
+                results.append(res)
+            print(f"  {fmt} {'stream' if stream else 'plain'}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        stack.close()  # the proxies stop: their reports are complete
+        assembles = {label: _assemble_ms(Path(tmp) / f"store{j}") for j, (label, _) in enumerate(checkouts)}
+    load1 = os.getloadavg()
+    report: dict[str, Any] = {"load_before": load0, "load_after": load1, "messages": args.messages,
+                              "requests": args.requests, "checkouts": [str(src) for _, src in checkouts], "modes": []}
+    print(f"conversation: {args.messages} messages at the first measured request, +2 per request, "
+          f"{args.requests} requests per mode (after {args.warm} warm-up); times in ms")
+    print(f"{'mode':<26}{'proxy':<12}{'KiB':>5}  {'direct':>7} {'proxied':>8}  {'added p50':>9} {'p99':>7}"
+          f"  {'-assemble p50':>13} {'p99':>7}  {'assemble':>8}  {'TTFB added p50':>14} {'p99':>7}  {'CPU/req':>7}")
+    seen: dict[str, int] = {}
+    for res in results:
+        rows, label = res["rows"], res["label"]
+        # sessions were opened in mode order: a proxy's k-th session is its k-th mode
+        k = seen[label] = seen.get(label, -1) + 1
+        sessions = list(assembles.get(label, {}).values())
+        asm = sessions[k][args.warm:args.warm + len(rows)] if k < len(sessions) else []
+        if len(asm) != len(rows):
+            asm = [0.0] * len(rows)  # reports off or missing: no split
+        added = [p[1] - d[1] for d, p in rows]
+        own = [a - s for a, s in zip(added, asm)]
+        mode = {"format": res["format"], "stream": res["stream"], "proxy": label, "bytes": res["bytes"],
+                "direct": _stats([d[1] for d, _ in rows]), "proxied": _stats([p[1] for _, p in rows]),
+                "added": _stats(added), "added_minus_assemble": _stats(own), "assemble": _stats(asm),
+                "ttfb_direct": _stats([d[0] for d, _ in rows]), "ttfb_proxied": _stats([p[0] for _, p in rows]),
+                "ttfb_added": _stats([p[0] - d[0] for d, p in rows]), "proxy_cpu_ms_per_request": round(res["cpu_ms"], 2)}
+        report["modes"].append(mode)
+        name = f"{res['format']} {'stream' if res['stream'] else 'plain'}"
+        tt = (f"{mode['ttfb_added']['p50']:>14.2f} {mode['ttfb_added']['p99']:>7.2f}" if res["stream"]
+              else f"{'':>14} {'':>7}")
+        print(f"{name:<26}{label[:11]:<12}{res['bytes'][1] // 1024:>5}  {mode['direct']['p50']:>7.2f} "
+              f"{mode['proxied']['p50']:>8.2f}  {mode['added']['p50']:>9.2f} {mode['added']['p99']:>7.2f}  "
+              f"{mode['added_minus_assemble']['p50']:>13.2f} {mode['added_minus_assemble']['p99']:>7.2f}  "
+              f"{mode['assemble']['p50']:>8.2f}  {tt}  {res['cpu_ms']:>7.2f}")
+    print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     return 0
 
 

@@ -125,3 +125,25 @@ def test_a_refused_reread_gets_the_earlier_content_back_in_each_format():
                       {"type": "function_call", "name": "shell", "arguments": args, "call_id": "k2"},
                       {"type": "function_call_output", "call_id": "k2", "output": "File unchanged since last read"}]}
     assert serve_refusals("openai-responses", resp) == 1 and resp["input"][4]["output"].startswith(body)
+
+
+def test_a_refusal_memo_gives_the_same_answers_and_searches_a_seen_item_once(monkeypatch):
+    import pager.proxy.clients as clients
+
+    read = {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/w/a.py"}}
+    history = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [read]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "the file"}]}]
+    refused = [{"role": "assistant", "content": [{**read, "id": "t2"}]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": REFUSAL}]}]
+    memo: dict[int, Any] = {}
+    searched: list[Any] = []
+    real = clients._refuses
+    monkeypatch.setattr(clients, "_refuses", lambda item: searched.append(item) or real(item))
+    assert serve_refusals("anthropic-messages", {"messages": list(history)}, memo) == 0
+    assert len(searched) == 3
+    # the next call resends the same objects and a refused re-read: only the new items are searched
+    req = {"messages": [*history, *refused]}
+    assert serve_refusals("anthropic-messages", req, memo) == 1 == serve_refusals(
+        "anthropic-messages", {"messages": [*history, *refused]})
+    assert len(searched) == 5 and req["messages"][4]["content"][0]["content"][0]["text"] == "the file"
+    assert serve_refusals("anthropic-messages", {"messages": [*history, *refused]}, memo) == 1  # every call, no fork

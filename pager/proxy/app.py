@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 A model call arrives on a route that names its wire format
-(``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``). A client's
+(``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``). Its body is
+parsed in proportion to what is new since the conversation's previous request
+(``bodies``: the resent history's objects are the previous ones). A client's
 compaction request and its short tool-less side requests (titles, topic
 detection) are forwarded untouched and not recorded (``clients``). Otherwise
 the proxy names the session (``sessions.session_for``: ``x-pager-session``, the
@@ -44,8 +46,9 @@ from starlette.routing import Mount, Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
+from pager.proxy.bodies import BodyCache, reuse_known
 from pager.proxy.clients import passthrough_kind, serve_refusals
-from pager.proxy.dialects import (DIALECTS, UPSTREAMS, Dialect, base_url, check_upstreams, reuse_items,
+from pager.proxy.dialects import (DIALECTS, UPSTREAMS, Dialect, base_url, check_upstreams,
                                   upstream_for)
 from pager.proxy.limits import DEFAULT_MAX_BODY, Refused, read_body, session_refusal
 from pager.proxy.replies import error_body, stream_error_event
@@ -118,6 +121,12 @@ class _Proxy:
         self.config = config
         self.client: httpx.AsyncClient | None = None
         self.pool = SessionPool(config.store, config.options, config.max_open_sessions)
+        self.bodies = BodyCache()  # a resent history is not parsed again (pager.proxy.bodies)
+        self.refusals: dict[int, tuple[Any, bool]] = {}  # nor searched for refused re-reads again
+        from pager.proxy.counting import CountMemo
+
+        self.counts = CountMemo()  # nor counted again by count_tokens
+        self._counting = asyncio.Lock()
         self.viewer: Any = None
 
     @contextlib.asynccontextmanager
@@ -144,7 +153,7 @@ class _Proxy:
         if isinstance(body, Refused):
             return self._error(dialect, body.status, body.message)
         try:
-            req = orjson.loads(body)
+            req = self.bodies.parse(body, dialect.history_key, request.url.path)
         except orjson.JSONDecodeError as exc:
             return self._error(dialect, 400, f"request body is not valid JSON: {exc}")
         if not isinstance(req, dict):
@@ -170,8 +179,8 @@ class _Proxy:
         released = False
         try:
             key = dialect.history_key
-            served = serve_refusals(dialect.format, req)
-            req[key] = reuse_items(self.pool.last.get(name), req.get(key))
+            served = serve_refusals(dialect.format, req, self.refusals)
+            req[key] = reuse_known(self.pool.last.get(name), req.get(key))
             expose = self.config.tools and bool(req.get("tools"))
             try:
                 out = await p.aassemble(req, format=dialect.format, expose_tools=expose, reread_only=not expose)
@@ -255,8 +264,8 @@ class _Proxy:
             if resp.status_code >= 400:
                 return await self._passthrough_error(resp)
             try:
-                data = resp.json()
-            except ValueError:
+                data = orjson.loads(resp.content)
+            except orjson.JSONDecodeError:
                 return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
             await self._observe(p, dialect, data)
             calls = dialect.calls(data) if added else []
@@ -270,7 +279,8 @@ class _Proxy:
                 data = dialect.strip_calls(data, added)
             self._log(dialect, name, resp.status_code, t0, False, rounds)
             if rounds or ours:
-                return JSONResponse(data, status_code=resp.status_code, headers=_client_headers(resp.headers))
+                return Response(orjson.dumps(data), status_code=resp.status_code, headers=_client_headers(resp.headers),
+                                media_type="application/json")
             return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
 
     async def _stream(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
@@ -362,14 +372,17 @@ class _Proxy:
         if isinstance(body, Refused):
             return self._error_style("anthropic", body.status, body.message)
         try:
-            req = orjson.loads(body)
+            req = self.bodies.parse(body, "messages", request.url.path)
         except orjson.JSONDecodeError as exc:
             return self._error_style("anthropic", 400, f"request body is not valid JSON: {exc}")
         if not isinstance(req, dict) or not isinstance(req.get("messages"), list):
             return self._error_style("anthropic", 400, "count_tokens needs a 'messages' list")
         from pager.proxy.counting import count_request
 
-        return JSONResponse({"input_tokens": await asyncio.to_thread(count_request, req)})
+        # the memo is only touched here, in one worker at a time
+        async with self._counting:
+            n = await asyncio.to_thread(count_request, req, self.counts)
+        return JSONResponse({"input_tokens": n})
 
     async def passthrough(self, request: Request) -> Response:
         """Forward any other ``/v1`` call (model lists and the like) untouched."""

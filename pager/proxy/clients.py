@@ -30,7 +30,8 @@ then is a newer read of that file, and the earlier one goes stale.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable
 
 import orjson
 
@@ -64,8 +65,27 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _short(content: Any) -> bool:
+    """Return whether ``content``'s text may be short enough to be a refusal (without joining it)."""
+    if isinstance(content, str):
+        return len(content) <= _REFUSAL_MAX_CHARS
+    if isinstance(content, (list, tuple)):
+        n = 0
+        for p in content:
+            if isinstance(p, Mapping):
+                text = p.get("text")
+                if isinstance(text, str):
+                    n += len(text) + 1
+                    if n > _REFUSAL_MAX_CHARS + 1:
+                        return False
+        return True
+    return False
+
+
 def is_refusal(content: Any) -> bool:
     """Return whether a tool result's content is a client's "you already have this file" reply."""
+    if not _short(content):  # most results are long: not joined, not searched (issue 23: per-call cost)
+        return False
     text = _text(content)
     if not text or len(text) > _REFUSAL_MAX_CHARS or text.startswith("[pager:"):  # a stub or a served read
         return False
@@ -264,7 +284,45 @@ def _responses(req: dict[str, Any]) -> int:
 _SERVERS = {"anthropic-messages": _anthropic, "openai-chat": _chat, "openai-responses": _responses}
 
 
-def serve_refusals(fmt: str, req: dict[str, Any]) -> int:
-    """Put earlier content back into refused re-reads of ``req`` (in place, new lists); return how many."""
+def _refuses(item: Any) -> bool:
+    """Return whether one history item (of any format) holds a tool result that is a refusal."""
+    if not isinstance(item, Mapping):
+        return False
+    if item.get("role") == "tool":  # chat
+        return is_refusal(item.get("content"))
+    itype = item.get("type")
+    if isinstance(itype, str) and itype.endswith("_call_output"):  # Responses
+        return is_refusal(item.get("output"))
+    content = item.get("content")
+    if isinstance(content, list):  # Anthropic: tool_result blocks in a user turn
+        return any(isinstance(b, Mapping) and b.get("type") == "tool_result" and is_refusal(b.get("content"))
+                   for b in content)
+    return False
+
+
+MEMO_MAX = 200_000  # items remembered by a memo before it starts over
+
+
+def serve_refusals(fmt: str, req: dict[str, Any], memo: dict[int, tuple[Any, bool]] | None = None) -> int:
+    """Put earlier content back into refused re-reads of ``req`` (in place, new lists); return how many.
+
+    ``memo``: a dict the caller keeps between calls, so that a history item seen
+    before (the same object: ``pager.proxy.bodies`` hands back the previous
+    request's) is not searched again; it holds the items it remembers.
+    """
     server = _SERVERS.get(fmt)
-    return server(req) if server is not None else 0
+    if server is None:
+        return 0
+    items = req.get("input") if fmt == "openai-responses" else req.get("messages")
+    if memo is not None and isinstance(items, list):
+        if len(memo) > MEMO_MAX:
+            memo.clear()
+        found = False
+        for item in items:
+            hit = memo.get(id(item))
+            if hit is None or hit[0] is not item:
+                hit = memo[id(item)] = (item, _refuses(item))
+            found = found or hit[1]
+        if not found:
+            return 0  # the common case: no refusal anywhere, nothing parsed or copied
+    return server(req)

@@ -1,14 +1,23 @@
-"""Anthropic ``count_tokens`` answered locally, with the counter pager budgets with."""
+"""Anthropic ``count_tokens`` answered locally, with the counter pager budgets with.
+
+Claude Code asks for a count of its whole conversation; ``CountMemo`` keeps
+each message's count by identity (the proxy's bodies hand back the previous
+request's objects for a resent history, ``pager.proxy.bodies``) and the system
+prompt's and tools' by value, so a call counts only what is new.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
 from pager.core.tokens import MESSAGE_OVERHEAD, default_counter
 
-__all__ = ["count_request"]
+__all__ = ["CountMemo", "count_request"]
+
+MEMO_MAX = 200_000  # messages remembered before the memo starts over
 
 
 def _texts(value: Any) -> list[str]:
@@ -32,13 +41,50 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
-def count_request(request: Mapping[str, Any]) -> int:
+class CountMemo:
+    """Token counts already made: messages by identity, system prompts and tool lists by value."""
+
+    def __init__(self, maxsize: int = MEMO_MAX) -> None:
+        self.maxsize = maxsize
+        self._messages: dict[int, tuple[Any, int]] = {}
+        self._values: dict[bytes, int] = {}
+
+    def message(self, msg: Any, count: Any) -> int:
+        hit = self._messages.get(id(msg))
+        if hit is not None and hit[0] is msg:
+            return hit[1]
+        if len(self._messages) >= self.maxsize:
+            self._messages.clear()
+        n = count(msg)
+        self._messages[id(msg)] = (msg, n)  # the message is held: its id cannot name another while it is here
+        return n
+
+    def value(self, value: Any, count: Any) -> int:
+        key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        n = self._values.get(key)
+        if n is None:
+            if len(self._values) >= 64:
+                self._values.clear()
+            n = self._values[key] = count(value)
+        return n
+
+
+def count_request(request: Mapping[str, Any], memo: CountMemo | None = None) -> int:
     """Return the input tokens of an Anthropic Messages request (system, messages, tools)."""
     counter = default_counter()
-    n = counter.count("\n".join(_texts(request.get("system"))))
-    for msg in request.get("messages") or ():
-        n += MESSAGE_OVERHEAD + counter.count("\n".join(_texts(msg.get("content") if isinstance(msg, Mapping) else msg)))
-    tools = request.get("tools")
-    if tools:
-        n += counter.count(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode())
-    return n
+
+    def system(value: Any) -> int:
+        return counter.count("\n".join(_texts(value)))
+
+    def message(msg: Any) -> int:
+        return MESSAGE_OVERHEAD + counter.count("\n".join(_texts(msg.get("content") if isinstance(msg, Mapping) else msg)))
+
+    def tools(value: Any) -> int:
+        return counter.count(orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
+
+    sys_value, tool_value = request.get("system"), request.get("tools")
+    if memo is None:
+        n = system(sys_value) + sum(message(m) for m in request.get("messages") or ())
+        return n + (tools(tool_value) if tool_value else 0)
+    n = memo.value(sys_value, system) + sum(memo.message(m, message) for m in request.get("messages") or ())
+    return n + (memo.value(tool_value, tools) if tool_value else 0)
