@@ -204,7 +204,7 @@ class Pager(Sharing, Session):
         if self._rollover is not None:
             return self._rollover.assemble(self.history, messages, tools, self._pins, self._notes)
         req = self._paging.recall_request(self.history, self._layout)
-        hits = self._search_recall(req) if req is not None else []
+        hits = self._search_recall(req, messages=messages) if req is not None else []
         call = self._paging_call(messages, tools_tokens, hits)
         return self._paging.schedule(call if reread is None else attrs.evolve(call, reread=reread))
 

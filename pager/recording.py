@@ -77,7 +77,7 @@ class Recorder:
         self.scope = scope
         self.owner = owner
         self.pool = pool
-        self._ident: list[tuple[Any, Any, Any]] = []  # (message, content, tool_calls) per recorded row
+        self._ident: list[Any] = []  # the message object of each recorded row, as the caller passed it
         self.recalled_pending: set[int] = set()
         self.recall_useful = 0
 
@@ -90,36 +90,39 @@ class Recorder:
         """Return how many leading messages are the same objects as recorded rows.
 
         Harnesses append to one list of dicts, so on each call all but the new
-        messages are the very objects seen before. Identity of the message and
-        of its ``content`` and ``tool_calls`` stands in for re-hashing them
-        (strings are immutable; an edit replaces one of these objects). A
-        message mutated deep inside in place (a tool call's arguments edited
-        in the same dict) is not detected: replace the message to edit it.
+        messages are the very objects seen before: the same object stands in
+        for re-hashing it. The common case, every recorded row passed again,
+        is one list comparison in C (an object compares equal to itself
+        without being looked into: a few nanoseconds a message, issue 23); a
+        message there that is another object but equal to the recorded one
+        (``==``) is the same message too. Otherwise the prefix is the run of
+        the very same objects. A message edited in place (its ``content``
+        or a tool call's arguments replaced in the same dict) is not
+        detected: replace the message to edit it.
         """
         ident = self._ident
         lim = min(len(ident), len(self.history.hash), len(messages))
+        if not lim:
+            return 0
+        head = messages if len(messages) == lim and isinstance(messages, list) else list(messages[:lim])
+        if (ident if len(ident) == lim else ident[:lim]) == head:
+            return lim
         k = 0
-        while k < lim:
-            m = messages[k]
-            e = ident[k]
-            if e[0] is not m:  # the same object was a validated mapping when recorded
-                break
-            if e[1] is not m.get("content") or e[2] is not m.get("tool_calls"):
-                break
+        while k < lim and ident[k] is messages[k]:
             k += 1
         return k
 
     def record(self, store: Store, messages: Sequence[Mapping[str, Any]], known: int = 0) -> Recorded:
         """Record what is new in ``messages``; see the module docstring for how it is matched."""
         h = self.history
-        new_hashes, raws = hash_messages(messages[known:], offset=known)
-        hashes = h.hash[:known] + new_hashes
-        raws = [None] * known + raws
-        common = 0
-        limit = min(len(h.hash), len(hashes))
+        # rows before ``known`` are the recorded objects themselves: only the rest is hashed and compared
+        new_hashes, new_raws = hash_messages(messages[known:], offset=known)
+        hashes, raws = _From(new_hashes, known), _From(new_raws, known)
+        common = known
+        limit = min(len(h.hash), len(messages))
         while common < limit and h.hash[common] == hashes[common]:
             common += 1
-        if common == len(hashes) < len(h.hash):
+        if common == len(messages) < len(h.hash):
             # behind the branch, not a rewind: forking here would record the newer rows again when the
             # newer request comes back (issue 20). The identity rows are kept for that request too.
             return Recorded(0, [], len(h.hash) - common)
@@ -129,8 +132,8 @@ class Recorder:
             fork = (h.branch, common)
             h.truncate(common)
         del self._ident[common:]
-        self._ident.extend((m, m.get("content"), m.get("tool_calls")) for m in messages[len(self._ident):])
-        if common == len(hashes) and fork is None:
+        self._ident.extend(messages[len(self._ident):])
+        if common == len(messages) and fork is None:
             return Recorded(0, [])
         classified = classify(messages, common, h.calls)
         for msg in messages[common:]:
@@ -154,3 +157,18 @@ class Recorder:
             for p, pid in zip(prepared, ids)
         ]
         return Recorded(len(prepared), docs)
+
+
+class _From:
+    """A list read from index ``base`` on, by the indexes of the whole history (``History.prepare`` reads it so)."""
+
+    __slots__ = ("items", "base")
+
+    def __init__(self, items: Sequence[Any], base: int) -> None:
+        self.items = items
+        self.base = base
+
+    def __getitem__(self, i: int) -> Any:
+        if i < self.base:
+            raise IndexError(i)
+        return self.items[i - self.base]

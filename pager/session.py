@@ -236,7 +236,8 @@ class Session:
 
     # -- scheduler inputs -------------------------------------------------------------------
 
-    def _search_recall(self, req: RecallRequest, history: History | None = None) -> list[RecallHit]:
+    def _search_recall(self, req: RecallRequest, history: History | None = None,
+                       messages: Sequence[Mapping[str, Any]] | None = None) -> list[RecallHit]:
         # no index flush here: a tantivy commit costs ~100 ms, and pages not yet
         # committed are the newest ones, which are in the prompt anyway
         pools = self.options.recall_pools
@@ -253,10 +254,14 @@ class Session:
         own = [hit for hit in hits if hit.session == self.session][: req.k]  # what a session-only search finds
         foreign = self._foreign_hits([hit.page_id for hit in hits if hit.session != self.session][: req.k], acls)
         found = {h.page_id: h for h in foreign}
+        row_of = (history if history is not None else self.history).row_of
         for hit in own:
             # not another branch's page, nor this session's own pin, note or handoff (the card has them)
-            if hit.page_id in (history if history is not None else self.history).row_of:
-                found[hit.page_id] = RecallHit(hit.page_id, message_text(self.store.message(hit.page_id)[1]))
+            r = row_of.get(hit.page_id)
+            if r is not None:
+                # the caller's messages are the history's rows: the text is at hand, no read per hit (issue 23)
+                msg = messages[r] if messages is not None else self.store.message(hit.page_id)[1]
+                found[hit.page_id] = RecallHit(hit.page_id, message_text(msg))
         return [found[hit.page_id] for hit in hits if hit.page_id in found]  # best first, as the index ranked them
 
     def _reader(self) -> Reader:
@@ -323,7 +328,7 @@ class Session:
             window.state_text = self._rollover.state_text
             return window.assemble(view, messages, tools, self._pins, self._notes)
         req = self._paging.recall_request(view, self._layout)
-        hits = self._search_recall(req, view) if req is not None else []
+        hits = self._search_recall(req, view, messages) if req is not None else []
         call = self._paging_call(messages, tools_tokens, hits, view)
         return self._paging.schedule(call if reread is None else attrs.evolve(call, reread=reread))
 
