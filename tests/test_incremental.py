@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -218,27 +219,46 @@ def test_the_columns_are_read_only_views():
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
 def test_deferred_heat_and_need_plan_as_computing_them_every_call(monkeypatch_plan, ops):
+    # a window where an output can be over inline_max yet under budget / 4: the objective weighs it at the tail
     history = [system("You are a coding agent."), user("fix compute_1 in src/app/config.py")]
-    with pager.open(":memory:", session="lazy", context_window=12_000, log_reports=False) as p:
+    with pager.open(":memory:", session="lazy", context_window=40_000, log_reports=False) as p:
         p.assemble({"messages": history})
         for n, op in enumerate(ops):
             history = _apply(p, history, op, n)
-    assert monkeypatch_plan["calls"] > 0
+
+
+def test_deferred_scoring_runs_for_rounds_and_tail_rows(monkeypatch_plan):
+    before = dict(monkeypatch_plan)
+    history = [system("You are a coding agent."), user("fix compute_1 in src/app/config.py")]
+    with pager.open(":memory:", session="lazy2", context_window=40_000, log_reports=False) as p:
+        for n in range(14):
+            history = _apply(p, history, ("step", 1, PATHS[n % 4], (2, 0, 1)[n % 3]), n)
+    assert monkeypatch_plan["calls"] - before["calls"] == 14
+    assert monkeypatch_plan["rounds"] > before["rounds"]  # heat and need for every row
+    assert monkeypatch_plan["tail"] > before["tail"]  # need for the big outputs at the tail only
+    assert monkeypatch_plan["none"] > before["none"]  # and calls that needed neither
 
 
 @pytest.fixture(scope="module")
 def monkeypatch_plan():
     """Run every paging plan twice: as the scheduler asks (deferred), and with heat and need computed first."""
     real = paging.plan
-    seen = {"calls": 0}
+    seen = {"calls": 0, "rounds": 0, "tail": 0, "none": 0}
 
     def both(inp, cfg, prev=None):
-        lazy = real(inp, cfg, prev)
+        asked = []
+
+        def counted(i, rows=None):
+            asked.append(rows is None)
+            return inp.score(i) if rows is None else inp.score(i, rows)
+
+        lazy = real(attrs.evolve(inp, score=counted), cfg, prev)
         eager_inp = inp.scored()
         assert eager_inp.score is None and eager_inp.heat is not None
         eager = real(eager_inp, cfg, prev)
         assert lazy == eager
         seen["calls"] += 1
+        seen["rounds" if True in asked else "tail" if asked else "none"] += 1
         return lazy
 
     mp = pytest.MonkeyPatch()
