@@ -49,8 +49,21 @@ def rss_mb(field):
 phase, store, hist_file = sys.argv[1], sys.argv[2], sys.argv[3]
 if phase == "steady":
     n, calls, warm = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-    # enough synthetic steps for N messages and the steady-state tail (synth: ~2.2 messages a step)
-    _h, msgs = generate_session(7, int((n + 4 * (calls + warm)) / 2.2) + 40)
+    # synthetic sessions of 400 steps stitched together (one long synth session costs quadratic time to
+    # draw), call ids kept unique, until there are N messages and the steady-state tail after them
+    msgs, seed = [], 7
+    while len(msgs) < n + 6 * (calls + warm) + 50:
+        _h, part = generate_session(seed, 400)
+        if msgs:
+            part = part[2:]  # one system prompt and first task; later parts continue the session
+        for m in part:
+            m = dict(m)
+            if m.get("tool_calls"):
+                m["tool_calls"] = [{{**c, "id": f"{{c['id']}}-{{seed}}"}} for c in m["tool_calls"]]
+            if m.get("tool_call_id"):
+                m["tool_call_id"] = f"{{m['tool_call_id']}}-{{seed}}"
+            msgs.append(m)
+        seed += 1
     # the first N messages, cut at a step boundary (the next message is an assistant one)
     cut = n
     while cut < len(msgs) and msgs[cut]["role"] != "assistant":
