@@ -29,8 +29,9 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 
 from pager.core.aside import aside_page
-from pager.core.history import History, hash_messages
+from pager.core.history import History, hash_message, hash_messages
 from pager.core.messages import classify, tool_calls
+from pager.core.pages import StatUpdate
 from pager.storage.base import Store
 from pager.storage.index import IndexDoc
 from pager.storage.indexing import index_doc
@@ -115,22 +116,39 @@ class Recorder:
     def record(self, store: Store, messages: Sequence[Mapping[str, Any]], known: int = 0) -> Recorded:
         """Record what is new in ``messages``; see the module docstring for how it is matched."""
         h = self.history
-        # rows before ``known`` are the recorded objects themselves: only the rest is hashed and compared
-        new_hashes, new_raws = hash_messages(messages[known:], offset=known)
-        hashes, raws = _From(new_hashes, known), _From(new_raws, known)
+        # rows before ``known`` are the recorded objects themselves: only the rest is hashed and compared,
+        # and the bytes of a message that matches its row are dropped at once (after a reopen every
+        # message is hashed; keeping them all would hold a second copy of the history)
         common = known
         limit = min(len(h.hash), len(messages))
-        while common < limit and h.hash[common] == hashes[common]:
+        first: tuple[str, bytes] | None = None
+        while common < limit:
+            first = hash_message(messages[common], common)
+            if first[0] != h.hash[common]:
+                break
+            first = None
             common += 1
+        rest = messages[common + (first is not None):]
+        new_hashes, new_raws = hash_messages(rest, offset=common + (first is not None))
+        if first is not None:
+            new_hashes.insert(0, first[0])
+            new_raws.insert(0, first[1])
+        hashes, raws = _From(new_hashes, common), _From(new_raws, common)
         if common == len(messages) < len(h.hash):
             # behind the branch, not a rewind: forking here would record the newer rows again when the
             # newer request comes back (issue 20). The identity rows are kept for that request too.
             return Recorded(0, [], len(h.hash) - common)
         fork: tuple[int, int] | None = None
+        unstaled: list[StatUpdate] = []
         if common < len(h.hash):
             # the caller's history diverged from the recorded one: a new branch
             fork = (h.branch, common)
+            stale = h.stale[:common]
             h.truncate(common)
+            # a read made stale only by a row the fork cut is fresh again on the new head: say so to the
+            # store too, so a reopen loads the flags the mirror holds
+            unstaled = [StatUpdate(h.page[r], h.last_ref[r], h.ref_count[r], False)
+                        for r in range(common) if stale[r] and not h.stale[r]]
         del self._ident[common:]
         self._ident.extend(messages[len(self._ident):])
         if common == len(messages) and fork is None:
@@ -144,7 +162,7 @@ class Recorder:
         branch, ids = store.record(self.session, h.branch, fork, common, [p.page for p in prepared])
         h.branch = branch
         updates = h.append(prepared, ids)
-        store.update_stats(updates)
+        store.update_stats(unstaled + updates)
         # a recalled page referred to by the new messages was a useful recall
         self.recall_useful += sum(1 for u in updates if u.page_id in self.recalled_pending)
         self.recalled_pending.clear()

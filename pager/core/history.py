@@ -29,7 +29,7 @@ from pager.core.render import stub_text
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
 from pager.errors import MessageError
 
-__all__ = ["History", "Prepared", "hash_messages"]
+__all__ = ["History", "Prepared", "hash_message", "hash_messages"]
 
 # Roles whose words count as the agent (or user) referring back to a page.
 REFERRING_ROLES = ("assistant", "user")
@@ -128,13 +128,19 @@ def hash_messages(
     hashes: list[str] = []
     raws: list[bytes | None] = []
     for i, msg in enumerate(messages):
-        try:  # inside a request's envelope: a message that passes is one whose request still encodes
-            raw = orjson.dumps(envelope(msg), option=orjson.OPT_SORT_KEYS)[ENVELOPE_LEVELS:-ENVELOPE_LEVELS]
-        except orjson.JSONEncodeError as exc:
-            raise MessageError(i + offset, f"cannot be encoded: {encode_problem(exc)}") from None
-        hashes.append(hash_bytes(canonical_bytes(msg, raw)))
+        h, raw = hash_message(msg, i + offset)
+        hashes.append(h)
         raws.append(raw)
     return hashes, raws
+
+
+def hash_message(msg: Mapping[str, Any], index: int) -> tuple[str, bytes]:
+    """Return one message's content hash and its orjson bytes (``hash_messages``; ``index`` names it in errors)."""
+    try:  # inside a request's envelope: a message that passes is one whose request still encodes
+        raw = orjson.dumps(envelope(msg), option=orjson.OPT_SORT_KEYS)[ENVELOPE_LEVELS:-ENVELOPE_LEVELS]
+    except orjson.JSONEncodeError as exc:
+        raise MessageError(index, f"cannot be encoded: {encode_problem(exc)}") from None
+    return hash_bytes(canonical_bytes(msg, raw)), raw
 
 
 def _page_terms(text: str, path: str | None, limit: int) -> frozenset[str]:
