@@ -19,12 +19,13 @@ import attrs
 
 from pager.core import terms as terms_mod
 from pager.core.canonical import canonical_bytes
+from pager.core.columns import Columns
 from pager.core.compact import compact_line
 from pager.core.describe import ENVELOPE_LEVELS, encode_problem, envelope
 from pager.core.fileread import RANGE_MARK, base_path
 from pager.core.tasks import detect_task, task_of
 from pager.core.messages import Classified, message_text, tool_calls
-from pager.core.pages import KIND_CODE, TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
+from pager.core.pages import TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
 from pager.core.render import stub_text
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
 from pager.errors import MessageError
@@ -39,80 +40,6 @@ _ROW_COLUMNS = (
     "page", "hash", "kind", "role", "tokens", "stub_tokens", "compact_tokens", "unit", "step", "path", "handle",
     "stale", "last_ref", "ref_count", "terms", "answers", "labels", "tool_name", "edits", "call_ids", "task_num",
 )
-
-# The numpy columns ``History.columns`` returns: name -> (row list it mirrors, dtype, how a value is coded).
-_NUMPY_COLUMNS: dict[str, tuple[str, Any]] = {
-    "page": ("page", np.int64),
-    "tokens": ("tokens", np.int64),
-    "stub_tokens": ("stub_tokens", np.int64),
-    "compact_tokens": ("compact_tokens", np.int64),
-    "unit": ("unit", np.int64),
-    "created": ("step", np.int64),
-    "last_ref": ("last_ref", np.int64),
-    "ref_count": ("ref_count", np.int64),
-    "kind": ("kind", np.int8),
-    "stale": ("stale", bool),
-    "tool": ("kind", bool),
-}
-# Columns whose values change for rows already there (references, staleness, counted compact lines).
-_MUTABLE_COLUMNS = ("last_ref", "ref_count", "stale", "compact_tokens")
-
-
-def _coded(name: str, values: Sequence[Any]) -> Sequence[Any]:
-    """Return a row list's values as the numpy column ``name`` holds them."""
-    if name == "kind":
-        return [KIND_CODE[k] for k in values]
-    if name == "tool":
-        return [k in TOOL_KINDS for k in values]
-    return values
-
-
-class _Columns:
-    """The numpy columns of a ``History``, kept and extended rather than rebuilt each call.
-
-    Each array has spare capacity (doubled when full), so appending rows costs
-    work in proportion to the rows appended; rows whose references or
-    staleness changed are rewritten one by one. ``views`` returns read-only
-    views of the first ``n`` rows: a caller that needs to change a column
-    copies it first.
-    """
-
-    def __init__(self) -> None:
-        self.arrays: dict[str, np.ndarray] = {}
-        self.rows = 0
-        self.dirty: set[int] = set()
-
-    def views(self, h: "History") -> dict[str, np.ndarray]:
-        n = len(h.page)
-        if self.rows > n:  # fewer rows than mirrored: History resets on truncate, so only defensively
-            self.arrays, self.rows, self.dirty = {}, 0, set()
-        cap = len(self.arrays["page"]) if self.arrays else -1
-        if n > cap:
-            cap = max(n, 2 * cap, 64)
-            grown = {}
-            for name, (_src, dtype) in _NUMPY_COLUMNS.items():
-                a = np.zeros(cap, dtype=dtype)
-                if self.arrays:
-                    a[: self.rows] = self.arrays[name][: self.rows]
-                grown[name] = a
-            self.arrays = grown
-        m = self.rows
-        if n > m:
-            for name, (src, _dtype) in _NUMPY_COLUMNS.items():
-                self.arrays[name][m:n] = _coded(name, getattr(h, src)[m:n])
-        for r in self.dirty:
-            if r < m:
-                for name in _MUTABLE_COLUMNS:
-                    self.arrays[name][r] = getattr(h, name)[r]
-        self.dirty.clear()
-        self.rows = n
-        out = {}
-        for name, a in self.arrays.items():
-            v = a[:n]
-            v.flags.writeable = False
-            out[name] = v
-        return out
-
 
 def hash_messages(
     messages: Sequence[Mapping[str, Any]], offset: int = 0
@@ -208,7 +135,7 @@ class History:
         self.task_num: list[int] = []  # each row's task number (-1: no task label)
         self.user_rows: list[int] = []  # rows of user messages, in order
         # derived, kept between calls so a call costs work in proportion to what is new
-        self._columns = _Columns()
+        self._columns = Columns()
         self._task_col: tuple[int, int, np.ndarray] | None = None  # (active task, rows, column)
         self._query: frozenset[str] | None = None
         self._compact_missing = 0  # rows whose compact line is not counted yet
