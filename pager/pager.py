@@ -289,7 +289,7 @@ class Pager:
         state = m.state
         history = m.history.prefix(len(messages)) if behind else m.history
         lookups = self._scheduler.lookups(history, state.scheduler)
-        hits = self._pools.search_recall(lookups.search, history) if lookups.search is not None else []
+        hits = self._pools.search_recall(lookups.search, history, messages) if lookups.search is not None else []
         sd = self._state_dir
         inputs = CallInputs(
             history=history, messages=messages, tools=tools, tools_tokens=tools_tokens, pins=m.pins, notes=m.notes,

@@ -29,8 +29,9 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 
 from pager.core.aside import aside_page
-from pager.core.history import History, hash_messages
+from pager.core.history import History, hash_message, hash_messages
 from pager.core.messages import classify, tool_calls
+from pager.core.pages import StatUpdate
 from pager.storage.base import Store
 from pager.storage.index import IndexDoc
 from pager.storage.indexing import index_doc
@@ -77,7 +78,7 @@ class Recorder:
         self.scope = scope
         self.owner = owner
         self.pool = pool
-        self._ident: list[tuple[Any, Any, Any]] = []  # (message, content, tool_calls) per recorded row
+        self._ident: list[Any] = []  # the message object of each recorded row, as the caller passed it
         self.recalled_pending: set[int] = set()
         self.recall_useful = 0
 
@@ -90,47 +91,67 @@ class Recorder:
         """Return how many leading messages are the same objects as recorded rows.
 
         Harnesses append to one list of dicts, so on each call all but the new
-        messages are the very objects seen before. Identity of the message and
-        of its ``content`` and ``tool_calls`` stands in for re-hashing them
-        (strings are immutable; an edit replaces one of these objects). A
-        message mutated deep inside in place (a tool call's arguments edited
-        in the same dict) is not detected: replace the message to edit it.
+        messages are the very objects seen before: the same object stands in
+        for re-hashing it. The common case, every recorded row passed again,
+        is one list comparison in C (an object compares equal to itself
+        without being looked into: a few nanoseconds a message, issue 23); a
+        message there that is another object but equal to the recorded one
+        (``==``) is the same message too. Otherwise the prefix is the run of
+        the very same objects. A message edited in place (its ``content``
+        or a tool call's arguments replaced in the same dict) is not
+        detected: replace the message to edit it.
         """
         ident = self._ident
         lim = min(len(ident), len(self.history.hash), len(messages))
+        if not lim:
+            return 0
+        head = messages if len(messages) == lim and isinstance(messages, list) else list(messages[:lim])
+        if (ident if len(ident) == lim else ident[:lim]) == head:
+            return lim
         k = 0
-        while k < lim:
-            m = messages[k]
-            e = ident[k]
-            if e[0] is not m:  # the same object was a validated mapping when recorded
-                break
-            if e[1] is not m.get("content") or e[2] is not m.get("tool_calls"):
-                break
+        while k < lim and ident[k] is messages[k]:
             k += 1
         return k
 
     def record(self, store: Store, messages: Sequence[Mapping[str, Any]], known: int = 0) -> Recorded:
         """Record what is new in ``messages``; see the module docstring for how it is matched."""
         h = self.history
-        new_hashes, raws = hash_messages(messages[known:], offset=known)
-        hashes = h.hash[:known] + new_hashes
-        raws = [None] * known + raws
-        common = 0
-        limit = min(len(h.hash), len(hashes))
-        while common < limit and h.hash[common] == hashes[common]:
+        # rows before ``known`` are the recorded objects themselves: only the rest is hashed and compared,
+        # and the bytes of a message that matches its row are dropped at once (after a reopen every
+        # message is hashed; keeping them all would hold a second copy of the history)
+        common = known
+        limit = min(len(h.hash), len(messages))
+        first: tuple[str, bytes] | None = None
+        while common < limit:
+            first = hash_message(messages[common], common)
+            if first[0] != h.hash[common]:
+                break
+            first = None
             common += 1
-        if common == len(hashes) < len(h.hash):
+        rest = messages[common + (first is not None):]
+        new_hashes, new_raws = hash_messages(rest, offset=common + (first is not None))
+        if first is not None:
+            new_hashes.insert(0, first[0])
+            new_raws.insert(0, first[1])
+        hashes, raws = _From(new_hashes, common), _From(new_raws, common)
+        if common == len(messages) < len(h.hash):
             # behind the branch, not a rewind: forking here would record the newer rows again when the
             # newer request comes back (issue 20). The identity rows are kept for that request too.
             return Recorded(0, [], len(h.hash) - common)
         fork: tuple[int, int] | None = None
+        unstaled: list[StatUpdate] = []
         if common < len(h.hash):
             # the caller's history diverged from the recorded one: a new branch
             fork = (h.branch, common)
+            stale = h.stale[:common]
             h.truncate(common)
+            # a read made stale only by a row the fork cut is fresh again on the new head: say so to the
+            # store too, so a reopen loads the flags the mirror holds
+            unstaled = [StatUpdate(h.page[r], h.last_ref[r], h.ref_count[r], False)
+                        for r in range(common) if stale[r] and not h.stale[r]]
         del self._ident[common:]
-        self._ident.extend((m, m.get("content"), m.get("tool_calls")) for m in messages[len(self._ident):])
-        if common == len(hashes) and fork is None:
+        self._ident.extend(messages[len(self._ident):])
+        if common == len(messages) and fork is None:
             return Recorded(0, [])
         classified = classify(messages, common, h.calls)
         for msg in messages[common:]:
@@ -141,7 +162,7 @@ class Recorder:
         branch, ids = store.record(self.session, h.branch, fork, common, [p.page for p in prepared])
         h.branch = branch
         updates = h.append(prepared, ids)
-        store.update_stats(updates)
+        store.update_stats(unstaled + updates)
         # a recalled page referred to by the new messages was a useful recall
         self.recall_useful += sum(1 for u in updates if u.page_id in self.recalled_pending)
         self.recalled_pending.clear()
@@ -154,3 +175,18 @@ class Recorder:
             for p, pid in zip(prepared, ids)
         ]
         return Recorded(len(prepared), docs)
+
+
+class _From:
+    """A list read from index ``base`` on, by the indexes of the whole history (``History.prepare`` reads it so)."""
+
+    __slots__ = ("items", "base")
+
+    def __init__(self, items: Sequence[Any], base: int) -> None:
+        self.items = items
+        self.base = base
+
+    def __getitem__(self, i: int) -> Any:
+        if i < self.base:
+            raise IndexError(i)
+        return self.items[i - self.base]

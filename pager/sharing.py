@@ -106,7 +106,8 @@ class Pools:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def search_recall(self, req: RecallRequest, history: "History") -> list[RecallHit]:
+    def search_recall(self, req: RecallRequest, history: "History",
+                      messages: Sequence[Mapping[str, Any]] | None = None) -> list[RecallHit]:
         """Return the recall hits of ``req``: this history's pages and the pools' it may read, best first."""
         # no index flush here: a tantivy commit costs ~100 ms, and pages not yet
         # committed are the newest ones, which are in the prompt anyway
@@ -124,10 +125,14 @@ class Pools:
         own = [hit for hit in hits if hit.session == self.session][: req.k]  # what a session-only search finds
         foreign = self.foreign_hits([hit.page_id for hit in hits if hit.session != self.session][: req.k], acls)
         found = {h.page_id: h for h in foreign}
+        row_of = history.row_of
         for hit in own:
             # not another branch's page, nor this session's own pin, note or handoff (the card has them)
-            if hit.page_id in history.row_of:
-                found[hit.page_id] = RecallHit(hit.page_id, message_text(self.store.message(hit.page_id)[1]))
+            r = row_of.get(hit.page_id)
+            if r is not None:
+                # the caller's messages are the history's rows: the text is at hand, no read per hit (issue 23)
+                msg = messages[r] if messages is not None else self.store.message(hit.page_id)[1]
+                found[hit.page_id] = RecallHit(hit.page_id, message_text(msg))
         return [found[hit.page_id] for hit in hits if hit.page_id in found]  # best first, as the index ranked them
 
     def audiences(self) -> tuple[str, ...]:

@@ -19,17 +19,18 @@ import attrs
 
 from pager.core import terms as terms_mod
 from pager.core.canonical import canonical_bytes
+from pager.core.columns import Columns
 from pager.core.compact import compact_line
 from pager.core.describe import ENVELOPE_LEVELS, encode_problem, envelope
 from pager.core.fileread import RANGE_MARK, base_path
 from pager.core.tasks import detect_task, task_of
 from pager.core.messages import Classified, message_text, tool_calls
-from pager.core.pages import KIND_CODE, TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
+from pager.core.pages import TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
 from pager.core.render import stub_text
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
 from pager.errors import MessageError
 
-__all__ = ["History", "Prepared", "hash_messages"]
+__all__ = ["History", "Prepared", "hash_message", "hash_messages"]
 
 # Roles whose words count as the agent (or user) referring back to a page.
 REFERRING_ROLES = ("assistant", "user")
@@ -37,9 +38,8 @@ REFERRING_ROLES = ("assistant", "user")
 # The per-row columns: what ``truncate`` keeps and ``prefix`` copies (maps derive from them).
 _ROW_COLUMNS = (
     "page", "hash", "kind", "role", "tokens", "stub_tokens", "compact_tokens", "unit", "step", "path", "handle",
-    "stale", "last_ref", "ref_count", "terms", "answers", "labels", "tool_name", "edits",
+    "stale", "last_ref", "ref_count", "terms", "answers", "labels", "tool_name", "edits", "call_ids", "task_num",
 )
-
 
 def hash_messages(
     messages: Sequence[Mapping[str, Any]], offset: int = 0
@@ -55,13 +55,19 @@ def hash_messages(
     hashes: list[str] = []
     raws: list[bytes | None] = []
     for i, msg in enumerate(messages):
-        try:  # inside a request's envelope: a message that passes is one whose request still encodes
-            raw = orjson.dumps(envelope(msg), option=orjson.OPT_SORT_KEYS)[ENVELOPE_LEVELS:-ENVELOPE_LEVELS]
-        except orjson.JSONEncodeError as exc:
-            raise MessageError(i + offset, f"cannot be encoded: {encode_problem(exc)}") from None
-        hashes.append(hash_bytes(canonical_bytes(msg, raw)))
+        h, raw = hash_message(msg, i + offset)
+        hashes.append(h)
         raws.append(raw)
     return hashes, raws
+
+
+def hash_message(msg: Mapping[str, Any], index: int) -> tuple[str, bytes]:
+    """Return one message's content hash and its orjson bytes (``hash_messages``; ``index`` names it in errors)."""
+    try:  # inside a request's envelope: a message that passes is one whose request still encodes
+        raw = orjson.dumps(envelope(msg), option=orjson.OPT_SORT_KEYS)[ENVELOPE_LEVELS:-ENVELOPE_LEVELS]
+    except orjson.JSONEncodeError as exc:
+        raise MessageError(index, f"cannot be encoded: {encode_problem(exc)}") from None
+    return hash_bytes(canonical_bytes(msg, raw)), raw
 
 
 def _page_terms(text: str, path: str | None, limit: int) -> frozenset[str]:
@@ -125,6 +131,14 @@ class History:
         self.task_terms: dict[int, frozenset[str]] = {}  # task -> terms of its user messages
         self.term_index = terms_mod.TermIndex(max_df=max_df)
         self.row_of: dict[int, int] = {}
+        self.call_ids: list[tuple[str, ...]] = []  # assistant rows: the ids of the calls they make
+        self.task_num: list[int] = []  # each row's task number (-1: no task label)
+        self.user_rows: list[int] = []  # rows of user messages, in order
+        # derived, kept between calls so a call costs work in proportion to what is new
+        self._columns = Columns()
+        self._task_col: tuple[int, int, np.ndarray] | None = None  # (active task, rows, column)
+        self._query: frozenset[str] | None = None
+        self._compact_missing = 0  # rows whose compact line is not counted yet
 
     def __len__(self) -> int:
         return len(self.page)
@@ -148,17 +162,62 @@ class History:
     @property
     def latest_user(self) -> int | None:
         """The row of the latest user message, or None."""
-        for i in range(len(self.role) - 1, -1, -1):
-            if self.kind[i] == "user":
-                return i
-        return None
+        return self.user_rows[-1] if self.user_rows else None
 
     def task_column(self) -> np.ndarray:
-        """Return, per row, whether the page belongs to the active task (unlabelled pages do)."""
+        """Return, per row, whether the page belongs to the active task (unlabelled pages do).
+
+        Kept between calls and extended by the new rows while the active task
+        stays the same; rebuilt when it changes. Read-only.
+        """
         active = self.task
-        return np.fromiter(
-            ((task_of(lab) in (None, active)) for lab in self.labels), dtype=bool, count=len(self.labels)
-        )
+        n = len(self.task_num)
+        cached = self._task_col
+        if cached is not None and cached[0] == active and cached[1] <= n:
+            m, col = cached[1], cached[2]
+        else:
+            m, col = 0, np.zeros(0, dtype=bool)
+        if n > len(col):
+            grown = np.zeros(max(n, 2 * len(col), 64), dtype=bool)
+            grown[:m] = col[:m]
+            col = grown
+        if n > m:
+            nums = np.asarray(self.task_num[m:n], dtype=np.int64)
+            col[m:n] = (nums == active) | (nums < 0)
+        self._task_col = (active, n, col)
+        view = col[:n]
+        view.flags.writeable = False
+        return view
+
+    def query_terms(self) -> frozenset[str]:
+        """Return the terms of the latest assistant message and of any user message after it (recall's query).
+
+        Computed once per change of the history, however many times a call asks.
+        """
+        if self._query is None:
+            query: set[str] = set()
+            for i in range(len(self) - 1, -1, -1):
+                if self.role[i] in ("assistant", "user"):
+                    query |= self.terms[i]
+                    if self.role[i] == "assistant":
+                        break
+            self._query = frozenset(query)
+        return self._query
+
+    def task_resumed(self) -> int | None:
+        """Return the step at which the active task was last taken up after another one (None: never).
+
+        Walks the user rows only (``PagingScheduler``'s objective asks each call).
+        """
+        first = None
+        active = self.task
+        for i in reversed(self.user_rows):
+            if i == self.first_user:
+                continue
+            if self.task_num[i] not in (-1, active):
+                return first
+            first = self.step[i]
+        return None
 
     def _add_task_terms(self, row: int) -> None:
         task = task_of(self.labels[row])
@@ -215,6 +274,8 @@ class History:
         self.call_rows = {}
         self.base_keys = {}
         self.first_user = None
+        self.user_rows = [i for i, kind in enumerate(self.kind) if kind == "user"]
+        self._compact_missing = sum(1 for n in self.compact_tokens if n < 0)
         for i, kind in enumerate(self.kind):
             if kind == "user" and self.first_user is None:
                 self.first_user = i
@@ -290,7 +351,8 @@ class History:
             rec = prep.page
             row = len(self.page)
             self._add_row(pid, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
-                          rec.handle, False, rec.step, 0, prep.terms, rec.call_id, rec.labels, rec.tool_name)
+                          rec.handle, False, rec.step, 0, prep.terms, rec.call_id, rec.labels, rec.tool_name,
+                          rec.call_ids)
             self.edits[-1] = prep.edits
             self.compact_tokens.append(prep.compact_tokens)
             if rec.kind == "assistant":
@@ -302,7 +364,7 @@ class History:
                 # a newer read of the same range, or of the whole file, makes older reads stale
                 whole = RANGE_MARK not in rec.path
                 keys = self.base_keys.setdefault(base_path(rec.path), set())
-                for key in (keys if whole else {rec.path}) & set(self.path_rows):
+                for key in [k for k in (keys if whole else (rec.path,)) if k in self.path_rows]:
                     self._make_stale(self.path_rows[key], updates)
                 keys.add(rec.path)
                 self.path_rows[rec.path] = row
@@ -318,6 +380,7 @@ class History:
                         continue
                     self.last_ref[r] = max(self.last_ref[r], clock)
                     self.ref_count[r] += 1
+                    self._columns.dirty.add(r)
                     updates[ref_page] = StatUpdate(ref_page, self.last_ref[r], self.ref_count[r], self.stale[r])
             self.term_index.add_page(pid, prep.terms)
         return list(updates.values())
@@ -326,6 +389,7 @@ class History:
         if self.stale[row]:
             return
         self.stale[row] = True
+        self._columns.dirty.add(row)
         pid = self.page[row]
         updates[pid] = StatUpdate(pid, self.last_ref[row], self.ref_count[row], True)
 
@@ -333,8 +397,16 @@ class History:
         self, pid: int, hash: str, kind: str, role: str, tokens: int, stub_tokens: int, step: int,
         path: str | None, handle: str, stale: bool, last_ref: int, ref_count: int, terms: frozenset[str],
         answers: str | None, labels: Sequence[str], tool_name: str | None = None,
+        call_ids: Sequence[str] = (),
     ) -> None:
-        self.row_of[pid] = len(self.page)
+        row = len(self.page)
+        self.row_of[pid] = row
+        self._query = None
+        self.call_ids.append(tuple(call_ids))
+        task = task_of(labels)
+        self.task_num.append(-1 if task is None else task)
+        if kind == "user":
+            self.user_rows.append(row)
         self.page.append(pid)
         self.hash.append(hash)
         self.kind.append(kind)
@@ -385,9 +457,10 @@ class History:
                 terms = _page_terms(message_text(message_of(rec.id)), rec.path, extract_limit)
             self._add_row(rec.id, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
                           rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels,
-                          rec.tool_name)
+                          rec.tool_name, rec.call_ids)
             # computed on first use by ``fill_compact_tokens`` (loading reads no message)
             self.compact_tokens.append(-1)
+            self._compact_missing += 1
             for cid in rec.call_ids:
                 self.call_rows[cid] = r
             if i == last_calls:
@@ -402,12 +475,14 @@ class History:
 
     def fill_compact_tokens(self, messages: Sequence[Mapping[str, Any]]) -> None:
         """Count the compact lines of rows loaded from the store (``messages``: one per row)."""
-        if -1 not in self.compact_tokens:
+        if not self._compact_missing:
             return
         for r, n in enumerate(self.compact_tokens):
             if n < 0:
                 line = compact_line(messages[r], self.kind[r], self.handle[r], self.step[r], self.path[r])
                 self.compact_tokens[r] = self.counter.count(line) + 1
+                self._columns.dirty.add(r)
+        self._compact_missing = 0
 
     def open_calls_at(self, k: int) -> set[str]:
         """Return the call ids still unanswered just before row ``k`` (validation state)."""
@@ -419,20 +494,13 @@ class History:
             r -= 1
         if r < 0 or self.kind[r] != "assistant":
             return set()
-        return {cid for cid, row in self.call_rows.items() if row == r} - answered
+        return set(self.call_ids[r]) - answered
 
     def columns(self) -> dict[str, np.ndarray]:
-        """Return the numpy columns the planner and the heat policy read."""
-        return {
-            "page": np.asarray(self.page, dtype=np.int64),
-            "tokens": np.asarray(self.tokens, dtype=np.int64),
-            "stub_tokens": np.asarray(self.stub_tokens, dtype=np.int64),
-            "compact_tokens": np.asarray(self.compact_tokens, dtype=np.int64),
-            "unit": np.asarray(self.unit, dtype=np.int64),
-            "created": np.asarray(self.step, dtype=np.int64),
-            "last_ref": np.asarray(self.last_ref, dtype=np.int64),
-            "ref_count": np.asarray(self.ref_count, dtype=np.int64),
-            "kind": np.asarray([KIND_CODE[k] for k in self.kind], dtype=np.int8),
-            "stale": np.asarray(self.stale, dtype=bool),
-            "tool": np.asarray([k in TOOL_KINDS for k in self.kind], dtype=bool),
-        }
+        """Return the numpy columns the planner and the heat policy read (read-only views).
+
+        Kept between calls: a call extends them by its new rows and rewrites
+        the rows whose references or staleness changed, so it costs work in
+        proportion to what is new. Copy a column before changing it.
+        """
+        return self._columns.views(self)

@@ -195,7 +195,8 @@ def classify(
     messages: Sequence[Mapping[str, Any]], start: int = 0, calls: Mapping[str, tuple[str, str]] | None = None
 ) -> list[Classified]:
     """Classify ``messages[start:]``; ``calls`` maps earlier call ids to (tool name, arguments)."""
-    known: dict[str, tuple[str, str]] = dict(calls or {})
+    earlier = calls or {}
+    known: dict[str, tuple[str, str]] = {}  # this batch's calls, over ``earlier`` (not copied: it holds every call)
     out = []
     for msg in messages[start:]:
         role = msg["role"]
@@ -211,7 +212,7 @@ def classify(
             out.append(Classified(kind="assistant", role=role, call_ids=tuple(ids)))
         else:
             cid = msg["tool_call_id"]
-            name, args = known.get(cid, ("", ""))
+            name, args = known.get(cid) or earlier.get(cid, ("", ""))
             path = file_read_path(name, args)
             out.append(
                 Classified(

@@ -53,7 +53,7 @@ previous prompt, so its removal re-bills nothing.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import enum
 
@@ -189,7 +189,7 @@ class PlanInput:
     unit: np.ndarray  # int64 unit index (a call and its results share one)
     pinned: np.ndarray  # bool: L1 rows (system messages, first user message)
     tool: np.ndarray  # bool: tool output rows (stubbable)
-    heat: np.ndarray  # float64 heat score
+    heat: np.ndarray | None  # float64 heat score (None: ``score`` computes it when the plan needs it)
     card_tokens: int = 0
     card: str = ""
     recall: Sequence[tuple[int, int]] = ()  # (page id, rendered tokens), best first
@@ -205,9 +205,24 @@ class PlanInput:
     need: np.ndarray | None = None
     growth: float = 0.0
     life: float = 0.0
+    # heat and need cost work in proportion to the whole history; a call that appends needs neither.
+    # ``score`` returns this input with them (and growth, life) filled in, and is called only when the
+    # plan runs a round or weighs a big output at the tail (issue 23)
+    score: Callable[..., "PlanInput"] | None = None
+    rows: Mapping[int, int] | None = None  # page id -> row, when the caller keeps one (else built per call)
 
     def __len__(self) -> int:
         return int(self.page.shape[0])
+
+    def scored(self, rows: np.ndarray | None = None) -> "PlanInput":
+        """Return this input with its heat and need computed (itself when they are).
+
+        ``rows``: only the need (and growth, life) of these rows is asked for; the input keeps its
+        ``score`` for a round later in the same plan.
+        """
+        if self.score is None:
+            return self
+        return self.score(self) if rows is None else self.score(self, rows)
 
 
 @attrs.frozen(slots=True)
@@ -600,7 +615,7 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
         at = [j if j >= 0 else len(slots) - len(new_slots) + (-1 - j) for j in tail]
         full_total = sum(_slot_tokens(Slot(FULL, s.page) if i in at else s, idx, inp) for i, s in enumerate(slots))
         tail_rows = np.asarray([idx[slots[i].page] for i in at], dtype=np.int64)
-        pays = _stub_pays(inp, cfg, tail_rows, full_total)
+        pays = _stub_pays(inp.scored(tail_rows), cfg, tail_rows, full_total)
         for i, stub in zip(at, pays.tolist()):
             slots[i] = Slot(STUB if stub else FULL, slots[i].page)
     return slots
@@ -639,7 +654,7 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     Then adds one block of recall candidates at the tail if it fits.
     """
     n = len(inp)
-    idx = dict(zip(inp.page.tolist(), range(n)))
+    idx = inp.rows if inp.rows is not None else dict(zip(inp.page.tolist(), range(n)))
     reason = _invalid(inp, cfg, prev, idx)
     slots: list[Slot] | None = None
     total = 0
@@ -653,6 +668,7 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     did_round = slots is None
     stable, stable_row = (prev.stable, prev.stable_row) if prev is not None else (0, 0)
     if slots is None:
+        inp = inp.scored()
         slots, total, stable, stable_row = _round(inp, cfg, prev, idx, reason)
     recalled, total = _add_recall(inp, cfg, slots, total)
     layout = Layout(

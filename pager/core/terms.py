@@ -348,9 +348,13 @@ class TermIndex:
     def add_page(self, page_id: int, terms: Iterable[str]) -> None:
         """Index ``page_id`` under ``terms``; adding a page again adds only new terms."""
         page_id = int(page_id)
-        old = self._terms.get(page_id, frozenset())
-        new = frozenset(terms) - old
-        self._terms[page_id] = old | new
+        old = self._terms.get(page_id)
+        if old is None:  # the usual case: keep the caller's frozenset itself (the mirror holds it too)
+            new = terms if isinstance(terms, frozenset) else frozenset(terms)
+            self._terms[page_id] = new
+        else:
+            new = frozenset(terms) - old
+            self._terms[page_id] = old | new
         for term in new:
             ids = self._postings.get(term)
             if ids is None:

@@ -29,7 +29,6 @@ from pager.core.heat import NEEDS, HeatPolicy, PageTable
 from pager.core.history import History
 from pager.core.l1guard import GuardResult, cap_pinned, guard_card, items
 from pager.core.messages import message_text, tool_calls
-from pager.core.tasks import task_of
 from pager.core.plan import (
     CARD,
     FULL,
@@ -103,15 +102,12 @@ class PagingCall:
         return {h.page_id: h for h in (*self.kept, *self.hits) if h.source is not None}
 
 
-def recall_query(history: History) -> set[str]:
-    """Return the terms of the latest assistant message and any user message after it."""
-    query: set[str] = set()
-    for i in range(len(history) - 1, -1, -1):
-        if history.role[i] in ("assistant", "user"):
-            query |= history.terms[i]
-            if history.role[i] == "assistant":
-                break
-    return query
+def recall_query(history: History) -> frozenset[str]:
+    """Return the terms of the latest assistant message and any user message after it.
+
+    Computed once per change of the history (``History.query_terms``): a call asks for it three times.
+    """
+    return history.query_terms()
 
 
 class PagingScheduler:
@@ -258,25 +254,23 @@ class PagingScheduler:
     @staticmethod
     def _task_start(h: History) -> int | None:
         """Return the step at which the active task was last taken up after another one (None: never)."""
-        first = None
-        for i in range(len(h) - 1, -1, -1):
-            if h.kind[i] != "user" or i == h.first_user:
-                continue
-            if task_of(h.labels[i]) not in (None, h.task):
-                return first
-            first = h.step[i]
-        return None
+        return h.task_resumed()
 
     def _need(
-        self, table: PageTable, pinned: np.ndarray, clock: int, history: History
+        self, table: PageTable, pinned: np.ndarray, clock: int, history: History, mixed: bool | None = None
     ) -> tuple[np.ndarray, float, float]:
         """Return the objective's inputs: per row the calls expected to need it within each horizon
         (``heat.NEEDS``), the history tokens a call adds on average, and the calls the session is
         expected to have left: a session that has lasted ``c`` calls, about ``c`` more (at least
         ``MIN_LIFE``).
+
+        ``mixed``: whether the whole history holds pages of another task than the active one, when
+        ``table`` holds only some of its rows (the growth returned is then that of those rows).
         """
         need = NEEDS.expected(table, clock, self.options.need_scale)
-        if self.options.task_focus and table.task is not None and not table.task.all():
+        if mixed is None:
+            mixed = table.task is not None and not table.task.all()
+        if self.options.task_focus and table.task is not None and mixed:
             # the working set follows the task: a page of another task is less likely to be needed,
             # and the active task's pages count their age from when the agent returned to it
             start = self._task_start(history)
@@ -286,6 +280,27 @@ class PagingScheduler:
             need = np.where(table.task[:, None], need, need * TASK_AWAY)
         growth = float(table.tokens[~pinned].sum()) / max(clock, 1)
         return need, growth, float(max(clock, MIN_LIFE))
+
+    def _need_rows(self, inp: PlanInput, h: History, cols: Mapping[str, np.ndarray], rows: np.ndarray,
+                   npin: int) -> PlanInput:
+        """Return ``inp`` with the objective's need filled in for ``rows`` only (the rest reads 0).
+
+        Need is per row (kind, size, age), so the rows' values are those a whole table gives;
+        only whether the history mixes tasks is read from the whole task column.
+        """
+        task = h.task_column() if self.options.task_focus else None
+        sub = PageTable(
+            page_id=cols["page"][rows], created=cols["created"][rows], last_ref=cols["last_ref"][rows],
+            ref_count=cols["ref_count"][rows], tokens=cols["tokens"][rows], kind=cols["kind"][rows],
+            stale=cols["stale"][rows], relevance=np.zeros(len(rows)),
+            task=task[rows] if task is not None else None,
+        )
+        part, _growth, life = self._need(sub, np.zeros(len(rows), dtype=bool), h.clock, h,
+                                         mixed=task is not None and not task.all())
+        need = np.zeros((len(h), part.shape[1]))  # calloc: untouched pages cost nothing
+        need[rows] = part
+        growth = float(cols["tokens"][npin:].sum()) / max(h.clock, 1)
+        return attrs.evolve(inp, need=need, growth=growth, life=life)
 
     def plan(self, call: PagingCall) -> ScheduleResult:
         """Plan and render the prompt for one call."""
@@ -302,22 +317,32 @@ class PagingScheduler:
         cut = cap_pinned(call.messages[:npin], h.tokens[:npin], h.handle[:npin], o.l1_cap, self.counter.count)
         if cut.cut:
             call = attrs.evolve(call, messages=[*cut.messages, *call.messages[npin:]])
+            cols = {**cols, "tokens": cols["tokens"].copy()}  # the mirror's columns are read-only views
             cols["tokens"][:npin] = cut.tokens
-        guard = self.card(call.pins, call.notes, int(cols["tokens"][pinned].sum()), call.state_text)
+        guard = self.card(call.pins, call.notes, int(cols["tokens"][:npin].sum()), call.state_text)
         card = guard.card
         card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
         focus = self._focus_terms(call)
-        relevance = h.term_index.relevance(cols["page"], focus) if focus else np.zeros(n)
-        table = PageTable(
-            page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"],
-            ref_count=cols["ref_count"], tokens=cols["tokens"], kind=cols["kind"], stale=cols["stale"],
-            relevance=relevance, task=h.task_column() if self.options.task_focus else None,
-            overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
-        )
-        heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
-        need, growth, life = self._need(table, pinned, h.clock, h) if o.objective and n else (None, 0.0, 0.0)
+
+        def score(inp: PlanInput, rows: np.ndarray | None = None) -> PlanInput:
+            # heat and the objective's need cost work in proportion to the whole history: the planner
+            # asks for them only when it runs a round, or for a few rows when it weighs big outputs at
+            # the tail (issue 23)
+            if rows is not None and o.objective and n:
+                return self._need_rows(inp, h, cols, rows, npin)
+            relevance = h.term_index.relevance(cols["page"], focus) if focus else np.zeros(n)
+            table = PageTable(
+                page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"],
+                ref_count=cols["ref_count"], tokens=cols["tokens"], kind=cols["kind"], stale=cols["stale"],
+                relevance=relevance, task=h.task_column() if self.options.task_focus else None,
+                overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
+            )
+            heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
+            need, growth, life = self._need(table, pinned, h.clock, h) if o.objective and n else (None, 0.0, 0.0)
+            return attrs.evolve(inp, heat=heat, need=need, growth=growth, life=life, score=None)
+
         budget = o.budget - call.tools_tokens
-        l1 = int(cols["tokens"][pinned].sum()) + card_tokens
+        l1 = int(cols["tokens"][:npin].sum()) + card_tokens
         recall, spans = self._candidates(h, call.hits)
         foreign = call.foreign()
         cfg = PlanConfig(
@@ -330,11 +355,10 @@ class PagingScheduler:
         )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
-            pinned=pinned, tool=self._stubbable(h, cols["tool"], call.reread), heat=heat, card_tokens=card_tokens,
+            pinned=pinned, tool=self._stubbable(h, cols["tool"], call.reread), heat=None, card_tokens=card_tokens,
             card=card,
             recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
-            compact_tokens=cols["compact_tokens"], foreign=frozenset(foreign),
-            need=need, growth=growth, life=life,
+            compact_tokens=cols["compact_tokens"], foreign=frozenset(foreign), score=score, rows=h.row_of,
         )
         prev = call.prev
         result = plan(inp, cfg, prev)

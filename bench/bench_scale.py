@@ -1,0 +1,215 @@
+"""How assemble's cost grows with the history: steady-state CPU per call, reopen time and memory.
+
+    python bench/bench_scale.py [--sizes 100,1000,10000,50000] [--calls 60] [--json out.json]
+    BENCH_SCALE_PROFILE=cumulative python bench/bench_scale.py --sizes 10000   # and a cProfile of the calls
+
+For each size N a synthetic session (``pager.synth``) of about N messages is
+recorded through the public API, as a harness would (a few hundred growing
+calls), into a store in a temporary directory kept for the run. Then, in the
+same process, ``calls`` steady-state calls each append two new messages (an
+assistant message with one tool call and its result) and the CPU time of each
+``assemble`` is taken (``time.process_time``: every thread of the process,
+not wall time, so the other load on the machine counts less). Finally a fresh
+process reopens the store and assembles once with the whole history as new
+objects (what a restarted harness sends): its CPU time and peak RSS (with the
+RSS the history itself holds before ``pager.open``, for comparison).
+
+Prints one row per size and the ratios against the 1k row, with the load
+average at the start and the end. Each size runs in its own process, so one
+size's memory does not count in the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import gc, json, os, resource, sys, time
+sys.path.insert(0, {root!r})
+import orjson
+import pager
+from pager.synth import generate_session
+
+def rss_mb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+phase, store, hist_file = sys.argv[1], sys.argv[2], sys.argv[3]
+if phase == "steady":
+    n, calls, warm = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+    # synthetic sessions of 400 steps stitched together (one long synth session costs quadratic time to
+    # draw), call ids kept unique, until there are N messages and the steady-state tail after them
+    msgs, seed = [], 7
+    while len(msgs) < n + 6 * (calls + warm) + 50:
+        _h, part = generate_session(seed, 400)
+        if msgs:
+            part = part[2:]  # one system prompt and first task; later parts continue the session
+        for m in part:
+            m = dict(m)
+            if m.get("tool_calls"):
+                m["tool_calls"] = [{{**c, "id": f"{{c['id']}}-{{seed}}"}} for c in m["tool_calls"]]
+            if m.get("tool_call_id"):
+                m["tool_call_id"] = f"{{m['tool_call_id']}}-{{seed}}"
+            msgs.append(m)
+        seed += 1
+    # the first N messages, cut at a step boundary (the next message is an assistant one)
+    cut = n
+    while cut < len(msgs) and msgs[cut]["role"] != "assistant":
+        cut += 1
+    history, rest = msgs[:cut], msgs[cut:]
+    # the tail: the later steps that are exactly two messages (one call, its result), in order
+    steps, i = [], 0
+    while i < len(rest):
+        j = i + 1
+        while j < len(rest) and rest[j]["role"] != "assistant":
+            j += 1
+        if j - i == 2 and rest[i]["role"] == "assistant" and rest[i + 1]["role"] == "tool":
+            steps.append(rest[i:j])
+        i = j
+    steps = steps[: calls + warm]
+    if len(steps) < calls + warm:
+        raise SystemExit("not enough two-message steps")
+    p = pager.open(store, session="scale", context_window=200_000, log_reports=False)
+    t = time.perf_counter()
+    # build: a few hundred growing calls, each up to a step boundary
+    bounds = [k for k in range(1, len(history)) if history[k]["role"] == "assistant"] + [len(history)]
+    every = max(1, len(bounds) // 300)
+    ends = bounds[every - 1 :: every]
+    if ends[-1] != len(history):
+        ends.append(len(history))
+    for k in ends:
+        p.assemble({{"messages": history[:k]}})
+    build_s = time.perf_counter() - t
+    cpu = []
+    gc.collect()
+    prof = None
+    if os.environ.get("BENCH_SCALE_PROFILE"):
+        import cProfile
+        prof = cProfile.Profile()
+    for s, step in enumerate(steps):
+        history.extend(step)
+        req = {{"messages": list(history)}}
+        if prof is not None and s >= warm:
+            prof.enable()
+        t0 = time.process_time()
+        p.assemble(req)
+        dt = time.process_time() - t0
+        if prof is not None:
+            prof.disable()
+        if s >= warm:
+            cpu.append(dt * 1000.0)
+    if prof is not None:
+        import pstats
+        pstats.Stats(prof, stream=sys.stderr).sort_stats(os.environ["BENCH_SCALE_PROFILE"]).print_stats(35)
+    p.close()
+    with open(hist_file, "wb") as f:
+        f.write(orjson.dumps(history))
+    print(json.dumps({{"messages": len(history), "start": cut, "build_s": build_s, "cpu_ms": cpu}}))
+else:
+    with open(hist_file, "rb") as f:
+        history = orjson.loads(f.read())  # new objects: nothing is known by identity
+    gc.collect()
+    before = rss_mb("VmRSS")
+    t0 = time.process_time()
+    p = pager.open(store, session="scale")
+    reopen = time.process_time() - t0
+    p.assemble({{"messages": history}})
+    first = time.process_time() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    p.close()
+    print(json.dumps({{"reopen_cpu_s": reopen, "first_cpu_s": first, "peak_rss_mb": peak,
+                      "history_rss_mb": before}}))
+"""
+
+
+def _child(*args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT)), *args],
+                         capture_output=True, text=True, check=False, env=env)
+    if res.returncode != 0:
+        raise SystemExit(res.stderr[-3000:])
+    if os.environ.get("BENCH_SCALE_PROFILE"):
+        sys.stderr.write(res.stderr)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _pct(values: list[float], q: float) -> float:
+    """Return the ``q`` quantile (nearest rank) of ``values``."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def run(sizes: list[int], calls: int, warm: int) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as d:
+        for n in sizes:
+            store, hist = str(Path(d) / f"ctx-{n}"), str(Path(d) / f"history-{n}.json")
+            steady = _child("steady", store, hist, str(n), str(calls), str(warm))
+            reopen = _child("reopen", store, hist)
+            row = {
+                "size": n, "messages": steady["messages"], "build_s": round(steady["build_s"], 1),
+                "p50_ms": round(_pct(steady["cpu_ms"], 0.5), 2), "p99_ms": round(_pct(steady["cpu_ms"], 0.99), 2),
+                "reopen_cpu_s": round(reopen["reopen_cpu_s"], 3),
+                "first_cpu_s": round(reopen["first_cpu_s"], 3),
+                "peak_rss_mb": round(reopen["peak_rss_mb"]), "history_rss_mb": round(reopen["history_rss_mb"]),
+            }
+            rows.append(row)
+            print(f"  {n:>6} messages: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, reopen+first "
+                  f"{row['first_cpu_s']} s CPU, peak {row['peak_rss_mb']} MB (built in {row['build_s']} s)",
+                  file=sys.stderr, flush=True)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """Return the rows as a Markdown table, then the ratios against the 1k row (or the first)."""
+    out = [
+        "| messages | assemble p50 (ms CPU) | p99 (ms CPU) | reopen (s CPU) | reopen + first assemble (s CPU) "
+        "| peak RSS (MB) | of which the history (MB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(f"| {r['size']:,} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['reopen_cpu_s']:.3f} "
+                   f"| {r['first_cpu_s']:.3f} | {r['peak_rss_mb']} | {r['history_rss_mb']} |")
+    base = next((r for r in rows if r["size"] == 1000), rows[0])
+    out += ["", f"Ratios against the {base['size']:,}-message row:", "",
+            "| messages | p50 | p99 | reopen + first assemble | peak RSS |", "|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['size']:,} | {r['p50_ms'] / base['p50_ms']:.2f}x | {r['p99_ms'] / base['p99_ms']:.2f}x "
+                   f"| {r['first_cpu_s'] / base['first_cpu_s']:.2f}x | {r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100,1000,10000,50000", help="comma-separated history sizes")
+    ap.add_argument("--calls", type=int, default=60, help="steady-state calls measured per size (default 60)")
+    ap.add_argument("--warm", type=int, default=5, help="calls run first and not measured (default 5)")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    load0 = os.getloadavg()
+    t = time.perf_counter()
+    rows = run(sizes, args.calls, args.warm)
+    load1 = os.getloadavg()
+    print(table(rows))
+    print(f"\nload average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end (1-minute; {os.cpu_count()} CPUs); "
+          f"{time.perf_counter() - t:.0f} s in all; {args.calls} calls per size, two new messages each")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "load": [load0, load1], "calls": args.calls}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
