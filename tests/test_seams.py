@@ -62,12 +62,15 @@ def test_a_failed_assemble_stores_nothing_and_the_session_goes_on(tmp_path):
             def score(self, table, clock):
                 raise ConfigError("boom")
 
+        # heat is scored when the planner runs a round (issue 23: not on calls between rounds);
+        # a new first user message changes the L1 card's inputs, so this call is a round
+        forked = [history[0], {"role": "user", "content": "another task"}]
         p._scheduler.policy = Exploding()
         with pytest.raises(ConfigError):
-            p.assemble({"messages": history + [{"role": "user", "content": "more"}]})
+            p.assemble({"messages": forked})
         assert p.store.count_pages() == before
         p._scheduler.policy = pager.get_policy("reference")
-        p.assemble({"messages": history + [{"role": "user", "content": "more"}]})
+        p.assemble({"messages": forked})
         assert p.store.count_pages() == before + 1
 
 
