@@ -3,7 +3,7 @@
     python bench/bench_scale.py [--sizes 100,1000,10000,50000] [--calls 60] [--json out.json]
     BENCH_SCALE_PROFILE=cumulative python bench/bench_scale.py --sizes 10000   # and a cProfile of the calls
 
-For each size N a synthetic session (``pager.synth``) of about N messages is
+For each size N a synthetic session (``pager.lab.synth``) of about N messages is
 recorded through the public API, as a harness would (a few hundred growing
 calls), into a store in a temporary directory kept for the run. Then, in the
 same process, ``calls`` steady-state calls each append two new messages (an
@@ -37,7 +37,7 @@ import gc, json, os, resource, sys, time
 sys.path.insert(0, {root!r})
 import orjson
 import pager
-from pager.synth import generate_session
+from pager.lab.synth import generate_session
 
 def rss_mb(field):
     with open("/proc/self/status") as f:

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from pager.cli import main
-from pager.replay.session import discover, load_session
+from pager.lab.replay.session import discover, load_session
 
 CALLS = 48  # per session; 1,350 of the 2,819 calls, a third of the whole replay's CPU
 
