@@ -18,7 +18,7 @@ its first matching line, so a recall costs a few hundred tokens.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -302,6 +302,31 @@ class PagingScheduler:
         growth = float(cols["tokens"][npin:].sum()) / max(h.clock, 1)
         return attrs.evolve(inp, need=need, growth=growth, life=life)
 
+    def _scorer(self, h: History, cols: Mapping[str, np.ndarray], pinned: np.ndarray, npin: int,
+                focus: frozenset[str]) -> Callable[..., PlanInput]:
+        """Return the planner's deferred scoring of ``h``: heat and need, asked for only when used."""
+        o = self.options
+        n = len(h)
+
+        def score(inp: PlanInput, rows: np.ndarray | None = None) -> PlanInput:
+            # heat and the objective's need cost work in proportion to the whole history: the planner
+            # asks for them only when it runs a round, or for a few rows when it weighs big outputs at
+            # the tail (issue 23)
+            if rows is not None and o.objective and n:
+                return self._need_rows(inp, h, cols, rows, npin)
+            relevance = h.term_index.relevance(cols["page"], focus) if focus else np.zeros(n)
+            table = PageTable(
+                page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"],
+                ref_count=cols["ref_count"], tokens=cols["tokens"], kind=cols["kind"], stale=cols["stale"],
+                relevance=relevance, task=h.task_column() if self.options.task_focus else None,
+                overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
+            )
+            heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
+            need, growth, life = self._need(table, pinned, h.clock, h) if o.objective and n else (None, 0.0, 0.0)
+            return attrs.evolve(inp, heat=heat, need=need, growth=growth, life=life, score=None)
+
+        return score
+
     def plan(self, call: PagingCall) -> ScheduleResult:
         """Plan and render the prompt for one call."""
         o = self.options
@@ -324,22 +349,7 @@ class PagingScheduler:
         card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
         focus = self._focus_terms(call)
 
-        def score(inp: PlanInput, rows: np.ndarray | None = None) -> PlanInput:
-            # heat and the objective's need cost work in proportion to the whole history: the planner
-            # asks for them only when it runs a round, or for a few rows when it weighs big outputs at
-            # the tail (issue 23)
-            if rows is not None and o.objective and n:
-                return self._need_rows(inp, h, cols, rows, npin)
-            relevance = h.term_index.relevance(cols["page"], focus) if focus else np.zeros(n)
-            table = PageTable(
-                page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"],
-                ref_count=cols["ref_count"], tokens=cols["tokens"], kind=cols["kind"], stale=cols["stale"],
-                relevance=relevance, task=h.task_column() if self.options.task_focus else None,
-                overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
-            )
-            heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
-            need, growth, life = self._need(table, pinned, h.clock, h) if o.objective and n else (None, 0.0, 0.0)
-            return attrs.evolve(inp, heat=heat, need=need, growth=growth, life=life, score=None)
+        score = self._scorer(h, cols, pinned, npin, focus)
 
         budget = o.budget - call.tools_tokens
         l1 = int(cols["tokens"][:npin].sum()) + card_tokens
