@@ -40,6 +40,20 @@ KEY = "sk-test-DOC-SECRET-1b2c"
 PLACEHOLDER = "http://127.0.0.1:8787"
 
 
+def _wait_listening(proc: subprocess.Popen, port: int) -> None:
+    """Wait until the started ``pager proxy`` accepts connections on ``port``; fail with its output if it exits."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"pager proxy did not start: {proc.stdout.read().decode()[-2000:]}")
+            time.sleep(0.05)
+
+
 def recipes() -> dict[str, tuple[str, str]]:
     text = DOC.read_text(encoding="utf-8")
     found = re.findall(r"<!-- recipe: ([\w-]+) -->\n```(\w+)\n(.*?)^```", text, re.S | re.M)
@@ -71,16 +85,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         argv = [sys.executable, *[swap.get(a, a) for a in argv[1:]]]
         proc = subprocess.Popen(argv, cwd=work, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    pytest.fail(f"pager proxy did not start: {proc.stdout.read().decode()[-2000:]}")
-                time.sleep(0.05)
+        _wait_listening(proc, port)
         info = {"url": url, "upstream": up, "up_app": up_app, "work": work, "proc": proc}
         try:
             yield info
@@ -126,16 +131,7 @@ def test_an_upstream_added_by_a_loaded_module(servers, tmp_path):
     argv = [sys.executable, *[swap.get(a, a) for a in argv[1:]]]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    pytest.fail(f"pager proxy did not start: {proc.stdout.read().decode()[-2000:]}")
-                time.sleep(0.05)
+        _wait_listening(proc, port)
         base = f"http://127.0.0.1:{port}/gateway/v1"
         with openai.OpenAI(base_url=base, api_key=KEY, max_retries=0) as client:
             reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "via the gateway"}])
