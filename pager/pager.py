@@ -339,10 +339,11 @@ class Pager:
         """Record a provider response's usage (prompt, completion, cached and cache-write tokens).
 
         Accepts a response of any registered format (SDK object or dict) or a
-        bare usage mapping; ``format`` defaults to the session's (the wire
-        format of the last assembled request; OpenAI chat before the first).
-        Returns the normalised figures, also logged. ``InputError`` for a
-        shape no format knows.
+        bare usage mapping: the format whose keys the usage carries reads it
+        (``pager.formats.base.read_usage``). ``format`` is checked as a name
+        only (it defaults to the session's: the wire format of the last
+        assembled request). Returns the normalised figures, also logged.
+        ``InputError`` for a shape no format knows.
         """
         with self._lock:
             self._check_open()
