@@ -70,7 +70,7 @@ from pager.storage.index_schema import (
     _bigrams,
     _clean,
 )
-from pager.storage.index_disk import DiskMixin, _Damaged, _StaleFormat
+from pager.storage.index_disk import DiskMixin, _Damaged, _StaleFormat, damage_as
 from pager.storage.index_files import is_damage, tighten
 from pager.storage.index_search import SearchMixin
 
@@ -118,19 +118,13 @@ class PageIndex(DiskMixin, SearchMixin):
 
     def _start(self) -> None:
         """Register the analyzers, load a searcher and read the meta document (any failure is damage)."""
-        try:
+        with damage_as("cannot read the recall index", _StaleFormat):
             self._index.register_tokenizer("pg_text", _TEXT_ANALYZER)
             self._index.register_tokenizer("pg_key", _KEY_ANALYZER)
             self._index.config_reader(reload_policy="Manual")
             self._index.reload()
             self._searcher = self._index.searcher()
             self._upto, self._max_id, self._has_meta = self._read_meta()
-        except _StaleFormat:
-            raise
-        except BaseException as e:
-            if not is_damage(e):
-                raise
-            raise _Damaged(f"cannot read the recall index: {e}") from e
 
     def _read_meta(self) -> tuple[int, int, bool]:
         hits = self._searcher.search(Query.term_query(_SCHEMA, "meta", _META), 1).hits
@@ -314,13 +308,9 @@ class PageIndex(DiskMixin, SearchMixin):
         self._guarded("cannot reload the recall index", self._reload)
 
     def _reload(self) -> None:
-        try:
+        with damage_as("cannot reload the recall index"):
             self._index.reload()
             self._searcher = self._index.searcher()
-        except BaseException as e:
-            if not is_damage(e):
-                raise
-            raise _Damaged(f"cannot reload the recall index: {e}") from e
 
     @property
     def pending(self) -> int:
@@ -413,12 +403,8 @@ class PageIndex(DiskMixin, SearchMixin):
         return self._guarded("cannot read the recall index", self._len)
 
     def _len(self) -> int:
-        try:
+        with damage_as("cannot read the recall index"):
             return self._searcher.num_docs - (1 if self._has_meta else 0)
-        except BaseException as e:
-            if not is_damage(e):
-                raise
-            raise _Damaged(f"cannot read the recall index: {e}") from e
 
     def page_ids(self) -> set[int]:
         """Return the ids of every committed page (a consistency check reads them; O(pages))."""
@@ -427,7 +413,7 @@ class PageIndex(DiskMixin, SearchMixin):
     def _page_ids(self) -> set[int]:
         with self._lock:
             self._reload()
-            try:
+            with damage_as("cannot read the recall index"):
                 n = self._searcher.num_docs
                 if not n:
                     return set()
@@ -438,10 +424,6 @@ class PageIndex(DiskMixin, SearchMixin):
                     if pid is not None:
                         out.add(int(pid))
                 return out
-            except BaseException as e:
-                if not is_damage(e):
-                    raise
-                raise _Damaged(f"cannot read the recall index: {e}") from e
 
 # -- one index per folder per process ------------------------------------------------
 

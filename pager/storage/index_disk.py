@@ -8,11 +8,12 @@ open or at any later call (``_guarded``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +35,19 @@ class _Damaged(RecallIndexError):
 
 class _StaleFormat(Exception):
     """The index was written under another ``INDEX_FORMAT``: rebuild it."""
+
+
+@contextlib.contextmanager
+def damage_as(what: str, *keep: type[BaseException]) -> Iterator[None]:
+    """Raise damage a Tantivy call reports as ``_Damaged("<what>: …")``; other errors, and ``keep``, as they are."""
+    try:
+        yield
+    except keep:
+        raise
+    except BaseException as e:
+        if not is_damage(e):
+            raise
+        raise _Damaged(f"{what}: {e}") from e
 
 
 class DiskMixin:
@@ -60,7 +74,7 @@ class DiskMixin:
         """Open or create the index at ``self._path``; a stale format starts again; ``_Damaged`` otherwise."""
         assert self._path is not None
         p = self._path
-        try:
+        with damage_as(f"cannot open the recall index at {p}", _Damaged):
             if os.path.lexists(p) and not p.is_dir():
                 raise IndexDamage(f"{p} is not a folder")
             p.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -86,12 +100,6 @@ class DiskMixin:
                 self._index = tantivy.Index(_SCHEMA, where, reuse=True)
                 self._start()
             tighten(p)
-        except _Damaged:
-            raise
-        except BaseException as e:
-            if not is_damage(e):
-                raise
-            raise _Damaged(f"cannot open the recall index at {p}: {e}") from e
 
     def _drop(self) -> None:
         """Let go of Tantivy's objects (the writer's lock first) before the folder is moved or removed."""
