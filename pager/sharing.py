@@ -33,7 +33,7 @@ from pager.core.terms import extract_terms
 from pager.errors import ConfigError, HandleError, PromotionGateError, StoreError, ToolError
 from pager.schedulers.base import RecallHit, RecallRequest, RecallSource
 from pager.storage.base import Store
-from pager.storage.indexing import IndexFeeder, index_doc
+from pager.storage.indexing import IndexFeeder, index_doc, present_pages, search_ids
 
 if TYPE_CHECKING:  # pragma: no cover
     from pager.core.history import History
@@ -108,32 +108,61 @@ class Pools:
 
     def search_recall(self, req: RecallRequest, history: "History",
                       messages: Sequence[Mapping[str, Any]] | None = None) -> list[RecallHit]:
-        """Return the recall hits of ``req``: this history's pages and the pools' it may read, best first."""
+        """Return the recall hits of ``req``: this history's pages and the pools' it may read, best first.
+
+        One index query, reading no document back: a page of this history
+        is recognised by its id and its text is the caller's message (the
+        history's rows, issue 23); only pages beyond it are read from the
+        store, in one batch, to learn whose they are.
+        """
         # no index flush here: a tantivy commit costs ~100 ms, and pages not yet
         # committed are the newest ones, which are in the prompt anyway
         pools = self.recall_pools
-        refresh = getattr(self.feeder.index, "refresh", None)  # an index shared between processes has one
+        index = self.feeder.index
+        refresh = getattr(index, "refresh", None)  # an index shared between processes has one
         if pools and refresh is not None:
-            refresh()  # other processes' commits: their pools' pages are candidates too (~0.1 ms)
+            refresh()  # other processes' commits: their pools' pages are candidates too (a file read when none)
         acls = self.store.pool_acls() if pools else {}  # read once: a round trip on a database server
-        hits = self.feeder.index.search_terms(
+        ranked = search_ids(
             # twice the candidates when pools are read: other sessions' pages must not crowd out our own
-            list(req.terms), session=self.session, k=req.k * 2 if pools else req.k, exclude=set(req.exclude),
-            min_score=req.min_score,
+            index, list(req.terms), session=self.session, k=req.k * 2 if pools else req.k,
+            exclude=set(req.exclude), min_score=req.min_score,
             cross_session=pools, audiences=audiences(self.reader, acls) if pools else (),
         )
-        own = [hit for hit in hits if hit.session == self.session][: req.k]  # what a session-only search finds
-        foreign = self.foreign_hits([hit.page_id for hit in hits if hit.session != self.session][: req.k], acls)
-        found = {h.page_id: h for h in foreign}
         row_of = history.row_of
-        for hit in own:
-            # not another branch's page, nor this session's own pin, note or handoff (the card has them)
-            r = row_of.get(hit.page_id)
+        # a page beyond the history: another session's, or this one's from another branch, a pin,
+        # a note, a handoff (the card has those). Without pools every hit is this session's.
+        beyond = [pid for pid, _ in ranked if pid not in row_of] if pools else []
+        records = self._records(beyond)
+        own: list[int] = []
+        others: list[PageRecord] = []
+        for pid, _score in ranked:
+            rec = records.get(pid)
+            if rec is None:
+                if pid in row_of or not pools:
+                    own.append(pid)
+            elif rec.session == self.session:
+                own.append(pid)
+            else:
+                others.append(rec)
+        found = {h.page_id: h for h in self._foreign(others[: req.k], acls)}
+        for pid in own[: req.k]:  # what a session-only search finds
+            r = row_of.get(pid)
             if r is not None:
-                # the caller's messages are the history's rows: the text is at hand, no read per hit (issue 23)
-                msg = messages[r] if messages is not None else self.store.message(hit.page_id)[1]
-                found[hit.page_id] = RecallHit(hit.page_id, message_text(msg))
-        return [found[hit.page_id] for hit in hits if hit.page_id in found]  # best first, as the index ranked them
+                # the caller's messages are the history's rows: the text is at hand, no read per hit
+                msg = messages[r] if messages is not None else self.store.message(pid)[1]
+                found[pid] = RecallHit(pid, message_text(msg))
+        return [found[pid] for pid, _ in ranked if pid in found]  # best first, as the index ranked them
+
+    def _records(self, page_ids: Sequence[int]) -> dict[int, PageRecord]:
+        """Return the stored records of ``page_ids`` by id, in one read; a page the store lacks is left out."""
+        if not page_ids:
+            return {}
+        try:
+            recs = self.store.load_pages(list(page_ids))
+        except StoreError:  # a phantom the index could not check: read what is there
+            recs = self.store.load_pages(sorted(present_pages(self.store, page_ids)))
+        return {r.id: r for r in recs}
 
     def audiences(self) -> tuple[str, ...]:
         """Return the index audiences this session reads beside its own: its owner, its readable pools."""
@@ -147,10 +176,16 @@ class Pools:
         """
         if not page_ids:
             return []
+        return self._foreign(self.store.load_pages(list(page_ids)), acls)
+
+    def _foreign(self, records: Sequence[PageRecord], acls: Mapping[str, Any] | None = None) -> list[RecallHit]:
+        """Return the hits of ``records`` that are other sessions' pages this session may read now."""
+        if not records:
+            return []
         reader = self.reader
         acls = self.store.pool_acls() if acls is None else acls
         out = []
-        for rec in self.store.load_pages(list(page_ids)):
+        for rec in records:
             if rec.session == self.session or not can_read(rec, reader, acls):
                 continue
             written = time.strftime("%Y-%m-%d", time.gmtime(rec.created)) if rec.created else None

@@ -107,6 +107,11 @@ class PageIndex(DiskMixin, SearchMixin):
         self._healing = False
         self.set_aside = 0  # damaged folders this object moved aside (a test and the chaos harness read it)
         self._searcher: tantivy.Searcher = None  # type: ignore[assignment]
+        # Which committed state the searcher shows: bumped at every load of a searcher, so a
+        # memoized search (``SearchMixin``) is never served from another state than its own.
+        self.generation = 0
+        self._seen_meta: bytes | None = None  # meta.json as it was when the searcher was loaded
+        self._memo: dict[tuple[Any, ...], tuple[list[str], list[tuple[float, int, Any]]]] = {}
         if self._path is None:
             self._index = tantivy.Index(_SCHEMA)
             self._start()
@@ -122,8 +127,7 @@ class PageIndex(DiskMixin, SearchMixin):
             self._index.register_tokenizer("pg_text", _TEXT_ANALYZER)
             self._index.register_tokenizer("pg_key", _KEY_ANALYZER)
             self._index.config_reader(reload_policy="Manual")
-            self._index.reload()
-            self._searcher = self._index.searcher()
+            self._load_searcher()
             self._upto, self._max_id, self._has_meta = self._read_meta()
 
     def _read_meta(self) -> tuple[int, int, bool]:
@@ -250,7 +254,7 @@ class PageIndex(DiskMixin, SearchMixin):
             try:
                 # another process may have committed since we last looked: its ids decide
                 # which of ours replace a document, and its watermark is kept if higher
-                self._reload()
+                self._refresh()
                 their_upto, their_max, _ = self._read_meta()
                 upto = max(self._upto, self._pending_max) if upto_page_id is None else upto_page_id
                 upto = max(upto, their_upto)
@@ -304,13 +308,45 @@ class PageIndex(DiskMixin, SearchMixin):
             self._writer = None  # a fresh writer starts from the last commit
 
     def refresh(self) -> None:
-        """See what other processes committed since (a reader that never writes calls this)."""
-        self._guarded("cannot reload the recall index", self._reload)
+        """See what other processes committed since (a reader that never writes calls this).
+
+        Costs a read of ``meta.json`` when nothing was committed since: the
+        searcher, and the searches memoized on it, are kept.
+        """
+        self._guarded("cannot reload the recall index", self._refresh)
+
+    def _refresh(self) -> None:
+        """Load a new searcher only if a commit landed since the last one was loaded."""
+        with self._lock:
+            if self._path is None:
+                return  # in RAM only this object commits, and each of its commits loads a searcher
+            seen = self._seen_meta
+            if seen is None or self._meta_bytes() != seen:
+                self._reload()
 
     def _reload(self) -> None:
         with damage_as("cannot reload the recall index"):
-            self._index.reload()
-            self._searcher = self._index.searcher()
+            self._load_searcher()
+
+    def _load_searcher(self) -> None:
+        # meta.json is read *before* the reload: a commit landing in between leaves an older
+        # copy, so the next refresh loads once more, where the other order could skip a commit
+        meta = self._meta_bytes()
+        self._index.reload()
+        self._searcher = self._index.searcher()
+        self._seen_meta = meta
+        self.generation += 1
+        self._memo.clear()
+
+    def _meta_bytes(self) -> bytes | None:
+        """Return the committed ``meta.json`` (it names every segment and the last opstamp), None in RAM."""
+        if self._path is None:
+            return None
+        try:
+            with open(self._path / "meta.json", "rb") as f:
+                return f.read()
+        except OSError:
+            return None  # not written yet, or moved aside: the caller reloads
 
     @property
     def pending(self) -> int:
@@ -412,7 +448,7 @@ class PageIndex(DiskMixin, SearchMixin):
 
     def _page_ids(self) -> set[int]:
         with self._lock:
-            self._reload()
+            self._refresh()
             with damage_as("cannot read the recall index"):
                 n = self._searcher.num_docs
                 if not n:

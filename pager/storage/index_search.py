@@ -2,13 +2,23 @@
 
 A mixin of ``PageIndex`` (``pager.storage.index``): it reads ``self._searcher``
 under ``self._lock`` and never writes.
+
+Memo. What Tantivy answers a query is a function of the query and of the
+committed state the searcher shows, so the candidates (score, page id,
+address) are memoized per query and dropped whenever a searcher is loaded
+(``PageIndex.generation``: at each commit, clear, rebuild, or a refresh that
+finds another writer's commit). Exclusion, ``min_score`` and the store's
+check of each hit (``_present``) run at every call on the memoized
+candidates, so a memoized answer is the one a fresh search gives. A steady
+call whose query did not change (a retry, a request overtaken by a newer one)
+costs no search.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tantivy
 from tantivy import Occur, Query
@@ -34,11 +44,17 @@ __all__ = ["SearchMixin"]
 _T = TypeVar("_T")
 
 
+# Queries memoized per searcher: a call asks one; a few cover retries and other sessions sharing the index.
+MEMO_SIZE = 8
+
+
 class SearchMixin:
     """The query half of ``PageIndex``."""
 
     _lock: threading.RLock
     _searcher: tantivy.Searcher
+    _memo: dict[tuple[object, ...], tuple[list[str], list[tuple[float, int, object]]]]
+    memo_size = MEMO_SIZE  # 0: every query searches (a test compares the two)
 
     def _reload(self) -> None:  # provided by PageIndex
         raise NotImplementedError
@@ -97,6 +113,28 @@ class SearchMixin:
         words, grams, chunks = analyze_terms(terms)
         return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score, audiences)
 
+    def search_ids(
+        self,
+        terms: Iterable[str],
+        *,
+        session: str,
+        k: int = 5,
+        exclude: Collection[int] = (),
+        kinds: Collection[str] | None = None,
+        cross_session: bool = False,
+        min_score: float = 0.0,
+        audiences: Collection[str] = (),
+    ) -> list[tuple[int, float]]:
+        """Return ``(page id, score)`` of the pages ``search_terms`` finds, best first, reading no document.
+
+        For a caller that holds the pages' text itself (recall, from the
+        session's mirror): a document read costs more than the query.
+        """
+        words, grams, chunks = analyze_terms(terms)
+        ranked = self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score, audiences,
+                           hits=False)
+        return [(pid, score) for score, pid, _addr in ranked]
+
     def _run(
         self,
         words: list[str],
@@ -110,7 +148,8 @@ class SearchMixin:
         min_score: float,
         audiences: Collection[str] = (),
         reload: bool = False,
-    ) -> list[Hit]:
+        hits: bool = True,
+    ) -> list[Any]:
         if k <= 0:
             return []
         cleaned = clean_query(words, grams, chunks)
@@ -119,15 +158,23 @@ class SearchMixin:
         words, grams, keys = cleaned
         readers = reader_keys(session, audiences, cross_session)  # a bare name is the caller's InputError
 
-        def query() -> list[Hit]:
+        def query() -> list[Any]:
             if reload:
-                self._reload()
-            return self._query(words, grams, keys, readers, k, exclude, kinds, min_score)
+                self._refresh()
+            searched, ranked = self._ranked(words, grams, keys, readers, k, exclude, kinds, min_score)
+            if not hits:
+                return ranked
+            s = self._searcher
+            needles = sorted(set(searched) | set(grams), key=len, reverse=True)[:16]
+            return [self._hit(s.doc(addr), pid, score, needles) for score, pid, addr in ranked]
 
         # every Tantivy failure is typed; a damaged index is set aside, rebuilt and asked again
         return self._guarded("recall query failed", query)
 
-    def _query(
+    def _refresh(self) -> None:  # provided by PageIndex
+        raise NotImplementedError
+
+    def _ranked(
         self,
         words: list[str],
         grams: list[str],
@@ -137,7 +184,51 @@ class SearchMixin:
         exclude: Collection[int],
         kinds: Collection[str] | None,
         min_score: float,
-    ) -> list[Hit]:
+    ) -> tuple[list[str], list[tuple[float, int, Any]]]:
+        """Return the words searched (common ones pruned) and ``(score, page id, address)`` of up to
+        ``k`` pages, best first (ties: newest page first)."""
+        if kinds is not None:
+            kinds = [_clean(x) for x in kinds]
+            if not kinds:
+                return words, []
+        # Excluded pages are filtered after the search: a must_not term set over
+        # hundreds of ids cost more than the whole query; over-fetching by
+        # len(exclude) still guarantees k survivors.
+        excluded = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
+        limit = k + _OVERFETCH + len(excluded)
+        key = (tuple(words), tuple(grams), tuple(keys), tuple(readers), None if kinds is None else tuple(kinds), limit)
+        memo = self._memo.get(key)
+        if memo is None:
+            memo = self._candidates(words, grams, keys, readers, kinds, limit)
+            if self.memo_size > 0:
+                while len(self._memo) >= self.memo_size:
+                    del self._memo[next(iter(self._memo))]  # the oldest query
+                self._memo[key] = memo
+        searched, found = memo
+        ranked = [r for r in found if r[1] not in excluded and r[0] > 0.0 and r[0] >= min_score]
+        ranked.sort(key=lambda r: (-r[0], -r[1]))
+        # a document whose page the store does not have (its writer was killed between the
+        # index's commit and the store's) is never a hit; the next open removes it. Checked
+        # at every call (the store may have committed it since), on just enough of the ranking
+        out: list[tuple[float, int, Any]] = []
+        i = 0
+        while len(out) < k and i < len(ranked):
+            part = ranked[i : i + k - len(out)]
+            i += len(part)
+            present = self._present([pid for _, pid, _ in part])
+            out += part if present is None else [r for r in part if r[1] in present]
+        return searched, out
+
+    def _candidates(
+        self,
+        words: list[str],
+        grams: list[str],
+        keys: list[str],
+        readers: list[str],
+        kinds: list[str] | None,
+        limit: int,
+    ) -> tuple[list[str], list[tuple[float, int, Any]]]:
+        """Return the words searched and Tantivy's top ``limit``, as ``(score, page id, address)``."""
         paths = [f"{{}}.{r}" for r in readers]
 
         def term(field: str, value: str) -> Query:
@@ -149,39 +240,16 @@ class SearchMixin:
         clauses += [(Occur.Should, term("cjk", g)) for g in grams]
         clauses += [(Occur.Should, Query.boost_query(term("key", c), KEY_BOOST)) for c in keys]
         if kinds is not None:
-            kinds = [_clean(x) for x in kinds]
-            if not kinds:
-                return []
             kq = Query.const_score_query(Query.term_set_query(_SCHEMA, "kind", kinds), 0.0)
             # Nested, so the kind filter intersects the matches instead of
             # turning every page of that kind into a zero-score candidate.
             clauses = [(Occur.Must, Query.boolean_query(clauses)), (Occur.Must, kq)]
         s = self._searcher
-        # Excluded pages are filtered after the search: a must_not term set over
-        # hundreds of ids cost more than the whole query; over-fetching by
-        # len(exclude) still guarantees k survivors.
-        excluded = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
-        limit = k + _OVERFETCH + len(excluded)
         found = s.search(Query.boolean_query(clauses), limit, count=False).hits
         if not found:
-            return []
+            return words, []
         pids = s.fast_field_values("page_id", [a for _, a in found])
-        ranked = sorted(
-            (
-                (score, pid, addr)
-                for (score, addr), pid in zip(found, pids)
-                if pid not in excluded and score > 0.0 and score >= min_score
-            ),
-            key=lambda r: (-r[0], -r[1]),
-        )
-        # a document whose page the store does not have (its writer was killed between the
-        # index's commit and the store's) is never a hit; the next open removes it
-        present = self._present([pid for _, pid, _ in ranked])
-        if present is not None:
-            ranked = [r for r in ranked if r[1] in present]
-        ranked = ranked[:k]
-        needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
-        return [self._hit(s.doc(addr), pid, score, needles) for score, pid, addr in ranked]
+        return words, [(score, pid, addr) for (score, addr), pid in zip(found, pids)]
 
     def _prune(self, words: list[str], paths: list[str]) -> list[str]:
         """Drop words so common in the audience's pages that they only cost time."""

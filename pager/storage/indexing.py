@@ -20,7 +20,7 @@ from pager.core.pages import PageRecord
 from pager.storage.base import RecallIndex, Store
 from pager.storage.index import IndexDoc
 
-__all__ = ["COMMIT_EVERY", "IndexFeeder", "feed_index", "heal_index", "index_doc", "present_pages"]
+__all__ = ["COMMIT_EVERY", "IndexFeeder", "feed_index", "heal_index", "index_doc", "present_pages", "search_ids"]
 
 log = logging.getLogger("pager.index")
 
@@ -100,6 +100,19 @@ def heal_index(store: Store, index: RecallIndex, progress: Any = None) -> int:
                 index.delete(sorted(phantoms))
                 index.commit()
     return done
+
+
+def search_ids(index: RecallIndex, terms: Sequence[str], **kw: Any) -> list[tuple[int, float]]:
+    """Return ``(page id, score)`` of ``index.search_terms(terms, **kw)``, best first.
+
+    Through the index's ``search_ids`` when it has one (no document read
+    back: the caller holds the text); any other ``RecallIndex`` is asked for
+    its hits.
+    """
+    fn = getattr(index, "search_ids", None)
+    if fn is not None:
+        return list(fn(terms, **kw))
+    return [(h.page_id, h.score) for h in index.search_terms(terms, **kw)]
 
 
 def present_pages(store: Store, page_ids: Sequence[int]) -> set[int]:

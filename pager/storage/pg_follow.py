@@ -107,6 +107,16 @@ class FeedIndex:
         return self._index.search_terms(terms, session=session, k=k, exclude=exclude, kinds=kinds,
                                         cross_session=cross_session, min_score=min_score, audiences=audiences)
 
+    def search_ids(
+        self, terms: Iterable[str], *, session: str, k: int = 5, exclude: Collection[int] = (),
+        kinds: Collection[str] | None = None, cross_session: bool = False, min_score: float = 0.0,
+        audiences: Collection[str] = (),
+    ) -> list[tuple[int, float]]:
+        """Return ``(page id, score)`` of what ``search_terms`` finds, reading no document back."""
+        self._maybe_sync()
+        return self._index.search_ids(terms, session=session, k=k, exclude=exclude, kinds=kinds,
+                                      cross_session=cross_session, min_score=min_score, audiences=audiences)
+
     def delete(self, page_ids: Iterable[int]) -> None:
         with self._lock:
             self._index.delete(page_ids)

@@ -407,16 +407,47 @@ class PgIndex:
         words, grams, chunks = analyze_terms(terms)
         return self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score, audiences)
 
+    def search_ids(
+        self, terms: Iterable[str], *, session: str, k: int = 5, exclude: Collection[int] = (),
+        kinds: Collection[str] | None = None, cross_session: bool = False, min_score: float = 0.0,
+        audiences: Collection[str] = (),
+    ) -> list[tuple[int, float]]:
+        """Return ``(page id, score)`` of what ``search_terms`` finds, best first, parsing no message."""
+        words, grams, chunks = analyze_terms(terms)
+        _words, ranked = self._ranked(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score,
+                                      audiences)
+        return [(int(row[0]), float(row[1])) for row in ranked]
+
     def _run(
         self, words: list[str], grams: list[str], chunks: list[str], session: str, k: int,
         exclude: Collection[int], kinds: Collection[str] | None, cross_session: bool, min_score: float,
         audiences: Collection[str] = (),
     ) -> list[Hit]:
+        words, ranked = self._ranked(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score,
+                                     audiences)
+        needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
+        out: list[Hit] = []
+        for pid, score, session_, step, kind, path, handle, owner, pool, scope, message, _n, _avgdl in ranked:
+            try:
+                text = message_text(orjson.loads(message))
+            except orjson.JSONDecodeError:
+                text = ""
+            out.append(Hit(page_id=int(pid), session=session_, step=int(step), kind=kind, score=float(score),
+                           path=path, handle=handle, snippet=_snippet(text[:16_384], needles),
+                           owner=owner, pool=pool, scope=scope))
+        return out
+
+    def _ranked(
+        self, words: list[str], grams: list[str], chunks: list[str], session: str, k: int,
+        exclude: Collection[int], kinds: Collection[str] | None, cross_session: bool, min_score: float,
+        audiences: Collection[str] = (),
+    ) -> tuple[list[str], list[Any]]:
+        """Return the words searched (common ones pruned) and the ranked rows, best first."""
         if k <= 0 or (kinds is not None and not kinds):
-            return []
+            return words, []
         cleaned = clean_query(words, grams, chunks)
         if cleaned is None:
-            return []
+            return words, []
         words, grams, keys = cleaned
         try:
             words = self._prune(words)  # keeps at least PRUNE_KEEP words: never empties the query
@@ -455,14 +486,4 @@ class PgIndex:
             raise RecallIndexError(f"recall query failed: {exc}") from exc
         if ranked and aud is count:
             self._seen(audience, float(ranked[0][-2]), float(ranked[0][-1]))
-        needles = sorted(set(words) | set(grams), key=len, reverse=True)[:16]
-        out: list[Hit] = []
-        for pid, score, session_, step, kind, path, handle, owner, pool, scope, message, _n, _avgdl in ranked:
-            try:
-                text = message_text(orjson.loads(message))
-            except orjson.JSONDecodeError:
-                text = ""
-            out.append(Hit(page_id=int(pid), session=session_, step=int(step), kind=kind, score=float(score),
-                           path=path, handle=handle, snippet=_snippet(text[:16_384], needles),
-                           owner=owner, pool=pool, scope=scope))
-        return out
+        return words, ranked
