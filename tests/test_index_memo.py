@@ -1,0 +1,171 @@
+"""The recall index's memo: a repeated query costs no search, and answers what a fresh search answers.
+
+Each test asks the same question of an index whose memo is on and of one
+whose memo is off (``memo_size = 0``) or of a fresh object, around the events
+that change what a search may see: new pages, a reindex, another writer's
+commit, a page the store commits after the index did.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pager.storage.index import IndexDoc, PageIndex
+
+
+def doc(pid: int, text: str, session: str = "A", **kw: Any) -> IndexDoc:
+    return IndexDoc(page_id=pid, session=session, step=pid, kind="tool", text=text, **kw)
+
+
+TERMS = ["retry", "jitter", "pager/net.py"]
+
+
+def ask(index: PageIndex, **kw: Any) -> list[tuple[int, float]]:
+    return index.search_ids(TERMS, session="A", k=kw.pop("k", 5), **kw)
+
+
+def fresh(index: PageIndex, **kw: Any) -> list[tuple[int, float]]:
+    """What the same index answers with its memo off."""
+    saved = index.memo_size
+    index.memo_size = 0
+    index._memo.clear()
+    try:
+        return ask(index, **kw)
+    finally:
+        index.memo_size = saved
+
+
+class Spy:
+    """Counts the Tantivy searches an index runs."""
+
+    def __init__(self, index: PageIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = index._candidates
+
+        def counted(*a: Any) -> Any:
+            self.calls += 1
+            return real(*a)
+
+        monkeypatch.setattr(index, "_candidates", counted)
+
+
+def seeded(path: Path | None = None) -> PageIndex:
+    index = PageIndex(path)
+    index.add([doc(i, f"retry loop number {i} with jitter") for i in range(1, 9)])
+    index.add([doc(9, "unrelated words"), doc(10, "net code", path="pager/net.py")])
+    index.commit(10)
+    return index
+
+
+def test_a_repeated_query_runs_no_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = seeded()
+    spy = Spy(index, monkeypatch)
+    first = ask(index)
+    assert spy.calls == 1
+    assert ask(index) == first
+    assert spy.calls == 1  # same terms, same committed state: served from the memo
+    # exclusion and min_score are applied to the memoized candidates, not part of what is memoized
+    assert ask(index, min_score=first[1][1]) == [h for h in first if h[1] >= first[1][1]]
+    assert spy.calls == 1
+    assert ask(index, exclude={first[0][0]})[0] == first[1]
+    assert spy.calls == 2  # another exclusion fetches more candidates: a search of its own
+    assert ask(index, exclude={first[0][0]}) == fresh(index, exclude={first[0][0]})
+
+
+def test_search_ids_are_the_hits_of_search_terms() -> None:
+    index = seeded()
+    for kw in ({}, {"k": 2}, {"exclude": {10, 3}}, {"kinds": ["tool"]}, {"kinds": ["file"]}, {"min_score": 1.0}):
+        hits = index.search_terms(TERMS, session="A", **{"k": 5, **kw})
+        assert ask(index, **dict(kw)) == [(h.page_id, h.score) for h in hits]
+
+
+def test_new_committed_pages_are_found_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = seeded()
+    before = ask(index)
+    index.add([doc(11, "retry retry retry jitter jitter in pager/net.py", path="pager/net.py")])
+    assert ask(index) == before  # added, not committed: not visible, as without the memo
+    index.commit(11)
+    after = ask(index)
+    assert after[0][0] == 11
+    assert after == fresh(index)
+
+
+def test_deleted_pages_leave_the_memo() -> None:
+    index = seeded()
+    top = ask(index)[0][0]
+    index.delete([top])
+    index.commit()
+    assert top not in [pid for pid, _ in ask(index)]
+    assert ask(index) == fresh(index)
+
+
+def test_a_reindex_is_seen() -> None:
+    index = seeded()
+    assert ask(index)
+    index.clear()
+    assert ask(index) == []
+    index.add([doc(20, "retry with jitter, rebuilt")])
+    index.commit(20)
+    assert [pid for pid, _ in ask(index)] == [20]
+    assert ask(index) == fresh(index)
+
+
+def test_another_writers_commit_is_seen_after_refresh(tmp_path: Path) -> None:
+    index = seeded(tmp_path)
+    other = PageIndex(tmp_path)  # a second writer (another process, or another Pager's index)
+    try:
+        before = ask(index)
+        generation = index.generation
+        index.refresh()  # nothing committed since: the searcher and the memo are kept
+        assert index.generation == generation
+        other.add([doc(30, "retry jitter retry jitter pager/net.py", path="pager/net.py")])
+        other.commit(30)
+        assert ask(index) == before  # not refreshed yet: the searcher it had, as without the memo
+        index.refresh()
+        assert index.generation > generation
+        after = ask(index)
+        assert after[0][0] == 30
+        assert after == fresh(index)
+        assert after == ask(PageIndex(tmp_path))
+    finally:
+        other.close()
+        index.close()
+
+
+class Store:
+    """A bound source whose pages the test commits one by one (``present``)."""
+
+    def __init__(self, pages: set[int]) -> None:
+        self.pages = pages
+
+    def rebuild(self, index: PageIndex) -> int:
+        return 0
+
+    def present(self, page_ids: list[int]) -> set[int]:
+        return {p for p in page_ids if p in self.pages}
+
+
+def test_a_page_the_store_commits_later_is_a_hit_then(monkeypatch: pytest.MonkeyPatch) -> None:
+    # another writer committed the index before its store transaction: for a while the page is a
+    # phantom, then a page; the index's state does not change in between, the answer does
+    index = seeded()
+    index.add([doc(40, "retry jitter retry jitter pager/net.py", path="pager/net.py")])
+    index.commit(40)
+    store = Store(set(range(1, 11)))
+    index.bind_source(store)
+    spy = Spy(index, monkeypatch)
+    assert 40 not in [pid for pid, _ in ask(index)]
+    store.pages.add(40)
+    assert ask(index)[0][0] == 40
+    assert spy.calls == 1  # the memo held the candidates; the store was asked again
+    assert ask(index) == fresh(index)
+
+
+def test_memo_is_bounded() -> None:
+    index = seeded()
+    for i in range(3 * index.memo_size):
+        index.search_ids([f"word{i}", "retry"], session="A")
+    assert len(index._memo) <= index.memo_size
