@@ -192,10 +192,26 @@ class SearchMixin:
             if not kinds:
                 return words, []
         # Excluded pages are filtered after the search: a must_not term set over
-        # hundreds of ids cost more than the whole query; over-fetching by
-        # len(exclude) still guarantees k survivors.
+        # hundreds of ids cost more than the whole query. Over-fetching by
+        # len(exclude) guarantees k survivors, but the excluded pages (those in
+        # the prompt) are rarely all among the best: a short fetch is tried first
+        # and kept when it decides the answer alone (``_pick``).
         excluded = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
-        limit = k + _OVERFETCH + len(excluded)
+        full = k + _OVERFETCH + len(excluded)
+        short = min(full, 2 * (k + _OVERFETCH))
+        searched, found = self._memoized(words, grams, keys, readers, kinds, short)
+        out = self._pick(found, excluded, k, min_score, complete=short == full or len(found) < short)
+        if out is None:
+            searched, found = self._memoized(words, grams, keys, readers, kinds, full)
+            out = self._pick(found, excluded, k, min_score, complete=True)
+        assert out is not None
+        return searched, out
+
+    def _memoized(
+        self, words: list[str], grams: list[str], keys: list[str], readers: list[str], kinds: list[str] | None,
+        limit: int,
+    ) -> tuple[list[str], list[tuple[float, int, Any]]]:
+        """Return ``_candidates``, from the memo when this searcher answered the same query already."""
         key = (tuple(words), tuple(grams), tuple(keys), tuple(readers), None if kinds is None else tuple(kinds), limit)
         memo = self._memo.get(key)
         if memo is None:
@@ -204,8 +220,23 @@ class SearchMixin:
                 while len(self._memo) >= self.memo_size:
                     del self._memo[next(iter(self._memo))]  # the oldest query
                 self._memo[key] = memo
-        searched, found = memo
+        return memo
+
+    def _pick(
+        self, found: list[tuple[float, int, Any]], excluded: Collection[int], k: int, min_score: float,
+        complete: bool,
+    ) -> list[tuple[float, int, Any]] | None:
+        """Return the best ``k`` of ``found`` that are not excluded, score enough and are stored pages.
+
+        ``complete``: ``found`` is the whole fetch the answer is defined on.
+        Otherwise it is a shorter top of it, which decides the answer only
+        through the pages scoring strictly above its last one (every such page
+        is in both); None when fewer than ``k`` of those qualify.
+        """
         ranked = [r for r in found if r[1] not in excluded and r[0] > 0.0 and r[0] >= min_score]
+        if not complete and found:
+            cut = min(r[0] for r in found)
+            ranked = [r for r in ranked if r[0] > cut]
         ranked.sort(key=lambda r: (-r[0], -r[1]))
         # a document whose page the store does not have (its writer was killed between the
         # index's commit and the store's) is never a hit; the next open removes it. Checked
@@ -217,7 +248,7 @@ class SearchMixin:
             i += len(part)
             present = self._present([pid for _, pid, _ in part])
             out += part if present is None else [r for r in part if r[1] in present]
-        return searched, out
+        return out if complete or len(out) >= k else None
 
     def _candidates(
         self,
