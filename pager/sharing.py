@@ -123,13 +123,14 @@ class Pools:
         if pools and refresh is not None:
             refresh()  # other processes' commits: their pools' pages are candidates too (a file read when none)
         acls = self.store.pool_acls() if pools else {}  # read once: a round trip on a database server
+        row_of = history.row_of
         ranked = search_ids(
             # twice the candidates when pools are read: other sessions' pages must not crowd out our own
             index, list(req.terms), session=self.session, k=req.k * 2 if pools else req.k,
             exclude=set(req.exclude), min_score=req.min_score,
             cross_session=pools, audiences=audiences(self.reader, acls) if pools else (),
+            stored=row_of,  # the history's pages are stored (the mirror holds them): checked only beyond it
         )
-        row_of = history.row_of
         # a page beyond the history: another session's, or this one's from another branch, a pin,
         # a note, a handoff (the card has those). Without pools every hit is this session's.
         beyond = [pid for pid, _ in ranked if pid not in row_of] if pools else []

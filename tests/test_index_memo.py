@@ -196,11 +196,30 @@ def test_the_short_fetch_answers_what_the_whole_over_fetch_does() -> None:
     texts = ["retry jitter", "retry", "jitter backoff retry", "retry retry", "backoff"]
     index.add([doc(i, texts[i % len(texts)] + (" pager/net.py" if i % 7 == 0 else "")) for i in range(1, 301)])
     index.commit(300)
-    index.bind_source(Store({i for i in range(1, 301) if i % 11}))
+    store = Store({i for i in range(1, 301) if i % 11})
+    index.bind_source(store)
     for _ in range(150):
         k = rng.choice([1, 3, 5, 9, 18])
         exclude = set(rng.sample(range(1, 301), rng.choice([0, 5, 40, 150, 290])))
         min_score = rng.choice([0.0, 0.5, 1.5])
         terms = rng.sample(["retry", "jitter", "backoff", "pager/net.py"], rng.randint(1, 3))
-        got = index.search_ids(terms, session="A", k=k, exclude=exclude, min_score=min_score)
+        # the caller's history: pages it knows are stored (never a phantom), not asked of the store again
+        stored = set(rng.sample(sorted(store.pages), rng.choice([0, 50, 250])))
+        got = index.search_ids(terms, session="A", k=k, exclude=exclude, min_score=min_score, stored=stored)
         assert got == reference(index, terms, k, exclude, min_score), (terms, k, len(exclude), min_score)
+
+
+def test_pages_the_caller_holds_are_not_asked_of_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = seeded()
+    store = Store(set(range(1, 11)))
+    index.bind_source(store)
+    asked: list[list[int]] = []
+    real = index._present
+    monkeypatch.setattr(index, "_present", lambda ids: asked.append(ids) or real(ids))
+    everything = ask(index)
+    assert asked  # without it, the hits are checked against the store
+    asked.clear()
+    assert ask(index, stored=set(range(1, 11))) == everything
+    assert asked == []  # every hit is in the caller's history: no store round trip
+    assert ask(index, stored={everything[0][0]}) == everything
+    assert everything[0][0] not in asked[-1]

@@ -17,7 +17,7 @@ costs no search.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Container, Iterable
 from typing import Any, TypeVar
 
 import tantivy
@@ -124,15 +124,18 @@ class SearchMixin:
         cross_session: bool = False,
         min_score: float = 0.0,
         audiences: Collection[str] = (),
+        stored: Container[int] = (),
     ) -> list[tuple[int, float]]:
         """Return ``(page id, score)`` of the pages ``search_terms`` finds, best first, reading no document.
 
         For a caller that holds the pages' text itself (recall, from the
         session's mirror): a document read costs more than the query.
+        ``stored``: pages the caller knows the store has (its history's), so
+        only the other hits are checked against the store.
         """
         words, grams, chunks = analyze_terms(terms)
         ranked = self._run(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score, audiences,
-                           hits=False)
+                           hits=False, stored=stored)
         return [(pid, score) for score, pid, _addr in ranked]
 
     def _run(
@@ -149,6 +152,7 @@ class SearchMixin:
         audiences: Collection[str] = (),
         reload: bool = False,
         hits: bool = True,
+        stored: Container[int] = (),
     ) -> list[Any]:
         if k <= 0:
             return []
@@ -161,7 +165,7 @@ class SearchMixin:
         def query() -> list[Any]:
             if reload:
                 self._refresh()
-            searched, ranked = self._ranked(words, grams, keys, readers, k, exclude, kinds, min_score)
+            searched, ranked = self._ranked(words, grams, keys, readers, k, exclude, kinds, min_score, stored)
             if not hits:
                 return ranked
             s = self._searcher
@@ -184,6 +188,7 @@ class SearchMixin:
         exclude: Collection[int],
         kinds: Collection[str] | None,
         min_score: float,
+        stored: Container[int] = (),
     ) -> tuple[list[str], list[tuple[float, int, Any]]]:
         """Return the words searched (common ones pruned) and ``(score, page id, address)`` of up to
         ``k`` pages, best first (ties: newest page first)."""
@@ -200,10 +205,10 @@ class SearchMixin:
         full = k + _OVERFETCH + len(excluded)
         short = min(full, 2 * (k + _OVERFETCH))
         searched, found = self._memoized(words, grams, keys, readers, kinds, short)
-        out = self._pick(found, excluded, k, min_score, complete=short == full or len(found) < short)
+        out = self._pick(found, excluded, k, min_score, stored, complete=short == full or len(found) < short)
         if out is None:
             searched, found = self._memoized(words, grams, keys, readers, kinds, full)
-            out = self._pick(found, excluded, k, min_score, complete=True)
+            out = self._pick(found, excluded, k, min_score, stored, complete=True)
         assert out is not None
         return searched, out
 
@@ -224,7 +229,7 @@ class SearchMixin:
 
     def _pick(
         self, found: list[tuple[float, int, Any]], excluded: Collection[int], k: int, min_score: float,
-        complete: bool,
+        stored: Container[int], complete: bool,
     ) -> list[tuple[float, int, Any]] | None:
         """Return the best ``k`` of ``found`` that are not excluded, score enough and are stored pages.
 
@@ -246,8 +251,9 @@ class SearchMixin:
         while len(out) < k and i < len(ranked):
             part = ranked[i : i + k - len(out)]
             i += len(part)
-            present = self._present([pid for _, pid, _ in part])
-            out += part if present is None else [r for r in part if r[1] in present]
+            ask = [pid for _, pid, _ in part if pid not in stored]
+            present = self._present(ask) if ask else None
+            out += part if present is None else [r for r in part if r[1] in present or r[1] in stored]
         return out if complete or len(out) >= k else None
 
     def _candidates(

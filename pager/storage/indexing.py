@@ -12,6 +12,7 @@ also serves ``Pager.reindex`` and ``pager reindex``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Container
 from typing import Any, Sequence
 
 from pager.core.messages import message_text
@@ -102,16 +103,18 @@ def heal_index(store: Store, index: RecallIndex, progress: Any = None) -> int:
     return done
 
 
-def search_ids(index: RecallIndex, terms: Sequence[str], **kw: Any) -> list[tuple[int, float]]:
+def search_ids(index: RecallIndex, terms: Sequence[str], stored: Container[int] = (),
+               **kw: Any) -> list[tuple[int, float]]:
     """Return ``(page id, score)`` of ``index.search_terms(terms, **kw)``, best first.
 
     Through the index's ``search_ids`` when it has one (no document read
-    back: the caller holds the text); any other ``RecallIndex`` is asked for
-    its hits.
+    back: the caller holds the text; ``stored``, pages the caller knows the
+    store has, are not checked against it); any other ``RecallIndex`` is
+    asked for its hits.
     """
     fn = getattr(index, "search_ids", None)
     if fn is not None:
-        return list(fn(terms, **kw))
+        return list(fn(terms, stored=stored, **kw))
     return [(h.page_id, h.score) for h in index.search_terms(terms, **kw)]
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Container, Iterable, Sequence
 from typing import Any
 
 from pager.errors import RecallIndexError, StoreError
@@ -110,12 +110,13 @@ class FeedIndex:
     def search_ids(
         self, terms: Iterable[str], *, session: str, k: int = 5, exclude: Collection[int] = (),
         kinds: Collection[str] | None = None, cross_session: bool = False, min_score: float = 0.0,
-        audiences: Collection[str] = (),
+        audiences: Collection[str] = (), stored: Container[int] = (),
     ) -> list[tuple[int, float]]:
         """Return ``(page id, score)`` of what ``search_terms`` finds, reading no document back."""
         self._maybe_sync()
         return self._index.search_ids(terms, session=session, k=k, exclude=exclude, kinds=kinds,
-                                      cross_session=cross_session, min_score=min_score, audiences=audiences)
+                                      cross_session=cross_session, min_score=min_score, audiences=audiences,
+                                      stored=stored)
 
     def delete(self, page_ids: Iterable[int]) -> None:
         with self._lock:

@@ -61,7 +61,7 @@ every session's pages.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Container, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -410,9 +410,12 @@ class PgIndex:
     def search_ids(
         self, terms: Iterable[str], *, session: str, k: int = 5, exclude: Collection[int] = (),
         kinds: Collection[str] | None = None, cross_session: bool = False, min_score: float = 0.0,
-        audiences: Collection[str] = (),
+        audiences: Collection[str] = (), stored: Container[int] = (),
     ) -> list[tuple[int, float]]:
-        """Return ``(page id, score)`` of what ``search_terms`` finds, best first, parsing no message."""
+        """Return ``(page id, score)`` of what ``search_terms`` finds, best first, parsing no message.
+
+        ``stored`` is accepted for the Tantivy index's sake: here every hit is a stored page.
+        """
         words, grams, chunks = analyze_terms(terms)
         _words, ranked = self._ranked(words, grams, chunks, session, k, exclude, kinds, cross_session, min_score,
                                       audiences)
