@@ -315,39 +315,6 @@ class PageIndex(DiskMixin, SearchMixin):
         """
         self._guarded("cannot reload the recall index", self._refresh)
 
-    def _refresh(self) -> None:
-        """Load a new searcher only if a commit landed since the last one was loaded."""
-        with self._lock:
-            if self._path is None:
-                return  # in RAM only this object commits, and each of its commits loads a searcher
-            seen = self._seen_meta
-            if seen is None or self._meta_bytes() != seen:
-                self._reload()
-
-    def _reload(self) -> None:
-        with damage_as("cannot reload the recall index"):
-            self._load_searcher()
-
-    def _load_searcher(self) -> None:
-        # meta.json is read *before* the reload: a commit landing in between leaves an older
-        # copy, so the next refresh loads once more, where the other order could skip a commit
-        meta = self._meta_bytes()
-        self._index.reload()
-        self._searcher = self._index.searcher()
-        self._seen_meta = meta
-        self.generation += 1
-        self._memo.clear()
-
-    def _meta_bytes(self) -> bytes | None:
-        """Return the committed ``meta.json`` (it names every segment and the last opstamp), None in RAM."""
-        if self._path is None:
-            return None
-        try:
-            with open(self._path / "meta.json", "rb") as f:
-                return f.read()
-        except OSError:
-            return None  # not written yet, or moved aside: the caller reloads
-
     @property
     def pending(self) -> int:
         """Return how many pages were added since the last commit.

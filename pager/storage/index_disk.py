@@ -1,4 +1,4 @@
-"""The recall index on disk: opening it, and healing it when damaged (a mixin of ``PageIndex``).
+"""The recall index on disk: opening it, loading searchers, and healing it when damaged (a mixin of ``PageIndex``).
 
 See ``pager.storage.index_files`` for what counts as damage and how it is
 found; this mixin applies it: a damaged folder is moved aside, an empty index
@@ -66,6 +66,9 @@ class DiskMixin:
     _deletes: set[int]
     _pending: set[int]
     _pending_max: int
+    generation: int
+    _seen_meta: bytes | None
+    _memo: dict[Any, Any]
 
     def _start(self) -> None:  # provided by PageIndex
         raise NotImplementedError
@@ -131,6 +134,39 @@ class DiskMixin:
             self._open_disk()
         except _Damaged as e:
             raise RecallIndexError(f"cannot start a new recall index at {self._path}: {e}") from e
+
+    def _refresh(self) -> None:
+        """Load a new searcher only if a commit landed since the last one was loaded (``meta.json`` changed)."""
+        with self._lock:
+            if self._path is None:
+                return  # in RAM only this object commits, and each of its commits loads a searcher
+            seen = self._seen_meta
+            if seen is None or self._meta_bytes() != seen:
+                self._reload()
+
+    def _reload(self) -> None:
+        with damage_as("cannot reload the recall index"):
+            self._load_searcher()
+
+    def _load_searcher(self) -> None:
+        # meta.json is read *before* the reload: a commit landing in between leaves an older
+        # copy, so the next refresh loads once more, where the other order could skip a commit
+        meta = self._meta_bytes()
+        self._index.reload()
+        self._searcher = self._index.searcher()
+        self._seen_meta = meta
+        self.generation += 1
+        self._memo.clear()
+
+    def _meta_bytes(self) -> bytes | None:
+        """Return the committed ``meta.json`` (it names every segment and the last opstamp), None in RAM."""
+        if self._path is None:
+            return None
+        try:
+            with open(self._path / "meta.json", "rb") as f:
+                return f.read()
+        except OSError:
+            return None  # not written yet, or moved aside: the caller reloads
 
     def bind_source(self, source: Any) -> None:
         """Register what can rebuild this index (``source.rebuild(index)``) and knows its pages (``present``)."""

@@ -56,9 +56,6 @@ class SearchMixin:
     _memo: dict[tuple[object, ...], tuple[list[str], list[tuple[float, int, object]]]]
     memo_size = MEMO_SIZE  # 0: every query searches (a test compares the two)
 
-    def _reload(self) -> None:  # provided by PageIndex
-        raise NotImplementedError
-
     def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:  # provided by PageIndex
         raise NotImplementedError
 
@@ -175,7 +172,7 @@ class SearchMixin:
         # every Tantivy failure is typed; a damaged index is set aside, rebuilt and asked again
         return self._guarded("recall query failed", query)
 
-    def _refresh(self) -> None:  # provided by PageIndex
+    def _refresh(self) -> None:  # provided by DiskMixin
         raise NotImplementedError
 
     def _ranked(
