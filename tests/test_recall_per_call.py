@@ -44,7 +44,7 @@ def replay(store: Any, memo: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]
     history = [system("You are a coding agent."), user("make the network code survive TimeoutError")]
     # a small window: rounds demote pages (an index commit each), and recall has pages to find
     with pager.open(store, session="s", context_window=6_000, recall_min_strength=0) as p:
-        for i, step in enumerate(session_steps(40)):
+        for i, step in enumerate(session_steps(24)):
             history += step
             for retry in range(2):
                 outputs.append(p.assemble({"messages": list(history)}))
@@ -53,7 +53,7 @@ def replay(store: Any, memo: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]
                     # a search commits the pages added since (a stubbed output among them): the retry's
                     # query is the same, what it may find is not
                     outputs.append([h.page_id for h in p.search("backoff_1 TimeoutError", k=3)])
-            if i == 20:
+            if i == 12:
                 p.reindex()
     return outputs
 
