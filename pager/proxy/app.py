@@ -122,7 +122,7 @@ class _Proxy:
         self.client: httpx.AsyncClient | None = None
         self.pool = SessionPool(config.store, config.options, config.max_open_sessions)
         self.bodies = BodyCache()  # a resent history is not parsed again (pager.proxy.bodies)
-        self.refusals: dict[int, tuple[Any, bool]] = {}  # nor searched for refused re-reads again
+        self.refusals: dict[Any, Any] = {}  # nor searched for refused re-reads again
         from pager.proxy.counting import CountMemo
 
         self.counts = CountMemo()  # nor counted again by count_tokens
