@@ -180,11 +180,13 @@ def _send(client: httpx.Client, url: str, body: bytes, stream: bool) -> tuple[fl
     t0 = time.perf_counter()
     with client.stream("POST", url, content=body, headers=HEADERS) as r:
         first = None
-        for _chunk in r.iter_raw():
+        head = b""
+        for chunk in r.iter_raw():
             if first is None:
                 first = time.perf_counter()
+                head = chunk[:300]
         if r.status_code >= 400:
-            raise SystemExit(f"{url}: {r.status_code} {r.read()[:300]!r}")
+            raise SystemExit(f"{url}: {r.status_code} {head!r}")
     end = time.perf_counter()
     return ((first or end) - t0) * 1000.0, (end - t0) * 1000.0
 

@@ -129,6 +129,7 @@ class _Proxy:
         self._counting = asyncio.Lock()
         self.viewer: Any = None
         self._observing: dict[str, asyncio.Task[None]] = {}  # each session's usage still being recorded
+        self._scanning: asyncio.Task[None] | None = None  # item boundaries of a body parsed whole (bodies)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -140,7 +141,8 @@ class _Proxy:
             yield
         finally:
             # uvicorn calls this after in-flight requests finished (graceful shutdown)
-            await asyncio.gather(*self._observing.values(), return_exceptions=True)
+            await asyncio.gather(*self._observing.values(), *([self._scanning] if self._scanning else []),
+                                 return_exceptions=True)
             await self.client.aclose()
             await self.pool.aclose()
             self.viewer.close()
@@ -350,6 +352,9 @@ class _Proxy:
         """
         task = asyncio.get_running_loop().create_task(self._observe(p, dialect, response))
         self._observing[name] = task
+        jobs = self.bodies.take_pending()
+        if jobs:  # a body parsed whole: its item boundaries, found off the next request's path
+            self._scanning = asyncio.get_running_loop().create_task(self._find_bounds(jobs))
 
         def done(t: asyncio.Task[None]) -> None:
             if self._observing.get(name) is t:
@@ -358,6 +363,9 @@ class _Proxy:
                 log.error("usage not recorded in session %s: %r", name, t.exception())
 
         task.add_done_callback(done)
+
+    async def _find_bounds(self, jobs: list[Any]) -> None:
+        self.bodies.set_bounds(await asyncio.to_thread(self.bodies.find_bounds, jobs))
 
     async def _settle(self, name: str) -> None:
         """Wait until session ``name``'s last usage is recorded (``_observe_later``)."""
