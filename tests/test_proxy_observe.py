@@ -1,4 +1,4 @@
-"""Usage is recorded after the answer is relayed, and always before the session's next ``assemble``.
+"""Usage is recorded after the answer is relayed, and always before the session's next ``assemble``; streams relay unchanged.
 
 Real SDK clients -> a real uvicorn proxy -> the scripted upstream on loopback;
 the order is read back from the store's report log.
@@ -93,3 +93,22 @@ def test_observe_later_is_deferred_and_settle_waits_for_it(tmp_path: Path) -> No
             proxy.viewer.close()
 
     assert asyncio.run(run()) == (0, 1)
+
+
+def test_a_stream_is_relayed_byte_for_byte(upstream_url: str, tmp_path: Path) -> None:
+    import httpx
+
+    cfg = ProxyConfig(store=str(tmp_path / "ctx"), upstream_openai=upstream_url, upstream_anthropic=upstream_url,
+                      options={"context_window": 32_000})
+    chat = {"model": "m", "stream": True, "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "a longer answer, in many small events, please"}]}
+    msgs = {"model": "m", "max_tokens": 64, "stream": True,
+            "messages": [{"role": "user", "content": "a longer answer, in many small events, please"}]}
+    head = {"authorization": f"Bearer {KEY}", "x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    with ServerThread(create_app(cfg)) as url:
+        for path, req in (("/v1/chat/completions", chat), ("/v1/messages", msgs)):
+            got = []
+            for base, extra in ((upstream_url, {}), (url, {"x-pager-session": "s" + path})):
+                with httpx.stream("POST", base + path, json=req, headers={**head, **extra}, timeout=20) as r:
+                    got.append(b"".join(r.iter_raw()))
+            assert got[0] == got[1] and got[0].count(b"\n\n") > 5, path
