@@ -1,4 +1,4 @@
-"""Usage is recorded after the answer is relayed, and always before the session's next ``assemble``; streams relay unchanged.
+"""Usage is recorded after the answer is relayed, always before the session's next ``assemble``; streams unchanged.
 
 Real SDK clients -> a real uvicorn proxy -> the scripted upstream on loopback;
 the order is read back from the store's report log.
