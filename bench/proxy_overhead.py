@@ -24,8 +24,13 @@ in milliseconds: direct and proxied latency (p50, p99), the added latency
 (p50, p99), the same minus pager's ``assemble`` (its ``elapsed_ms`` in the
 store's reports: the proxy's own share), and for streams the time to first
 byte direct and proxied and its difference, and the proxy process's CPU time
-per request (Linux: /proc), which load disturbs far less than latency. The
-load average is printed before and after. ``--json FILE`` keeps every figure.
+per request (Linux: /proc), which load disturbs far less than latency, split
+into its event loop's thread (what the proxy does itself: HTTP in and out,
+body parsing, serialisation, relaying) and its worker threads (pager's
+``assemble`` and ``observe``). Every mode is warmed before any is measured;
+``--spy FILE`` samples the proxy with py-spy during the measured requests
+only. The load average is printed before and after. ``--json FILE`` keeps
+every figure.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -150,7 +156,8 @@ def _process(args: list[str], port: int, env: dict[str, str], cwd: Path = ROOT) 
         _wait(url, proc)
         yield url, proc.pid
     finally:
-        proc.terminate()
+        # SIGINT: uvicorn stops as on SIGTERM, and a profiler prefix (--proxy-cmd) writes its output
+        proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -173,11 +180,13 @@ def _send(client: httpx.Client, url: str, body: bytes, stream: bool) -> tuple[fl
     t0 = time.perf_counter()
     with client.stream("POST", url, content=body, headers=HEADERS) as r:
         first = None
-        for _chunk in r.iter_raw():
+        head = b""
+        for chunk in r.iter_raw():
             if first is None:
                 first = time.perf_counter()
+                head = chunk[:300]
         if r.status_code >= 400:
-            raise SystemExit(f"{url}: {r.status_code} {r.read()[:300]!r}")
+            raise SystemExit(f"{url}: {r.status_code} {head!r}")
     end = time.perf_counter()
     return ((first or end) - t0) * 1000.0, (end - t0) * 1000.0
 
@@ -202,34 +211,68 @@ def _assemble_ms(store: Path) -> dict[str, list[float]]:
     return out
 
 
-def _cpu_ms(pid: int) -> float:
-    """CPU time (user + system) a process has used, in ms (Linux; 0 elsewhere)."""
+def _cpu_ms(pid: int) -> tuple[float, float]:
+    """CPU time (user + system) a process has used, in ms: (its event loop's thread, all its other threads).
+
+    The main thread runs the event loop: everything the proxy does itself
+    (HTTP, body parsing, serialisation, relaying). Worker threads run pager's
+    ``assemble`` and ``observe``. Linux only (/proc); (0, 0) elsewhere.
+    """
+    tick = 1000.0 / os.sysconf("SC_CLK_TCK")
+
+    def read(path: Path) -> float:
+        fields = path.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * tick
+
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total = read(Path(f"/proc/{pid}/stat"))
+        main = read(Path(f"/proc/{pid}/task/{pid}/stat"))
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0.0
+    return main, total - main
+
+
+def warm_mode(client: httpx.Client, direct: str, proxies: list[tuple[str, str, int]], fmt: str, stream: bool,
+              bodies: list[bytes]) -> None:
+    """Send the warm-up bodies direct and through each proxy: each session records its history once."""
+    for b in bodies:
+        for url in [direct] + [u for _, u, _ in proxies]:
+            _send(client, url + PATHS[fmt], b, stream)
 
 
 def run_mode(client: httpx.Client, direct: str, proxies: list[tuple[str, str, int]], fmt: str, stream: bool,
-             bodies: list[bytes], warm: int) -> list[dict[str, Any]]:
+             bodies: list[bytes]) -> list[dict[str, Any]]:
     """Send each body direct and through each proxy, in rotating order; return each proxy's paired rows."""
     path = PATHS[fmt]
     targets = [direct] + [url for _, url, _ in proxies]
-    for b in bodies[:warm]:
-        for url in targets:
-            _send(client, url + path, b, stream)
     cpu0 = [_cpu_ms(pid) for _, _, pid in proxies]
     rows: list[list[tuple[float, float]]] = []
-    for i, b in enumerate(bodies[warm:]):
+    for i, b in enumerate(bodies):
         k = i % len(targets)
         order = targets[k:] + targets[:k]  # who goes first rotates: load falls on every target alike
         got = {url: _send(client, url + path, b, stream) for url in order}
         rows.append([got[url] for url in targets])
-    n = max(1, len(bodies) - warm)
-    cpu = [(_cpu_ms(pid) - c) / n for (_, _, pid), c in zip(proxies, cpu0)]
+    n = max(1, len(bodies))
+    cpu = [[(a - b) / n for a, b in zip(_cpu_ms(pid), c)] for (_, _, pid), c in zip(proxies, cpu0)]
     return [{"label": label, "rows": [(r[0], r[j + 1]) for r in rows], "cpu_ms": cpu[j]}
             for j, (label, _, _) in enumerate(proxies)]
+
+
+@contextlib.contextmanager
+def _spy(pid: int, out: str | None) -> Iterator[None]:
+    """Sample ``pid`` with py-spy (threads, GIL holders only) while the block runs, into ``out`` (raw format)."""
+    if not out:
+        yield
+        return
+    cmd = ["py-spy", "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--threads", "--gil",
+           "--output", out]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--also", action="append", default=[], metavar="CHECKOUT",
                     help="also measure the proxy of another pager checkout, side by side (e.g. the code before a change)")
     ap.add_argument("--json", help="write every figure to this file")
+    ap.add_argument("--spy", metavar="FILE", help="sample this checkout's proxy with py-spy during the measured "
+                                                  "requests (GIL holders, per thread) into FILE (raw format)")
     ap.add_argument("--proxy-cmd", default="", help="run this checkout's proxy under this prefix "
                                                     "(e.g. 'python -m cProfile -o FILE')")
     args = ap.parse_args(argv)
@@ -277,12 +322,16 @@ def main(argv: list[str] | None = None) -> int:
             url, pid = stack.enter_context(_process(cmd, port, _env(src), src))
             proxies.append((label, url, pid))
         client = stack.enter_context(httpx.Client(timeout=120))
+        # every session warm before any is measured: a profile (--spy) then holds the steady state only
         for fmt, stream, bodies in plans:
-            t = time.perf_counter()
-            for res in run_mode(client, up, proxies, fmt, stream, bodies, args.warm):
-                res.update(format=fmt, stream=stream, bytes=(len(bodies[args.warm]), len(bodies[-1])))
-                results.append(res)
-            print(f"  {fmt} {'stream' if stream else 'plain'}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+            warm_mode(client, up, proxies, fmt, stream, bodies[:args.warm])
+        with _spy(proxies[0][2], args.spy):
+            for fmt, stream, bodies in plans:
+                t = time.perf_counter()
+                for res in run_mode(client, up, proxies, fmt, stream, bodies[args.warm:]):
+                    res.update(format=fmt, stream=stream, bytes=(len(bodies[args.warm]), len(bodies[-1])))
+                    results.append(res)
+                print(f"  {fmt} {'stream' if stream else 'plain'}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
         stack.close()  # the proxies stop: their reports are complete
         assembles = {label: _assemble_ms(Path(tmp) / f"store{j}") for j, (label, _) in enumerate(checkouts)}
     load1 = os.getloadavg()
@@ -291,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"conversation: {args.messages} messages at the first measured request, +2 per request, "
           f"{args.requests} requests per mode (after {args.warm} warm-up); times in ms")
     print(f"{'mode':<26}{'proxy':<12}{'KiB':>5}  {'direct':>7} {'proxied':>8}  {'added p50':>9} {'p99':>7}"
-          f"  {'-assemble p50':>13} {'p99':>7}  {'assemble':>8}  {'TTFB added p50':>14} {'p99':>7}  {'CPU/req':>7}")
+          f"  {'-assemble p50':>13} {'p99':>7}  {'assemble':>8}  {'TTFB added p50':>14} {'p99':>7}"
+          f"  {'CPU/req loop':>12} {'workers':>7}")
     seen: dict[str, int] = {}
     for res in results:
         rows, label = res["rows"], res["label"]
@@ -307,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                 "direct": _stats([d[1] for d, _ in rows]), "proxied": _stats([p[1] for _, p in rows]),
                 "added": _stats(added), "added_minus_assemble": _stats(own), "assemble": _stats(asm),
                 "ttfb_direct": _stats([d[0] for d, _ in rows]), "ttfb_proxied": _stats([p[0] for _, p in rows]),
-                "ttfb_added": _stats([p[0] - d[0] for d, p in rows]), "proxy_cpu_ms_per_request": round(res["cpu_ms"], 2)}
+                "ttfb_added": _stats([p[0] - d[0] for d, p in rows]), "proxy_cpu_ms_per_request": {"loop": round(res["cpu_ms"][0], 2), "workers": round(res["cpu_ms"][1], 2)}}
         report["modes"].append(mode)
         name = f"{res['format']} {'stream' if res['stream'] else 'plain'}"
         tt = (f"{mode['ttfb_added']['p50']:>14.2f} {mode['ttfb_added']['p99']:>7.2f}" if res["stream"]
@@ -315,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<26}{label[:11]:<12}{res['bytes'][1] // 1024:>5}  {mode['direct']['p50']:>7.2f} "
               f"{mode['proxied']['p50']:>8.2f}  {mode['added']['p50']:>9.2f} {mode['added']['p99']:>7.2f}  "
               f"{mode['added_minus_assemble']['p50']:>13.2f} {mode['added_minus_assemble']['p99']:>7.2f}  "
-              f"{mode['assemble']['p50']:>8.2f}  {tt}  {res['cpu_ms']:>7.2f}")
+              f"{mode['assemble']['p50']:>8.2f}  {tt}  {res['cpu_ms'][0]:>12.2f} {res['cpu_ms'][1]:>7.2f}")
     print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     if args.json:
         Path(args.json).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))

@@ -42,10 +42,14 @@ def proxy(upstream: Any, tmp_path: Path):
         started.append(server)
         return server.start()
 
+    def stop() -> None:  # graceful: what the proxy still had to record (usage) is recorded
+        for s in started:
+            s.stop()
+
+    start.stop = stop  # type: ignore[attr-defined]
     app_up.state.seen.clear()
     yield start
-    for s in started:
-        s.stop()
+    stop()
 
 
 def oa(url: str, **kw: Any) -> Any:
@@ -80,6 +84,7 @@ def test_chat_is_paged_forwarded_and_observed(proxy, upstream, tmp_path):
     assert {"bash", "expand", "recall", "note"} <= {t["function"]["name"] for t in body["tools"]}
     sessions = pager.store_sessions(tmp_path / "ctx")
     assert len(sessions) == 1 and sessions[0].startswith("proxy-")
+    proxy.stop()  # usage is recorded after the answer is relayed; shutdown waits for it
     usage = [line for line in (tmp_path / "ctx").rglob("*.jsonl") for line in line.read_text().splitlines()
              if '"usage"' in line]
     assert usage and '"cached_tokens":32' in usage[-1].replace(" ", "")
@@ -108,6 +113,7 @@ def test_streaming_passes_events_and_reads_usage(proxy, tmp_path):
     with_usage = list(oa(url).chat.completions.create(
         model="m", messages=history("stream it"), stream=True, stream_options={"include_usage": True}))
     assert with_usage[-1].usage.prompt_tokens == 40
+    proxy.stop()  # usage is recorded after the answer is relayed; shutdown waits for it
     log = "".join(p.read_text() for p in (tmp_path / "ctx").rglob("*.jsonl"))
     assert log.count('"type":"usage"') + log.count('"type": "usage"') == 2
 

@@ -162,3 +162,32 @@ def test_reuse_known_keeps_the_same_objects_and_maps_equal_ones_to_the_previous(
     out = reuse_known(prev, items)
     assert out == items and out[0] is prev[0] and out[1] is prev[1] and out[2] is items[2]
     assert reuse_known(prev, prev[:]) == prev and reuse_known(None, items) is items
+
+
+def test_boundaries_found_ahead_spare_the_next_body_its_scan(monkeypatch):
+    import pager.proxy.bodies as bodies
+
+    cache = BodyCache(min_bytes=0, key_bytes=40)
+    first = cache.parse(body(chat(6)), "messages")  # parsed whole: boundaries not known yet
+    jobs = cache.take_pending()
+    assert len(jobs) == 1 and cache.take_pending() == []
+    cache.set_bounds(BodyCache.find_bounds(jobs))  # the proxy runs find_bounds in a worker thread
+
+    def no_scan(*_a: Any) -> None:
+        raise AssertionError("the earlier body was scanned on the next body's path")
+
+    monkeypatch.setattr(bodies, "_find_array", no_scan)
+    raw = body(chat(7))
+    req = cache.parse(raw, "messages")
+    assert req == orjson.loads(raw) and all(a is b for a, b in zip(req["messages"], first["messages"]))
+
+
+def test_boundaries_found_for_a_body_since_replaced_are_not_kept():
+    cache = BodyCache(min_bytes=0, key_bytes=40)
+    cache.parse(body(chat(6)), "messages")
+    jobs = cache.take_pending()
+    found = BodyCache.find_bounds(jobs)
+    seen = jobs[0][0]
+    seen.raw = body(chat(5))  # what parse does to a record it extends, meanwhile
+    cache.set_bounds(found)
+    assert seen.start is None  # the other body's offsets would misplace every item

@@ -122,12 +122,14 @@ class _Proxy:
         self.client: httpx.AsyncClient | None = None
         self.pool = SessionPool(config.store, config.options, config.max_open_sessions)
         self.bodies = BodyCache()  # a resent history is not parsed again (pager.proxy.bodies)
-        self.refusals: dict[int, tuple[Any, bool]] = {}  # nor searched for refused re-reads again
+        self.refusals: dict[Any, Any] = {}  # nor searched for refused re-reads again
         from pager.proxy.counting import CountMemo
 
         self.counts = CountMemo()  # nor counted again by count_tokens
         self._counting = asyncio.Lock()
         self.viewer: Any = None
+        self._observing: dict[str, asyncio.Task[None]] = {}  # each session's usage still being recorded
+        self._scanning: asyncio.Task[None] | None = None  # item boundaries of a body parsed whole (bodies)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -139,6 +141,8 @@ class _Proxy:
             yield
         finally:
             # uvicorn calls this after in-flight requests finished (graceful shutdown)
+            await asyncio.gather(*self._observing.values(), *([self._scanning] if self._scanning else []),
+                                 return_exceptions=True)
             await self.client.aclose()
             await self.pool.aclose()
             self.viewer.close()
@@ -178,6 +182,7 @@ class _Proxy:
             return self._error(dialect, 500, f"pager cannot open session {name!r}: {exc}")
         released = False
         try:
+            await self._settle(name)
             key = dialect.history_key
             served = serve_refusals(dialect.format, req, self.refusals)
             req[key] = reuse_known(self.pool.last.get(name), req.get(key))
@@ -267,14 +272,15 @@ class _Proxy:
                 data = orjson.loads(resp.content)
             except orjson.JSONDecodeError:
                 return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
-            await self._observe(p, dialect, data)
             calls = dialect.calls(data) if added else []
             ours = [c for c in calls if dialect.call_name(c) in added]
             if ours and len(ours) == len(calls) and rounds < self.config.max_tool_rounds:
+                await self._observe(p, dialect, data)  # this round's usage, before pager's tools run
                 results = [await p.acall_tool(c, format=dialect.format) for c in ours]
                 out = dialect.continue_request(out, dialect.assistant_items(data), results)
                 rounds += 1
                 continue
+            self._observe_later(p, name, dialect, data)
             if ours:  # a turn mixing pager's calls with the client's: the client sees its own only
                 data = dialect.strip_calls(data, added)
             self._log(dialect, name, resp.status_code, t0, False, rounds)
@@ -290,27 +296,22 @@ class _Proxy:
         try:
             while True:
                 turn = dialect.stream_turn(added, round_no, offset, client_usage)
-                observed = False
                 buf = b""
                 async for chunk in resp.aiter_bytes():
                     events, buf = _split_events(buf + chunk)
-                    for event in events:
-                        pieces = turn.feed(event)
-                        if turn.ended and not observed and turn.usage is not None:
-                            # before the client sees the end: its next call finds the usage recorded
-                            observed = True
-                            await self._observe(p, dialect, turn.usage)
-                        for piece in pieces:
-                            yield piece
+                    # one write for what one read completed: the same bytes, fewer sends through the ASGI stack
+                    relay = b"".join([piece for event in events for piece in turn.feed(event)])
+                    if relay:
+                        yield relay
                 if buf.strip():
                     for piece in turn.feed(buf):
                         yield piece
                 await resp.aclose()
-                if turn.usage is not None and not observed:
-                    await self._observe(p, dialect, turn.usage)
                 calls = turn.calls() if added else []
                 ours = [c for c in calls if dialect.call_name(c) in added]
                 if ours and len(ours) == len(calls) and round_no < self.config.max_tool_rounds:
+                    if turn.usage is not None:  # this round's usage, before pager's tools run
+                        await self._observe(p, dialect, turn.usage)
                     results = [await p.acall_tool(c, format=dialect.format) for c in ours]
                     out = dialect.continue_request(out, turn.assistant_items(), results)
                     offset += turn.forwarded
@@ -325,8 +326,12 @@ class _Proxy:
                         yield stream_error_event(dialect.error_style, resp.status_code, body)
                         return
                     continue
-                for piece in turn.flush():
-                    yield piece
+                held = b"".join(turn.flush())
+                if turn.usage is not None:
+                    # queued before the stream's end goes out: the client's next call finds it recorded
+                    self._observe_later(p, name, dialect, turn.usage)
+                if held:
+                    yield held
                 self._log(dialect, name, 200, t0, True, round_no)
                 return
         except httpx.TimeoutException:
@@ -336,6 +341,37 @@ class _Proxy:
         finally:
             await resp.aclose()
             self.pool.release(name)
+
+    def _observe_later(self, p: Any, name: str, dialect: Dialect, response: Any) -> None:
+        """Record a turn's usage after its answer is relayed: off the client's path.
+
+        The task takes the session's lock at its first step, before the client
+        can have read the answer, and the session's next call awaits it
+        (``_settle``): usage is always recorded before the next ``assemble``.
+        Shutdown awaits what is still pending.
+        """
+        task = asyncio.get_running_loop().create_task(self._observe(p, dialect, response))
+        self._observing[name] = task
+        jobs = self.bodies.take_pending()
+        if jobs:  # a body parsed whole: its item boundaries, found off the next request's path
+            self._scanning = asyncio.get_running_loop().create_task(self._find_bounds(jobs))
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._observing.get(name) is t:
+                del self._observing[name]
+            if not t.cancelled() and t.exception() is not None:
+                log.error("usage not recorded in session %s: %r", name, t.exception())
+
+        task.add_done_callback(done)
+
+    async def _find_bounds(self, jobs: list[Any]) -> None:
+        self.bodies.set_bounds(await asyncio.to_thread(self.bodies.find_bounds, jobs))
+
+    async def _settle(self, name: str) -> None:
+        """Wait until session ``name``'s last usage is recorded (``_observe_later``)."""
+        task = self._observing.get(name)
+        if task is not None:
+            await asyncio.wait([task])
 
     async def _observe(self, p: Any, dialect: Dialect, response: Any) -> None:
         try:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from itertools import compress, count
+from operator import is_not
 from typing import Any
 
 import attrs
@@ -53,13 +55,16 @@ class _Seen:
     def scanned(self, key: str) -> bool:
         """Find the item boundaries of ``raw``, once: only a body some later body extends pays for it."""
         if self.start is None:
-            start = _find_array(self.raw, key)
-            if start is not None and _scan_items(self.raw, start, self.ends) is not None \
-                    and len(self.ends) == len(self.items):
-                self.start = start
-            else:
-                self.start, self.ends = -1, []
+            self.start, self.ends = _bounds(self.raw, key, len(self.items))
         return self.start >= 0
+
+
+def _bounds(raw: bytes, key: str, n_items: int) -> tuple[int, list[int]]:
+    """Return (offset after the history array's ``[``, each item's end offset), or (-1, []) for another shape."""
+    start, ends = _find_array(raw, key), []  # type: ignore[var-annotated]
+    if start is not None and _scan_items(raw, start, ends) is not None and len(ends) == n_items:
+        return start, ends
+    return -1, []
 
 
 def _scan_items(body: bytes, pos: int, ends: list[int]) -> int | None:
@@ -122,6 +127,7 @@ class BodyCache:
         self.min_bytes = min_bytes
         self.key_bytes = key_bytes
         self._seen: OrderedDict[tuple[str, bytes], list[_Seen]] = OrderedDict()
+        self._pending: list[tuple[_Seen, str]] = []  # parsed whole, boundaries not yet found (take_pending)
 
     def parse(self, body: bytes, key: str, route: str = "") -> Any:
         """Return ``orjson.loads(body)``, reusing the previous request's objects for unchanged history items.
@@ -201,20 +207,48 @@ class BodyCache:
         if not isinstance(items, list) or not items:
             return
         chain = self._seen.setdefault(ckey, [])
-        chain.insert(0, _Seen(body, items))
+        seen = _Seen(body, items)
+        chain.insert(0, seen)
+        self._pending.append((seen, key))
+        del self._pending[:-self.maxsize]
         del chain[CHAIN:]
         self._seen.move_to_end(ckey)
         while len(self._seen) > self.maxsize:
             self._seen.popitem(last=False)
 
 
+    def take_pending(self) -> list[tuple[_Seen, bytes, str, int]]:
+        """Hand over the bodies parsed whole since the last call, for ``find_bounds``.
+
+        A conversation's first body (after a restart, a fork) is parsed whole,
+        and the next one would scan it for item boundaries (~0.1 s for 2 MB)
+        on its own path. The proxy finds them in a worker thread after the
+        first body's answer is relayed (``find_bounds``, pure) and sets them
+        on its own thread (``set_bounds``), so ``parse`` never races a scan.
+        """
+        pending, self._pending = self._pending, []
+        return [(seen, seen.raw, key, len(seen.items)) for seen, key in pending if seen.start is None]
+
+    @staticmethod
+    def find_bounds(jobs: list[tuple[_Seen, bytes, str, int]]) -> list[tuple[_Seen, bytes, tuple[int, list[int]]]]:
+        """Scan each job's body (safe in any thread: reads bytes only)."""
+        return [(seen, raw, _bounds(raw, key, n)) for seen, raw, key, n in jobs]
+
+    @staticmethod
+    def set_bounds(found: list[tuple[_Seen, bytes, tuple[int, list[int]]]]) -> None:
+        """Keep what ``find_bounds`` found, for a record still unscanned and still holding that body."""
+        for seen, raw, (start, ends) in found:
+            if seen.start is None and seen.raw is raw:
+                seen.start, seen.ends = start, ends
+
+
 def reuse_known(previous: list[Any] | None, items: Any) -> Any:
     """``dialects.reuse_items``, past the leading items that already are the previous objects (``parse``)."""
     if not previous or not isinstance(items, list):
         return items
-    k, n = 0, min(len(previous), len(items))
-    while k < n and items[k] is previous[k]:
-        k += 1
+    n = min(len(previous), len(items))
+    # the first position whose object is not the previous one, found at C speed (no Python step per item)
+    k = next(compress(count(), map(is_not, items, previous)), n)
     if k == len(items):
         return items
     return items[:k] + reuse_items(previous[k:], items[k:])

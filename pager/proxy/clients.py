@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from itertools import compress
+from operator import not_
 from typing import Any, Callable
 
 import orjson
@@ -301,9 +303,32 @@ def _refuses(item: Any) -> bool:
 
 
 MEMO_MAX = 200_000  # items remembered by a memo before it starts over
+_REFUSING = "refusing"  # the memo's count of remembered items that hold a refusal (a str: never an id)
 
 
-def serve_refusals(fmt: str, req: dict[str, Any], memo: dict[int, tuple[Any, bool]] | None = None) -> int:
+def _any_refusal(items: list[Any], memo: dict[Any, Any]) -> bool:
+    """Return whether any of ``items`` holds a refusal, searching only the items ``memo`` has not seen.
+
+    A memo entry holds its item, so the item's id cannot be reused while the
+    entry lives: an id found in the memo is that very object. Which items are
+    new is found at C speed (no Python step per seen item); while no
+    remembered item refuses, the seen ones are not looked at again.
+    """
+    if len(memo) > MEMO_MAX:
+        memo.clear()
+    fresh = list(compress(items, map(not_, map(memo.__contains__, map(id, items)))))
+    found = False
+    for item in fresh:
+        hit = memo[id(item)] = (item, _refuses(item))
+        if hit[1]:
+            memo[_REFUSING] = memo.get(_REFUSING, 0) + 1
+            found = True
+    if found or not memo.get(_REFUSING):
+        return found
+    return any(memo[id(item)][1] for item in items)  # rare: some remembered item refuses
+
+
+def serve_refusals(fmt: str, req: dict[str, Any], memo: dict[Any, Any] | None = None) -> int:
     """Put earlier content back into refused re-reads of ``req`` (in place, new lists); return how many.
 
     ``memo``: a dict the caller keeps between calls, so that a history item seen
@@ -314,15 +339,6 @@ def serve_refusals(fmt: str, req: dict[str, Any], memo: dict[int, tuple[Any, boo
     if server is None:
         return 0
     items = req.get("input") if fmt == "openai-responses" else req.get("messages")
-    if memo is not None and isinstance(items, list):
-        if len(memo) > MEMO_MAX:
-            memo.clear()
-        found = False
-        for item in items:
-            hit = memo.get(id(item))
-            if hit is None or hit[0] is not item:
-                hit = memo[id(item)] = (item, _refuses(item))
-            found = found or hit[1]
-        if not found:
-            return 0  # the common case: no refusal anywhere, nothing parsed or copied
+    if memo is not None and isinstance(items, list) and not _any_refusal(items, memo):
+        return 0  # the common case: no refusal anywhere, nothing parsed or copied
     return server(req)
