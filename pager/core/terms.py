@@ -30,9 +30,10 @@ rebuilt from the store when a session is opened.
 from __future__ import annotations
 
 import bisect
+import itertools
 import keyword
 import re
-from typing import Collection, Iterable, Iterator, Mapping
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -118,14 +119,20 @@ _STOP = frozenset(
     )
 )
 
+# One pass finds every candidate, as (token, backtick before, "(" or backtick after). The kind of a
+# token (handle, URL, path, "line N", number, word) follows from its text alone (see _kind), so the
+# alternatives need no group of their own; only a word's terms depend on its neighbours, and those
+# two characters are captured by zero-width groups, which leave the matches themselves unchanged.
 _SCAN = re.compile(
     r"""
-    (?P<handle>pg:\d+(?:-[0-9a-f]{6})?)(?![\w-])
-  | (?P<url>https?://[^\s<>"'`)\]}]+)
-  | (?<![\w.@+~/<-])(?P<path>(?:~|\.{1,2})?/[\w.@+-][\w.@+/-]*+|[\w.@+-]++/[\w.@+/-]*+)
-  | (?P<line>\b[Ll]ine\ \d+)\b
-  | (?<![\w.])(?P<num>\d[\w.]*+)
-  | (?<![\w.-])(?P<word>[A-Za-z_]\w*+(?:-\w++)*+(?:\.[A-Za-z_]\w*+)*+)
+    (
+      pg:\d+(?:-[0-9a-f]{6})?(?![\w-])                                    # handle
+    | https?://[^\s<>"'`)\]}]+                                            # url
+    | (?<![\w.@+~/<-])(?:(?:~|\.{1,2})?/[\w.@+-][\w.@+/-]*+|[\w.@+-]++/[\w.@+/-]*+)   # path
+    | \b[Ll]ine\ \d+\b                                                    # line N
+    | (?<![\w.])\d[\w.]*+                                                 # number
+    | (?<![\w.-])(?:(?<=(`))|)[A-Za-z_]\w*+(?:-\w++)*+(?:\.[A-Za-z_]\w*+)*+(?=([(`]?))  # word
+    )
     """,
     re.VERBOSE | re.ASCII,
 )
@@ -136,6 +143,46 @@ _CAMEL = re.compile(r"[a-z][A-Z]|[A-Z][a-z]+[A-Z]", re.ASCII)
 _HEX_ID = re.compile(r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,64}", re.ASCII)
 _NUMBER = re.compile(r"0[xX][0-9a-fA-F]+|\d+(?:\.\d+)+|\d{3,}", re.ASCII)
 _TRAILING = ".,:;!?'\")]}>"
+
+# The scan runs on whitespace-separated chunks, and each distinct chunk's terms are memoised:
+# chunks ("self.assertEqual(", "the", "src/x.py:12:") repeat enormously within and across messages,
+# and the per-match Python work was 2.9 ms per message (issue 23). No match of _SCAN spans ASCII
+# whitespace but "line N", whose space stays inside the chunk, and a chunk's neighbours look like
+# the text's start and end to every assertion of _SCAN (whitespace is no \w, backtick, "(" or
+# anything a lookbehind looks for), so the matches of the chunks, in order, are those of the text.
+# Any run of whole chunks would do as well, so joining more than needed only costs memo hits.
+#
+# _CHUNK splits at ASCII whitespace (what \s means under re.ASCII), keeping "[Ll]ine" + " " + digit
+# together. str.split() is twice as fast but splits at more (the Unicode spaces, \x1c-\x1f), so it
+# is used on a text holding none of those, after the space of every "ine " is swapped for a NUL
+# (hence no NUL in the text either), and the NUL is swapped back before a chunk is scanned.
+_CHUNK = re.compile(r"[^ \t\n\r\f\v]++(?:(?<=[Ll]ine) (?=\d)[^ \t\n\r\f\v]++)*+")
+_SPLIT_SPACES = " \t\n\r\f\v\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # noqa: E501  what str.split() splits at
+_NOT_SPLITTABLE = re.compile("[\x00" + _SPLIT_SPACES[6:] + "]")
+_JOIN = "\x00"
+# Memo bounds: entries, and the length of a key worth keeping (longer chunks rarely repeat).
+_MEMO_ENTRIES = 50_000
+_MEMO_KEY_CHARS = 100
+
+
+class _Memo(dict):  # type: ignore[type-arg]
+    """A bounded memo of a pure function of one key: computed on a miss, cleared when full.
+
+    A pure function's cache, so no result depends on what it holds; ``dict``
+    so that a hit costs one C-level lookup (``map(memo.__getitem__, keys)``).
+    """
+
+    def __init__(self, fn: Callable[[Any], tuple[str, ...]]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, key: Any) -> tuple[str, ...]:
+        value = self.fn(key)
+        if len(key[0] if isinstance(key, tuple) else key) <= _MEMO_KEY_CHARS:
+            if len(self) >= _MEMO_ENTRIES:
+                self.clear()
+            self[key] = value
+        return value
 
 
 def extract_terms(text: str, *, limit: int = 2000) -> frozenset[str]:
@@ -165,15 +212,14 @@ def extract_terms(text: str, *, limit: int = 2000) -> frozenset[str]:
     cost is bounded whatever its length. Never raises on odd input (lone
     surrogates, binary noise); one regex pass.
     """
-    out: dict[str, None] = {}  # insertion-ordered set: deterministic truncation
     if limit <= 0 or not text:
         return frozenset()
-    for term in _scan(_scanned(text)):
-        if term not in out and len(term) <= MAX_TERM_CHARS:
-            out[term] = None
-            if len(out) >= limit:
-                break
-    return frozenset(out)
+    found = _scan(_scanned(text))
+    terms = frozenset(itertools.chain.from_iterable(found))
+    if len(terms) <= limit:
+        return terms
+    # over the limit: the first ``limit`` distinct terms in text order (a dict is an ordered set)
+    return frozenset(itertools.islice(dict.fromkeys(itertools.chain.from_iterable(found)), limit))
 
 
 def _scanned(text: str) -> str:
@@ -190,29 +236,66 @@ def _scanned(text: str) -> str:
     return head + "\n" + tail
 
 
-def _scan(text: str) -> Iterator[str]:
-    """Yield candidate terms of ``text`` in order, possibly repeated."""
-    for m in _SCAN.finditer(text):
-        group = m.lastgroup
-        tok = m.group()
-        if group == "word":
-            yield from _word_terms(text, m, tok)
-        elif group == "path":
-            yield from _path_terms(tok)
-        elif group == "num":
-            tok = tok.rstrip(".")
-            if _NUMBER.fullmatch(tok) or _HEX_ID.fullmatch(tok):
-                yield tok.lower()
-        elif group == "line":
-            yield "line " + tok[5:]
-            if len(tok) >= 8:  # "line " + at least 3 digits
-                yield tok[5:]
-        elif group == "handle":
-            yield tok
-        else:  # url
-            tok = tok.rstrip(_TRAILING)
-            if len(tok) > 10:
-                yield tok
+def _scan(text: str) -> list[tuple[str, ...]]:
+    """Return the terms of each distinct chunk of ``text``, in the order each first appears.
+
+    A repeated chunk adds nothing: its terms came with its first occurrence,
+    which is earlier, so dropping repeats keeps every term's first position
+    and the order of the distinct terms. On memo hits this is all C.
+    """
+    if _NOT_SPLITTABLE.search(text) is None:
+        chunks = text.replace("ine ", "ine" + _JOIN).split()
+    else:
+        chunks = _CHUNK.findall(text)
+    return list(map(_CHUNK_TERMS.__getitem__, dict.fromkeys(chunks)))
+
+
+def _chunk_terms(chunk: str) -> tuple[str, ...]:
+    """Return the terms of one chunk, in order (repeats kept: the caller dedups)."""
+    if _JOIN in chunk:  # a chunk of str.split(): a NUL is a space (above)
+        chunk = chunk.replace(_JOIN, " ")
+    return tuple(itertools.chain.from_iterable(map(_MATCH_TERMS.__getitem__, _SCAN.findall(chunk))))
+
+
+def _kind(tok: str) -> str:
+    """Return which alternative of ``_SCAN`` matched ``tok``, from its text alone.
+
+    Only a handle starts with ``pg:`` and holds a colon but no ``//``, only
+    a URL holds ``://``, only ``line N`` a space, only a path (or a URL) a
+    slash, only a number starts with a digit; the rest are words.
+    """
+    if "://" in tok:
+        return "url"
+    if tok.startswith("pg:"):
+        return "handle"
+    if " " in tok:
+        return "line"
+    if "/" in tok:
+        return "path"
+    if tok[0] in "0123456789":
+        return "num"
+    return "word"
+
+
+def _match_terms(match: tuple[str, str, str]) -> tuple[str, ...]:
+    """Return the terms of one match: (token, a backtick before it or "", "(" or a backtick after it or "")."""
+    tok, before, after = match
+    kind = _kind(tok)
+    if kind == "word":
+        terms: Iterable[str] = _word_terms(tok, before, after)
+    elif kind == "path":
+        terms = _path_terms(tok)
+    elif kind == "num":
+        tok = tok.rstrip(".")
+        terms = (tok.lower(),) if _NUMBER.fullmatch(tok) or _HEX_ID.fullmatch(tok) else ()
+    elif kind == "line":
+        terms = ("line " + tok[5:], tok[5:]) if len(tok) >= 8 else ("line " + tok[5:],)  # 3+ digits: the number too
+    elif kind == "handle":
+        terms = (tok,)
+    else:  # url
+        tok = tok.rstrip(_TRAILING)
+        terms = (tok,) if len(tok) > 10 else ()
+    return tuple(t for t in terms if len(t) <= MAX_TERM_CHARS)
 
 
 def _path_terms(tok: str) -> Iterator[str]:
@@ -248,46 +331,45 @@ def _is_file_name(name: str) -> bool:
     return bool(dot) and bool(stem.strip(".")) and ext.lower() in _FILE_EXTS
 
 
-def _word_terms(text: str, m: re.Match[str], tok: str) -> Iterator[str]:
+def _word_terms(tok: str, before: str, after: str) -> tuple[str, ...]:
     if "." in tok:
         if _is_file_name(tok):
-            yield tok
-            return
+            return (tok,)
         last = tok.rsplit(".", 1)[1]
         low = tok.lower()
+        out = []
         if len(low) >= 4 and low.split(".", 1)[0] not in ("e", "i"):  # e.g., i.e.
-            yield low
+            out.append(low)
         if len(last) >= 4 and last.lower() not in _STOP:
-            yield last.lower()
-        return
+            out.append(last.lower())
+        return tuple(out)
     if not 4 <= len(tok) <= MAX_TERM_CHARS:
         # below: every term is the word itself, dropped when too long; checking first keeps a
         # model-written 50 MB "word" from costing seconds of per-character tests
-        return
+        return ()
     low = tok.lower()
     if low in _STOP:
-        return
+        return ()
     if _ERROR_WORD.fullmatch(tok):
-        yield low
-        return
-    end = m.end()
+        return (low,)
     if "-" in tok:
         # Kebab-case is mostly prose ("well-known"); keep ids like "spotter-4te".
         salient = any(c.isdigit() for c in tok) or "_" in tok
-        if salient or text[m.start() - 1 : m.start()] == "`":
-            yield low
-        return
+        return (low,) if salient or before == "`" else ()
     salient = (
         "_" in tok
         or _CAMEL.search(tok) is not None
         or (tok.isupper() and any(c.isalpha() for c in tok))
         or any(c.isdigit() for c in tok)
         # Code in prose: `word` or word( ... ).
-        or (m.start() > 0 and text[m.start() - 1] == "`" and text[end : end + 1] == "`")
-        or text[end : end + 1] == "("
+        or (before == "`" and after == "`")
+        or after == "("
     )
-    if salient:
-        yield low
+    return (low,) if salient else ()
+
+
+_MATCH_TERMS = _Memo(_match_terms)
+_CHUNK_TERMS = _Memo(_chunk_terms)
 
 
 def term_weight(term: str) -> int:
