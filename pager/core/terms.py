@@ -244,17 +244,18 @@ def _scan(text: str) -> list[tuple[str, ...]]:
     and the order of the distinct terms. On memo hits this is all C.
     """
     if _NOT_SPLITTABLE.search(text) is None:
-        chunks = text.replace("ine ", "ine" + _JOIN).split()
-    else:
-        chunks = _CHUNK.findall(text)
-    return list(map(_CHUNK_TERMS.__getitem__, dict.fromkeys(chunks)))
+        return list(map(_SPLIT_CHUNK_TERMS.__getitem__, dict.fromkeys(text.replace("ine ", "ine" + _JOIN).split())))
+    return list(map(_CHUNK_TERMS.__getitem__, dict.fromkeys(_CHUNK.findall(text))))
 
 
 def _chunk_terms(chunk: str) -> tuple[str, ...]:
     """Return the terms of one chunk, in order (repeats kept: the caller dedups)."""
-    if _JOIN in chunk:  # a chunk of str.split(): a NUL is a space (above)
-        chunk = chunk.replace(_JOIN, " ")
     return tuple(itertools.chain.from_iterable(map(_MATCH_TERMS.__getitem__, _SCAN.findall(chunk))))
+
+
+def _split_chunk_terms(chunk: str) -> tuple[str, ...]:
+    """Return the terms of one chunk of str.split(), where a NUL stands for a space (above)."""
+    return _chunk_terms(chunk.replace(_JOIN, " "))
 
 
 def _kind(tok: str) -> str:
@@ -370,6 +371,7 @@ def _word_terms(tok: str, before: str, after: str) -> tuple[str, ...]:
 
 _MATCH_TERMS = _Memo(_match_terms)
 _CHUNK_TERMS = _Memo(_chunk_terms)
+_SPLIT_CHUNK_TERMS = _Memo(_split_chunk_terms)  # apart: its keys' NULs mean spaces
 
 
 def term_weight(term: str) -> int:
