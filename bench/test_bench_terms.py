@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pager.core import terms
+from pager.core import termscan
 from pager.core.messages import message_text
 from pager.core.terms import extract_terms
 from pager.lab.replay.session import discover, load_session
@@ -40,7 +40,7 @@ def trace_texts() -> list[str]:
 
 
 def _clear() -> None:
-    for memo in (terms._CHUNK_TERMS, terms._SPLIT_CHUNK_TERMS, terms._MATCH_TERMS):
+    for memo in (termscan._CHUNK_TERMS, termscan._SPLIT_CHUNK_TERMS, termscan._MATCH_TERMS):
         memo.clear()
 
 

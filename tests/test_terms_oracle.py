@@ -17,7 +17,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pager.core import terms
+from pager.core import termscan
 from pager.core.terms import MAX_SCAN_CHARS, MAX_TERM_CHARS, SCAN_TAIL_CHARS, extract_terms
 
 # ---------------------------------------------------------------------------
@@ -70,7 +70,7 @@ def _old_scan(text: str) -> Iterator[str]:
             yield from _old_path_terms(tok)
         elif group == "num":
             tok = tok.rstrip(".")
-            if terms._NUMBER.fullmatch(tok) or terms._HEX_ID.fullmatch(tok):
+            if termscan._NUMBER.fullmatch(tok) or termscan.HEX_ID.fullmatch(tok):
                 yield tok.lower()
         elif group == "line":
             yield "line " + tok[5:]
@@ -79,13 +79,13 @@ def _old_scan(text: str) -> Iterator[str]:
         elif group == "handle":
             yield tok
         else:  # url
-            tok = tok.rstrip(terms._TRAILING)
+            tok = tok.rstrip(termscan.TRAILING)
             if len(tok) > 10:
                 yield tok
 
 
 def _old_path_terms(tok: str) -> Iterator[str]:
-    path = tok.rstrip(terms._TRAILING)
+    path = tok.rstrip(termscan.TRAILING)
     while path.startswith("./"):
         path = path[2:]
     if not path or path in ("/", "~", "..", "~/", "../"):
@@ -110,7 +110,7 @@ def _old_path_terms(tok: str) -> Iterator[str]:
 
 def _old_is_file_name(name: str) -> bool:
     stem, dot, ext = name.rpartition(".")
-    return bool(dot) and bool(stem.strip(".")) and ext.lower() in terms._FILE_EXTS
+    return bool(dot) and bool(stem.strip(".")) and ext.lower() in termscan._FILE_EXTS
 
 
 def _old_word_terms(text: str, m: re.Match[str], tok: str) -> Iterator[str]:
@@ -122,15 +122,15 @@ def _old_word_terms(text: str, m: re.Match[str], tok: str) -> Iterator[str]:
         low = tok.lower()
         if len(low) >= 4 and low.split(".", 1)[0] not in ("e", "i"):
             yield low
-        if len(last) >= 4 and last.lower() not in terms._STOP:
+        if len(last) >= 4 and last.lower() not in termscan._STOP:
             yield last.lower()
         return
     if not 4 <= len(tok) <= MAX_TERM_CHARS:
         return
     low = tok.lower()
-    if low in terms._STOP:
+    if low in termscan._STOP:
         return
-    if terms._ERROR_WORD.fullmatch(tok):
+    if termscan._ERROR_WORD.fullmatch(tok):
         yield low
         return
     end = m.end()
@@ -141,7 +141,7 @@ def _old_word_terms(text: str, m: re.Match[str], tok: str) -> Iterator[str]:
         return
     salient = (
         "_" in tok
-        or terms._CAMEL.search(tok) is not None
+        or termscan._CAMEL.search(tok) is not None
         or (tok.isupper() and any(c.isalpha() for c in tok))
         or any(c.isdigit() for c in tok)
         or (m.start() > 0 and text[m.start() - 1] == "`" and text[end : end + 1] == "`")
@@ -187,7 +187,7 @@ def test_prop_same_terms_as_the_reference(text: str, limit: int) -> None:
 @given(text=_texts())
 def test_prop_a_tokens_kind_follows_from_its_text(text: str) -> None:
     """What _match_terms assumes: the token alone tells which alternative of the scan matched it."""
-    assert [terms._kind(m.group()) for m in _OLD_SCAN.finditer(text)] == [
+    assert [termscan._kind(m.group()) for m in _OLD_SCAN.finditer(text)] == [
         m.lastgroup for m in _OLD_SCAN.finditer(text)
     ]
 
@@ -197,18 +197,18 @@ def test_prop_a_tokens_kind_follows_from_its_text(text: str) -> None:
 def test_prop_chunks_hold_every_match(text: str) -> None:
     """The matches of the chunks, in order, are the matches of the whole text (either way of chunking)."""
     whole = [m.group() for m in _OLD_SCAN.finditer(text)]
-    by_regex = [m.group() for c in terms._CHUNK.findall(text) for m in _OLD_SCAN.finditer(c)]
+    by_regex = [m.group() for c in termscan._CHUNK.findall(text) for m in _OLD_SCAN.finditer(c)]
     assert by_regex == whole
-    if terms._NOT_SPLITTABLE.search(text) is None:
-        chunks = text.replace("ine ", "ine" + terms._JOIN).split()
-        by_split = [m.group() for c in chunks for m in _OLD_SCAN.finditer(c.replace(terms._JOIN, " "))]
+    if termscan._NOT_SPLITTABLE.search(text) is None:
+        chunks = text.replace("ine ", "ine" + termscan._JOIN).split()
+        by_split = [m.group() for c in chunks for m in _OLD_SCAN.finditer(c.replace(termscan._JOIN, " "))]
         assert by_split == whole
 
 
 def test_the_split_spaces_are_what_str_split_splits_at() -> None:
     spaces = {chr(i) for i in range(sys.maxunicode + 1) if chr(i).isspace()}
-    assert set(terms._SPLIT_SPACES) == spaces
-    assert set(terms._SPLIT_SPACES[:6]) == set(" \t\n\r\f\v")  # ASCII \s: where _SCAN's matches stop
+    assert set(termscan._SPLIT_SPACES) == spaces
+    assert set(termscan._SPLIT_SPACES[:6]) == set(" \t\n\r\f\v")  # ASCII \s: where _SCAN's matches stop
 
 
 def test_same_terms_past_the_scan_bound() -> None:
@@ -220,22 +220,22 @@ def test_same_terms_past_the_scan_bound() -> None:
 
 def test_same_terms_when_the_memo_is_full_and_cleared(monkeypatch) -> None:
     """A tiny memo is cleared over and over; no result may depend on what it holds."""
-    monkeypatch.setattr(terms, "_MEMO_ENTRIES", 5)
-    for name, fn in (("_CHUNK_TERMS", terms._chunk_terms), ("_SPLIT_CHUNK_TERMS", terms._split_chunk_terms),
-                     ("_MATCH_TERMS", terms._match_terms)):
-        monkeypatch.setattr(terms, name, terms._Memo(fn))  # empty, so every bound is reached here
+    monkeypatch.setattr(termscan, "_MEMO_ENTRIES", 5)
+    for name, fn in (("_CHUNK_TERMS", termscan._chunk_terms), ("_SPLIT_CHUNK_TERMS", termscan._split_chunk_terms),
+                     ("_MATCH_TERMS", termscan._match_terms)):
+        monkeypatch.setattr(termscan, name, termscan._Memo(fn))  # empty, so every bound is reached here
     text = " ".join(f"name_{i % 37} src/m{i % 11}.py `w{i % 5}` call{i % 7}( line {i}" for i in range(400))
     for text in (text, text + "\xa0"):  # split into chunks by str.split(), then by _CHUNK
         for limit in (2000, 13):
             assert extract_terms(text, limit=limit) == old_extract_terms(text, limit=limit)
             assert extract_terms(text, limit=limit) == old_extract_terms(text, limit=limit)  # warm
-    assert max(len(terms._CHUNK_TERMS), len(terms._SPLIT_CHUNK_TERMS), len(terms._MATCH_TERMS)) <= 5
+    assert max(len(termscan._CHUNK_TERMS), len(termscan._SPLIT_CHUNK_TERMS), len(termscan._MATCH_TERMS)) <= 5
 
 
 def test_a_long_chunk_is_not_memoised() -> None:
     long = "k_" * 40
     extract_terms(long + " " + long[:40])
-    assert long not in terms._SPLIT_CHUNK_TERMS and long[:40] in terms._SPLIT_CHUNK_TERMS
+    assert long not in termscan._SPLIT_CHUNK_TERMS and long[:40] in termscan._SPLIT_CHUNK_TERMS
 
 
 # ---------------------------------------------------------------------------
