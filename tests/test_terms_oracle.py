@@ -161,7 +161,7 @@ _PIECES = [
     "`", "(", ")", ".", "..", "/", "~", "~/", "./", "../", "-", "--", "@", "+", "<", ">", ":", ",", '"', "'", "=",
     "_", "[", "]", "{", "}", "!", "?", ";", "#", "é", "中",
     # words, identifiers, numbers, kinds
-    "a", "e", "i", "x", "the", "self", "data", "json", "foo", "parse_config", "MAX_RETRIES", "camelCase",
+    "a", "e", "i", "x", "the", "self", "data", "json", "foo", "query", "widget", "parse_config", "MAX_RETRIES", "camelCase",
     "HTTPServer", "ValueError", "KeyboardInterrupt", "well-known", "spotter-4te", "os.path.join", "e.g", "i.e",
     "fields.py", "README.md", "a.b", "x1", "abc123", "1", "42", "123", "2024", "3.14", "1.2.3", "0x1f", "a1b2c3d",
     "deadbeef1", "pg:", "pg:12", "pg:123-abcdef", "http://", "https://", "example.com/a?b=1", "src/app.py",
@@ -177,6 +177,7 @@ def _texts() -> st.SearchStrategy[str]:
 @settings(max_examples=600, deadline=None)
 @given(text=_texts(), limit=st.sampled_from([2000, 1, 2, 3, 5, 8]))
 @example(text="line 42.5 Line 1234 engine 7 `word` call( x-1 `kebab-case`", limit=2000)
+@example(text="query(x) `widget` widget` `widget well-known `well-known` (query)", limit=2000)
 @example(text="line\xa042 line\x0042 a\x00b `x\x1cy` http://a.b/\xa0c pg:1\u2028pg:2", limit=2000)
 @example(text="-pg:12 a.b-pg:1 xhttp://example.com/path ./../x.py ~/a", limit=3)
 def test_prop_same_terms_as_the_reference(text: str, limit: int) -> None:
