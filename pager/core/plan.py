@@ -60,6 +60,7 @@ import enum
 import attrs
 import numpy as np
 
+from pager.core.canonical import same_objects
 from pager.core.heat import HORIZONS
 from pager.errors import BudgetError
 
@@ -125,9 +126,17 @@ class Layout:
     stable_row: int = 0  # history rows before this are covered by the old generation
     task: int = -1  # the active task when the layout was planned (-1: unknown)
 
-    def to_state(self) -> dict:
+    def to_state(self, like: "tuple[Layout, dict] | None" = None) -> dict:
+        """Return the layout as the state row keeps it (``from_state`` reads it back equal).
+
+        ``like``: an earlier layout and its state; the rows of the slots this
+        one shares with it (the very same objects: a layout between rounds
+        keeps its predecessor's) are reused, not rebuilt (issue 23).
+        """
+        k = same_objects(self.slots, like[0].slots) if like is not None else 0
+        head = like[1]["slots"][:k] if like is not None and k else []
         return {
-            "slots": [[s.kind.value, s.page, list(s.pages), s.tokens, [list(x) for x in s.spans]] for s in self.slots],
+            "slots": head + [_slot_state(s) for s in self.slots[k:]],
             "upto": self.upto,
             "branch": self.branch,
             "card": self.card,
@@ -152,6 +161,10 @@ class Layout:
             stable=int(data.get("stable", 0)), stable_row=int(data.get("stable_row", 0)),
             task=int(data.get("task", -1)),
         )
+
+
+def _slot_state(s: Slot) -> list:
+    return [s.kind.value, s.page, list(s.pages), s.tokens, [list(x) for x in s.spans]]
 
 
 @attrs.frozen(slots=True)

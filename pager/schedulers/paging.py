@@ -55,6 +55,7 @@ from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text
 from pager.errors import ToolError
 from pager.formats.base import RenderHints
 from pager.options import Options
+from pager.schedulers.reuse import RenderMemo, Rendering
 from pager.schedulers.base import (
     CallInputs,
     Declared,
@@ -126,6 +127,9 @@ class PagingScheduler:
         self.counter = counter
         self.policy = policy
         self.notes_shown = options.max_notes
+        # the previous call's rendering: a memo of a pure function, never state (``pager.schedulers.reuse``)
+        self._rendered: RenderMemo | None = None
+        self._dumped: tuple[Layout, dict] | None = None  # the last layout dumped, and its state
 
     # -- the Scheduler interface ------------------------------------------------------------
 
@@ -134,8 +138,15 @@ class PagingScheduler:
         return Layout.from_state(saved)
 
     def dump(self, state: Layout | None) -> Any:
-        """Return the layout as the state row keeps it."""
-        return state.to_state() if state else None
+        """Return the layout as the state row keeps it (the previous call's rows reused: ``Layout.to_state``)."""
+        if state is None:
+            return None
+        memo = self._dumped
+        if memo is not None and memo[0] is state:
+            return memo[1]
+        saved = state.to_state(memo)
+        self._dumped = (state, saved)
+        return saved
 
     def lookups(self, history: History, state: Layout | None) -> Lookups:
         """Return the recall search and the other sessions' pages the last prompt's recall blocks show."""
@@ -383,7 +394,7 @@ class PagingScheduler:
             else _first_change(prev, layout)
         )
         layers, kept, stubbed = self._layers(h, layout, card_tokens, call.tools_tokens, cols["tokens"])
-        saved = layout.to_state()
+        saved = self.dump(layout)
         return ScheduleResult(
             messages=rendered,
             tokens=result.tokens + call.tools_tokens,
@@ -409,8 +420,10 @@ class PagingScheduler:
             notices=tuple(f"l1-moved:{ref}" for ref in guard.moved) + (("l1-over-cap",) if guard.over else ())
             + tuple(f"l1-cut:{h.handle[r]}" for r in cut.cut),
             layout=saved,
-            # the layout as it reads back from the store: a reopened session plans from the same value
-            state=Layout.from_state(saved),
+            # the layout itself: it equals what reads back from the store (``Layout.from_state``; a test holds
+            # it), so a reopened session plans from the same value, and the next call's layout keeps its slots
+            # as the very objects the rendering and the state reuse (issue 23)
+            state=layout,
             checkpoint_read=True,  # the card carries the files read back on reopen from the first call
             # a round that left every page in full demoted nothing to search for (a first call, say):
             # no commit (a Tantivy commit costs ~0.2 s on the first request of every session)
@@ -442,29 +455,43 @@ class PagingScheduler:
         self, h: History, layout: Layout, messages: Sequence[Mapping[str, Any]],
         foreign: Mapping[int, RecallHit] | None = None, reread: Mapping[str, str] | None = None,
     ) -> tuple[list[Mapping[str, Any]], list[str]]:
-        """Return the layout's neutral messages and the handles they show."""
-        out: list[Mapping[str, Any]] = []
-        handles: list[str] = []
-        for slot in layout.slots:
+        """Return the layout's neutral messages and the handles they show.
+
+        Only the slots after the head the previous call rendered the same are
+        rendered (``pager.schedulers.reuse``): between rounds, the new tail.
+        """
+        memo = self._rendered
+        start = memo.reusable(h, layout.slots, layout.card, messages, reread is not None) if memo else 0
+        acc = memo.rendering.head(start) if memo is not None and start else Rendering()
+        for k in range(start, len(layout.slots)):
+            slot = layout.slots[k]
             if slot.kind == FULL:
-                out.append(messages[h.row_of[slot.page]])
+                r = h.row_of[slot.page]
+                acc.add(messages[r], (r,), messages)
             elif slot.kind == STUB and reread is not None:
-                out.append(self._reread_stub(h, h.row_of[slot.page], messages))
+                r = h.row_of[slot.page]
+                cid = h.answers[r]
+                row = h.call_rows.get(cid) if cid else None
+                acc.calls.append((k, cid, row))
+                acc.add(self._reread_stub(h, r, messages), (r,) if row is None else (r, row), messages)
             elif slot.kind == STUB:
                 r = h.row_of[slot.page]
-                handles.append(h.handle[r])
-                out.append(stub_message(messages[r], h.tokens[r], h.handle[r], h.path[r]))
+                acc.add(stub_message(messages[r], h.tokens[r], h.handle[r], h.path[r]), (r,), messages,
+                        (h.handle[r],))
             elif slot.kind == CARD:
-                out.append({"role": "user", "content": layout.card})
+                acc.add({"role": "user", "content": layout.card}, (), messages)
             elif slot.kind == RECALL:
-                text = self._recall_text(h, slot, messages, handles, foreign or {}, reread is None)
-                out.append({"role": "user", "content": text})
+                shown: list[str] = []
+                text = self._recall_text(h, slot, messages, shown, foreign or {}, reread is None)
+                acc.add({"role": "user", "content": text}, (), messages, shown)
+                acc.limit = k if acc.limit is None else acc.limit
             elif slot.kind == INDEX:
                 rows = [h.row_of[p] for p in slot.pages]
                 lines = [compact_line(messages[r], h.kind[r], h.handle[r], h.step[r], h.path[r]) for r in rows]
-                handles.extend(h.handle[r] for r in rows)
-                out.append({"role": "user", "content": index_block(lines)})
-        return pairing.normalize(out), handles
+                acc.add({"role": "user", "content": index_block(lines)}, rows, messages, [h.handle[r] for r in rows])
+        normalized = pairing.normalize_after(acc.out, memo.normalized if memo is not None else None)
+        self._rendered = RenderMemo(h, h.branch, layout.card, reread is not None, layout.slots, acc, normalized)
+        return normalized.out, list(acc.handles)
 
     def _recall_text(
         self, h: History, slot: Slot, messages: Sequence[Mapping[str, Any]], handles: list[str],
