@@ -24,6 +24,7 @@ import attrs
 import numpy as np
 
 from pager.core import pairing
+from pager.core.canonical import same_objects
 from pager.core.compact import compact_line, index_block
 from pager.core.heat import NEEDS, HeatPolicy, PageTable
 from pager.core.history import History
@@ -130,6 +131,8 @@ class PagingScheduler:
         # the previous call's rendering: a memo of a pure function, never state (``pager.schedulers.reuse``)
         self._rendered: RenderMemo | None = None
         self._dumped: tuple[Layout, dict] | None = None  # the last layout dumped, and its state
+        self._layered: tuple[History, tuple[int, int], tuple[Slot, ...], list[tuple[int, ...]]] | None = None
+        self._rereadable: tuple[History, int, dict[str, str], np.ndarray] | None = None  # ``_stubbable``'s rows
 
     # -- the Scheduler interface ------------------------------------------------------------
 
@@ -384,16 +387,14 @@ class PagingScheduler:
         prev = call.prev
         result = plan(inp, cfg, prev)
         layout = result.layout
-        shown_now = {s.page for s in layout.slots if s.kind == FULL}
-        # a page shown in full last time and not now was demoted (by a round,
-        # or a big output stubbed at the tail)
-        demoted = {s.page for s in prev.slots if s.kind == FULL} - shown_now if prev is not None else set()
+        demoted = _demoted(prev, layout)
         rendered, handles = self._render(h, layout, call.messages, foreign, call.reread)
         changed_from = (
             first_diff(call.prev_out, rendered) if call.prev_out is not None
             else _first_change(prev, layout)
         )
-        layers, kept, stubbed = self._layers(h, layout, card_tokens, call.tools_tokens, cols["tokens"])
+        layers, kept, stubbed = self._layers(h, layout, card_tokens, call.tools_tokens, cols["tokens"],
+                                             reuse=not cut.cut)
         saved = self.dump(layout)
         return ScheduleResult(
             messages=rendered,
@@ -430,13 +431,24 @@ class PagingScheduler:
             flush_index=result.round and (kept < n or bool(demoted)),
         )
 
-    @staticmethod
-    def _stubbable(h: History, tool: np.ndarray, reread: Mapping[str, str] | None) -> np.ndarray:
-        """Return the rows that may be stubbed: every tool output, or (no expand) re-readable file reads."""
+    def _stubbable(self, h: History, tool: np.ndarray, reread: Mapping[str, str] | None) -> np.ndarray:
+        """Return the rows that may be stubbed: every tool output, or (no expand) re-readable file reads.
+
+        The re-readable rows of the previous call are kept and extended by the new rows (a row's kind
+        and tool name never change on a branch), while the history, its branch and ``reread`` are the same.
+        """
         if reread is None:
             return tool
-        ok = [k == "file" and (name or "").lower() in reread for k, name in zip(h.kind, h.tool_name)]
-        return tool & np.asarray(ok, dtype=bool)
+        memo = self._rereadable
+        if memo is None or memo[0] is not h or memo[1] != h.branch or memo[2] != reread or len(memo[3]) > len(h):
+            memo = (h, h.branch, dict(reread), np.zeros(0, dtype=bool))
+        done = memo[3]
+        if len(done) < len(h):
+            m = len(done)
+            ok = [k == "file" and (name or "").lower() in reread for k, name in zip(h.kind[m:], h.tool_name[m:])]
+            done = np.concatenate([done, np.asarray(ok, dtype=bool)])
+        self._rereadable = (memo[0], memo[1], memo[2], done)
+        return tool & done
 
     @staticmethod
     def _reread_stub(h: History, r: int, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -520,24 +532,57 @@ class PagingScheduler:
         return recall_block(items, handles=show_handles)
 
     def _layers(
-        self, h: History, layout: Layout, card_tokens: int, tools_tokens: int, tokens: Any = None
+        self, h: History, layout: Layout, card_tokens: int, tools_tokens: int, tokens: Any = None,
+        reuse: bool = True,
     ) -> tuple[dict[str, int], int, int]:
+        """Return the tokens per layer and the pages kept and stubbed.
+
+        The running figures of the head of slots the previous call shared (the very same objects, the
+        same history and branch, the same L1 rows) are reused; ``reuse`` False when ``tokens`` is not the
+        mirror's own column (a pinned message cut to the L1 cap).
+        """
         tokens = h.tokens if tokens is None else tokens  # the tokens as sent (a pinned message may be cut)
-        pinned = set(h.page[: h.pinned_count()])
-        layers = {"l1": card_tokens, "l2": 0, "stubs": 0, "l3": 0, "tools": tools_tokens}
-        kept = stubbed = 0
-        for slot in layout.slots:
+        npin = h.pinned_count()
+        memo = self._layered if reuse else None
+        k, cum = 0, [(0, 0, 0, 0, 0, 0)]
+        if memo is not None and memo[0] is h and memo[1] == (h.branch, npin):
+            k = same_objects(layout.slots, memo[2])
+            cum = memo[3][: k + 1]
+        pinned = set(h.page[:npin])
+        l1, l2, stubs, l3, kept, stubbed = cum[-1]
+        for slot in layout.slots[k:]:
             if slot.kind == FULL:
-                layers["l1" if slot.page in pinned else "l2"] += int(tokens[h.row_of[slot.page]])
+                if slot.page in pinned:
+                    l1 += int(tokens[h.row_of[slot.page]])
+                else:
+                    l2 += int(tokens[h.row_of[slot.page]])
                 kept += 1
             elif slot.kind == STUB:
-                layers["stubs"] += h.stub_tokens[h.row_of[slot.page]]
+                stubs += h.stub_tokens[h.row_of[slot.page]]
                 stubbed += 1
             elif slot.kind == RECALL:
-                layers["l3"] += slot.tokens
+                l3 += slot.tokens
             elif slot.kind == INDEX:
-                layers["stubs"] += slot.tokens
+                stubs += slot.tokens
+            cum.append((l1, l2, stubs, l3, kept, stubbed))
+        self._layered = (h, (h.branch, npin), layout.slots, cum) if reuse else None
+        layers = {"l1": card_tokens + l1, "l2": l2, "stubs": stubs, "l3": l3, "tools": tools_tokens}
         return layers, kept, stubbed
+
+
+def _demoted(prev: Layout | None, new: Layout) -> set[int]:
+    """Return the pages ``prev`` showed in full that ``new`` does not (by a round, or a big output stubbed).
+
+    Only the slots after the head the two share (the very same objects) are compared, but a page
+    found there is checked against the whole head before it counts (issue 23).
+    """
+    if prev is None:
+        return set()
+    k = same_objects(prev.slots, new.slots)
+    gone = {s.page for s in prev.slots[k:] if s.kind == FULL} - {s.page for s in new.slots[k:] if s.kind == FULL}
+    if gone:
+        gone -= {s.page for s in new.slots[:k] if s.kind == FULL}
+    return gone
 
 
 def _first_change(prev: Layout | None, new: Layout) -> int | None:
