@@ -136,6 +136,9 @@ def _run(steps: list[tuple[str, Any]], opts: dict[str, Any]) -> None:
             sa, sb = a._mirror.state, b._mirror.state
             assert orjson.dumps(sa.row(a._scheduler)) == orjson.dumps(sb.row(b._scheduler))
             assert Layout.from_state(orjson.loads(orjson.dumps(sa.scheduler.to_state()))) == sa.scheduler
+            # each page in at most one slot (``paging._demoted`` compares only the layouts' tails)
+            pages = [s.page for s in sa.scheduler.slots if s.kind in ("full", "stub")]
+            assert len(pages) == len(set(pages))
 
 
 def _session(seed: int, n_steps: int) -> list[dict[str, Any]]:

@@ -310,6 +310,24 @@ def _slot_tokens(slot: Slot, idx: dict[int, int], inp: PlanInput) -> int:
     return slot.tokens
 
 
+def _total(slots: Sequence[Slot], idx: Mapping[int, int], inp: PlanInput) -> int:
+    """Return the tokens of ``slots`` (``_slot_tokens`` summed, the rows' tokens summed by numpy)."""
+    full: list[int] = []
+    stub: list[int] = []
+    other = 0
+    for s in slots:
+        kind = s.kind
+        if kind is FULL:
+            full.append(idx[s.page])
+        elif kind is STUB:
+            stub.append(idx[s.page])
+        elif kind is CARD:
+            other += inp.card_tokens
+        else:
+            other += s.tokens
+    return int(inp.tokens[full].sum()) + int(inp.stub_tokens[stub].sum()) + other
+
+
 def _l1_slots(inp: PlanInput) -> tuple[list[Slot], int]:
     slots = [Slot(FULL, int(inp.page[i])) for i in np.flatnonzero(inp.pinned)]
     tokens = int(inp.tokens[inp.pinned].sum())
@@ -578,13 +596,18 @@ def _invalid(inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int
         # task's rose): rebuild now, in one batch, rather than at the next
         # high watermark
         return Reason.TASK_SWITCH
-    if any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots) or any(
-        p not in idx for s in prev.slots if s.kind == INDEX for p in s.pages
-    ) or any(
-        # a recalled page from another session that may no longer be shown (its pool was closed)
-        p not in idx and p not in inp.foreign for s in prev.slots if s.kind == RECALL for p in s.pages
-    ):
-        return Reason.DIVERGED
+    for s in prev.slots:  # one pass: this runs every call (issue 23)
+        kind = s.kind
+        if kind is FULL or kind is STUB:
+            if s.page not in idx:
+                return Reason.DIVERGED
+        elif kind is INDEX:
+            if any(p not in idx for p in s.pages):
+                return Reason.DIVERGED
+        elif kind is RECALL:
+            # a recalled page from another session that may no longer be shown (its pool was closed)
+            if any(p not in idx and p not in inp.foreign for p in s.pages):
+                return Reason.DIVERGED
     return Reason.NONE
 
 
@@ -609,9 +632,11 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
     # Under the objective it becomes a stub only when that pays; otherwise
     # it rides in full until the next round.
     tail: list[int] = []
+    # the pages of big outputs, found at C speed; the loop below looks only for those
+    big = set(inp.page[inp.tool & (inp.tokens > inline_max)].tolist())
     for j in range(len(slots) - 1, prev.stable - 1, -1):
         sl = slots[j]
-        if sl.kind == FULL and _is_big(inp, idx[sl.page], inline_max) and int(inp.unit[idx[sl.page]]) != newest:
+        if sl.page in big and sl.kind is FULL and int(inp.unit[idx[sl.page]]) != newest:
             if not cfg.objective or int(inp.tokens[idx[sl.page]]) > hard_max:
                 slots[j] = Slot(STUB, sl.page)
             elif int(inp.unit[idx[sl.page]]) == prev_newest:
@@ -673,7 +698,7 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     total = 0
     if reason == Reason.NONE and prev is not None:
         slots = _append(inp, cfg, prev, idx)
-        total = sum(_slot_tokens(s, idx, inp) for s in slots)
+        total = _total(slots, idx, inp)
         if total > cfg.budget:
             reason, slots = Reason.OVER_BUDGET, None
         elif total > cfg.high:

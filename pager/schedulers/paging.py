@@ -573,16 +573,14 @@ class PagingScheduler:
 def _demoted(prev: Layout | None, new: Layout) -> set[int]:
     """Return the pages ``prev`` showed in full that ``new`` does not (by a round, or a big output stubbed).
 
-    Only the slots after the head the two share (the very same objects) are compared, but a page
-    found there is checked against the whole head before it counts (issue 23).
+    Only the slots after the head the two share (the very same objects) are compared (issue 23): a
+    layout shows each page in at most one slot (the planner lays each row out once), so a page of
+    ``prev``'s tail is not in the head they share.
     """
     if prev is None:
         return set()
     k = same_objects(prev.slots, new.slots)
-    gone = {s.page for s in prev.slots[k:] if s.kind == FULL} - {s.page for s in new.slots[k:] if s.kind == FULL}
-    if gone:
-        gone -= {s.page for s in new.slots[:k] if s.kind == FULL}
-    return gone
+    return {s.page for s in prev.slots[k:] if s.kind == FULL} - {s.page for s in new.slots[k:] if s.kind == FULL}
 
 
 def _first_change(prev: Layout | None, new: Layout) -> int | None:
