@@ -197,3 +197,31 @@ def test_switching_the_wire_format_between_calls() -> None:
     mixed = [("anthropic", _to_anthropic(req["messages"])) if i % 3 == 1 else (k, req)
              for i, (k, req) in enumerate(steps)]
     _run(mixed, {"session": "s", "context_window": 6000})
+
+
+# -- a format converting only what follows the head of the last call's list ------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_anthropic_conversion_reuses_only_the_same_objects(seed: int) -> None:
+    from pager.formats.anthropic_messages import AnthropicMessages
+
+    rng = random.Random(seed)
+    req = _to_anthropic(_session(seed, 12))
+    msgs = req["messages"]
+    fmt = AnthropicMessages()
+    for k in range(2, len(msgs) + 1, 2):
+        sent = msgs[:k]
+        r = rng.random()
+        i = rng.randrange(k)
+        if r < 0.2:
+            msgs[i] = dict(reversed(list(msgs[i].items())))  # an equal copy, keys reordered
+        elif r < 0.3 and isinstance(msgs[i]["content"], str):
+            msgs[i]["content"] = msgs[i]["content"] + " (edited in place)"  # the same dict, new content
+        elif r < 0.35 and k > 3:
+            sent = sent[: k - 2]  # a shorter list
+        sent = msgs[: len(sent)]
+        got = fmt.to_messages({**req, "messages": sent})
+        want = AnthropicMessages().to_messages({**req, "messages": sent})  # no memo at all
+        assert orjson.dumps(got.messages) == orjson.dumps(want.messages)
