@@ -225,3 +225,43 @@ def test_anthropic_conversion_reuses_only_the_same_objects(seed: int) -> None:
         got = fmt.to_messages({**req, "messages": sent})
         want = AnthropicMessages().to_messages({**req, "messages": sent})  # no memo at all
         assert orjson.dumps(got.messages) == orjson.dumps(want.messages)
+
+
+_ITEM = st.one_of(
+    st.builds(lambda t: {"role": "user", "content": t}, st.text(max_size=3)),
+    st.builds(lambda t: {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]},
+              st.text(max_size=3)),
+    st.builds(lambda t: {"type": "reasoning", "summary": [{"type": "summary_text", "text": t}]}, st.text(max_size=3)),
+    st.just("call"),  # a function call and its output
+)
+
+
+def _items(spec: list[Any], base: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for n, x in enumerate(spec):
+        if x == "call":
+            cid = f"call_{base}_{n}"
+            out += [{"type": "function_call", "call_id": cid, "name": "f", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": cid, "output": "ok"}]
+        else:
+            out.append(dict(x))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(first=st.lists(_ITEM, max_size=6), more=st.lists(st.tuples(st.lists(_ITEM, max_size=4), st.integers(0, 9)),
+                                                        max_size=5))
+def test_responses_conversion_reuses_only_the_same_objects(first: list[Any], more: list[Any]) -> None:
+    """A list that grows by items converts as a fresh format converts it, runs of model items included."""
+    from pager.formats.openai_responses import OpenAIResponses
+
+    fmt = OpenAIResponses()
+    items = _items(first, 0)
+    for step, (spec, edit) in enumerate(more, 1):
+        for sent in (items, items + _items(spec, step)):
+            if edit == 0 and sent:
+                sent[-1] = dict(sent[-1])  # an equal copy of the last item
+            got = fmt.to_messages({"model": "m", "input": sent})
+            want = OpenAIResponses().to_messages({"model": "m", "input": sent})
+            assert orjson.dumps(got.messages) == orjson.dumps(want.messages)
+        items = sent

@@ -153,7 +153,7 @@ class HeadMemo:
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
-        self._d: OrderedDict[int, tuple[list[Any], list[Any], list[Any], list[int]]] = OrderedDict()
+        self._d: OrderedDict[int, tuple[list[Any], list[Any], list[Any], list[int], Any]] = OrderedDict()
         self._lock = threading.Lock()
 
     def head(self, messages: Sequence[Any]) -> tuple[int, list[Any], list[Any], list[int]]:
@@ -161,7 +161,12 @@ class HeadMemo:
 
         ``last``: message ``k - 1``'s neutral messages.
         """
-        none: tuple[int, list[Any], list[Any], list[int]] = (0, [], [], [0])
+        k, neutral, last, ends, _state = self.head_state(messages)
+        return k, neutral, last, ends
+
+    def head_state(self, messages: Sequence[Any]) -> tuple[int, list[Any], list[Any], list[int], Any]:
+        """Return ``head``'s answer and the ``state`` given to ``put`` (None unless the head is all it was)."""
+        none: tuple[int, list[Any], list[Any], list[int], Any] = (0, [], [], [0], None)
         if not messages:
             return none
         with self._lock:
@@ -170,7 +175,7 @@ class HeadMemo:
                 self._d.move_to_end(id(messages[0]))
         if hit is None or hit[0][0] is not messages[0]:
             return none
-        msgs, sigs, flat, ends = hit
+        msgs, sigs, flat, ends, state = hit
         k = same_objects(messages, msgs)
         try:
             k = same_objects(list(map(_CONTENT, messages[:k])), sigs)
@@ -178,12 +183,13 @@ class HeadMemo:
             return none
         if not k:
             return none
-        return k, flat[: ends[k]], flat[ends[k - 1]: ends[k]], ends[: k + 1]
+        return k, flat[: ends[k]], flat[ends[k - 1]: ends[k]], ends[: k + 1], state if k == len(msgs) else None
 
-    def put(self, messages: Sequence[Any], neutral: list[Any], ends: list[int]) -> None:
+    def put(self, messages: Sequence[Any], neutral: list[Any], ends: list[int], state: Any = None) -> None:
         """Remember the conversion of ``messages``: ``neutral[ends[i]:ends[i + 1]]`` came from message ``i``.
 
-        ``ends[0]`` is 0. The lists are kept as given: the caller hands them over.
+        ``ends[0]`` is 0. The lists are kept as given: the caller hands them over. ``state``: what the
+        caller needs to go on converting after the last message (``head_state`` returns it).
         """
         if not messages:
             return
@@ -192,7 +198,7 @@ class HeadMemo:
         except AttributeError:
             return
         with self._lock:
-            self._d[id(messages[0])] = (list(messages), sigs, neutral, ends)
+            self._d[id(messages[0])] = (list(messages), sigs, neutral, ends, state)
             self._d.move_to_end(id(messages[0]))
             while len(self._d) > self.capacity:
                 self._d.popitem(last=False)
