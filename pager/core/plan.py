@@ -651,7 +651,10 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
     slots.extend(new_slots)
     if tail:
         at = [j if j >= 0 else len(slots) - len(new_slots) + (-1 - j) for j in tail]
-        full_total = sum(_slot_tokens(Slot(FULL, s.page) if i in at else s, idx, inp) for i, s in enumerate(slots))
+        # the layout's tokens with the slots at ``at`` in full
+        full_total = _total(slots, idx, inp) + sum(
+            int(inp.tokens[idx[slots[i].page]]) - int(inp.stub_tokens[idx[slots[i].page]])
+            for i in at if slots[i].kind is STUB)
         tail_rows = np.asarray([idx[slots[i].page] for i in at], dtype=np.int64)
         pays = _stub_pays(inp.scored(tail_rows), cfg, tail_rows, full_total)
         for i, stub in zip(at, pays.tolist()):
