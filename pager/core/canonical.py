@@ -21,12 +21,13 @@ bytes the caller sent, and the prompt pager emits is built from them.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Mapping, Sequence
 
 import orjson
 
 __all__ = ["CACHE_KEY", "RESPONSES_ITEM_KEYS", "canonical", "canonical_bytes", "has_transport", "same_message",
-           "same_messages"]
+           "same_messages", "same_objects"]
 
 CACHE_KEY = "cache_control"
 # keys of a Responses item (at the top of a neutral message's ``native``) that are transport
@@ -118,3 +119,20 @@ def same_message(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 def same_messages(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
     """Return whether two message lists are the same content, message by message."""
     return len(a) == len(b) and all(same_message(x, y) for x, y in zip(a, b))
+
+
+def same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Return how many leading items of ``a`` and ``b`` are the very same objects.
+
+    The test of the incremental paths (issue 23): a prompt between rounds is
+    the previous one plus new messages, so what was worked out for the same
+    objects is reused. Identity, never equality: ``{"a": 1} == {"a": True}``,
+    yet they serialise differently. The scan runs in C (``map`` over
+    ``operator.is_``): a few nanoseconds an item.
+    """
+    n = min(len(a), len(b))
+    same = list(map(operator.is_, a, b))  # stops at the shorter
+    try:
+        return same.index(False)
+    except ValueError:
+        return n

@@ -21,13 +21,23 @@ lists of OpenAI chat messages (dicts), and nowhere else:
 
 ``check`` returns the violations of these rules in a prompt; the property
 tests and the replay benchmark both use it.
+
+Between rounds a prompt is the previous one plus a few messages at the tail
+(issue 23). ``normalize_after`` reuses the previous result up to the last
+*closed point* the two inputs share: a position where no call is open, so no
+later message can bind to a unit before it, and the output up to there is
+final whatever follows. Its result is ``normalize``'s, always.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+import bisect
+
 import attrs
+
+from pager.core.canonical import same_objects
 
 __all__ = [
     "SYNTHETIC_RESULT",
@@ -35,7 +45,9 @@ __all__ = [
     "call_ids",
     "check",
     "group_units",
+    "Normalized",
     "normalize",
+    "normalize_after",
     "synthetic_result",
 ]
 
@@ -104,13 +116,81 @@ def group_units(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Unit], list
 
 def normalize(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Return messages that satisfy rules 2 and 3: results follow their calls, none missing, no orphans."""
-    units, _orphans = group_units(messages)
+    return _emit(messages, group_units(messages)[0])
+
+
+def _emit(messages: Sequence[Mapping[str, Any]], units: Sequence[Unit]) -> list[Mapping[str, Any]]:
     out: list[Mapping[str, Any]] = []
     for unit in units:
         out.append(messages[unit.head])
         out.extend(messages[p] for p in unit.results)
         out.extend(synthetic_result(cid) for cid in unit.missing)
     return out
+
+
+@attrs.frozen(slots=True)
+class Normalized:
+    """``normalize(source)`` as ``out``, with the closed points that let a longer prompt reuse it.
+
+    ``points[i]`` is a position of ``source`` where no call is open; ``sizes[i]``
+    how many messages of ``out`` come from before it.
+    """
+
+    source: Sequence[Mapping[str, Any]]
+    out: list[Mapping[str, Any]]
+    points: tuple[int, ...] = (0,)
+    sizes: tuple[int, ...] = (0,)
+
+
+def _closed_points(messages: Sequence[Mapping[str, Any]], start: int) -> list[int]:
+    """Return the positions from ``start`` on (after the first message) where no call is open.
+
+    Mirrors ``group_units``' binding: a result closes the call it answers; a
+    new call with an id already open replaces it (the older one stays
+    unanswered for good, so it keeps nothing open).
+    """
+    points: list[int] = []
+    open_calls: set[str] = set()
+    for pos in range(start, len(messages)):
+        msg = messages[pos]
+        if msg.get("role") == "tool":
+            open_calls.discard(str(msg.get("tool_call_id")))
+        else:
+            open_calls.update(call_ids(msg))
+        if not open_calls:
+            points.append(pos + 1)
+    return points
+
+
+def normalize_after(messages: Sequence[Mapping[str, Any]], prev: Normalized | None = None) -> Normalized:
+    """Return ``normalize(messages)`` with its closed points, reusing ``prev`` where the inputs are the same.
+
+    The part of ``messages`` before the last closed point of ``prev`` that
+    lies within their run of the very same objects is not looked at again.
+    """
+    start = size = 0
+    points: list[int] = [0]
+    sizes: list[int] = [0]
+    if prev is not None:
+        same = same_objects(messages, prev.source)
+        k = bisect.bisect_right(prev.points, same) - 1  # the last closed point inside the shared run
+        start, size = prev.points[k], prev.sizes[k]
+        points, sizes = list(prev.points[: k + 1]), list(prev.sizes[: k + 1])
+    rest = messages[start:]
+    units, _orphans = group_units(rest)
+    tail = _emit(rest, units)
+    out = prev.out[:size] + tail if prev is not None and size else tail
+    if rest:
+        # the tail's closed points and the output size before each: a closed point ends a run of whole units
+        ends = _closed_points(rest, 0)
+        emitted, u = 0, 0
+        for end in ends:
+            while u < len(units) and units[u].head < end:
+                emitted += 1 + len(units[u].results) + len(units[u].missing)
+                u += 1
+            points.append(start + end)
+            sizes.append(size + emitted)
+    return Normalized(source=list(messages), out=out, points=tuple(points), sizes=tuple(sizes))
 
 
 def check(messages: Iterable[Mapping[str, Any]]) -> list[str]:

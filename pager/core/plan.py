@@ -60,6 +60,7 @@ import enum
 import attrs
 import numpy as np
 
+from pager.core.canonical import same_objects
 from pager.core.heat import HORIZONS
 from pager.errors import BudgetError
 
@@ -125,9 +126,17 @@ class Layout:
     stable_row: int = 0  # history rows before this are covered by the old generation
     task: int = -1  # the active task when the layout was planned (-1: unknown)
 
-    def to_state(self) -> dict:
+    def to_state(self, like: "tuple[Layout, dict] | None" = None) -> dict:
+        """Return the layout as the state row keeps it (``from_state`` reads it back equal).
+
+        ``like``: an earlier layout and its state; the rows of the slots this
+        one shares with it (the very same objects: a layout between rounds
+        keeps its predecessor's) are reused, not rebuilt (issue 23).
+        """
+        k = same_objects(self.slots, like[0].slots) if like is not None else 0
+        head = like[1]["slots"][:k] if like is not None and k else []
         return {
-            "slots": [[s.kind.value, s.page, list(s.pages), s.tokens, [list(x) for x in s.spans]] for s in self.slots],
+            "slots": head + [_slot_state(s) for s in self.slots[k:]],
             "upto": self.upto,
             "branch": self.branch,
             "card": self.card,
@@ -152,6 +161,10 @@ class Layout:
             stable=int(data.get("stable", 0)), stable_row=int(data.get("stable_row", 0)),
             task=int(data.get("task", -1)),
         )
+
+
+def _slot_state(s: Slot) -> list:
+    return [s.kind.value, s.page, list(s.pages), s.tokens, [list(x) for x in s.spans]]
 
 
 @attrs.frozen(slots=True)
@@ -295,6 +308,24 @@ def _slot_tokens(slot: Slot, idx: dict[int, int], inp: PlanInput) -> int:
     if slot.kind == CARD:
         return inp.card_tokens
     return slot.tokens
+
+
+def _total(slots: Sequence[Slot], idx: Mapping[int, int], inp: PlanInput) -> int:
+    """Return the tokens of ``slots`` (``_slot_tokens`` summed, the rows' tokens summed by numpy)."""
+    full: list[int] = []
+    stub: list[int] = []
+    other = 0
+    for s in slots:
+        kind = s.kind
+        if kind is FULL:
+            full.append(idx[s.page])
+        elif kind is STUB:
+            stub.append(idx[s.page])
+        elif kind is CARD:
+            other += inp.card_tokens
+        else:
+            other += s.tokens
+    return int(inp.tokens[full].sum()) + int(inp.stub_tokens[stub].sum()) + other
 
 
 def _l1_slots(inp: PlanInput) -> tuple[list[Slot], int]:
@@ -565,13 +596,18 @@ def _invalid(inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int
         # task's rose): rebuild now, in one batch, rather than at the next
         # high watermark
         return Reason.TASK_SWITCH
-    if any(s.kind in (FULL, STUB) and s.page not in idx for s in prev.slots) or any(
-        p not in idx for s in prev.slots if s.kind == INDEX for p in s.pages
-    ) or any(
-        # a recalled page from another session that may no longer be shown (its pool was closed)
-        p not in idx and p not in inp.foreign for s in prev.slots if s.kind == RECALL for p in s.pages
-    ):
-        return Reason.DIVERGED
+    for s in prev.slots:  # one pass: this runs every call (issue 23)
+        kind = s.kind
+        if kind is FULL or kind is STUB:
+            if s.page not in idx:
+                return Reason.DIVERGED
+        elif kind is INDEX:
+            if any(p not in idx for p in s.pages):
+                return Reason.DIVERGED
+        elif kind is RECALL:
+            # a recalled page from another session that may no longer be shown (its pool was closed)
+            if any(p not in idx and p not in inp.foreign for p in s.pages):
+                return Reason.DIVERGED
     return Reason.NONE
 
 
@@ -596,9 +632,11 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
     # Under the objective it becomes a stub only when that pays; otherwise
     # it rides in full until the next round.
     tail: list[int] = []
+    # the pages of big outputs, found at C speed; the loop below looks only for those
+    big = set(inp.page[inp.tool & (inp.tokens > inline_max)].tolist())
     for j in range(len(slots) - 1, prev.stable - 1, -1):
         sl = slots[j]
-        if sl.kind == FULL and _is_big(inp, idx[sl.page], inline_max) and int(inp.unit[idx[sl.page]]) != newest:
+        if sl.page in big and sl.kind is FULL and int(inp.unit[idx[sl.page]]) != newest:
             if not cfg.objective or int(inp.tokens[idx[sl.page]]) > hard_max:
                 slots[j] = Slot(STUB, sl.page)
             elif int(inp.unit[idx[sl.page]]) == prev_newest:
@@ -613,7 +651,10 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
     slots.extend(new_slots)
     if tail:
         at = [j if j >= 0 else len(slots) - len(new_slots) + (-1 - j) for j in tail]
-        full_total = sum(_slot_tokens(Slot(FULL, s.page) if i in at else s, idx, inp) for i, s in enumerate(slots))
+        # the layout's tokens with the slots at ``at`` in full
+        full_total = _total(slots, idx, inp) + sum(
+            int(inp.tokens[idx[slots[i].page]]) - int(inp.stub_tokens[idx[slots[i].page]])
+            for i in at if slots[i].kind is STUB)
         tail_rows = np.asarray([idx[slots[i].page] for i in at], dtype=np.int64)
         pays = _stub_pays(inp.scored(tail_rows), cfg, tail_rows, full_total)
         for i, stub in zip(at, pays.tolist()):
@@ -660,7 +701,7 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     total = 0
     if reason == Reason.NONE and prev is not None:
         slots = _append(inp, cfg, prev, idx)
-        total = sum(_slot_tokens(s, idx, inp) for s in slots)
+        total = _total(slots, idx, inp)
         if total > cfg.budget:
             reason, slots = Reason.OVER_BUDGET, None
         elif total > cfg.high:

@@ -20,17 +20,20 @@ objects lets the facade skip re-validating and re-hashing them.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
 
 import orjson
 
+from pager.core.canonical import same_objects
 from pager.core.describe import brief, encode_problem, envelope
 from pager.errors import InputError, ToolError
 
 __all__ = [
-    "ConversionMemo", "ValueMemo", "as_plain", "check_encodable", "flat_tool_name", "function_specs", "id_text",
+    "ConversionMemo", "HeadMemo", "ValueMemo", "as_plain", "check_encodable", "flat_tool_name", "function_specs", "id_text",
     "json_text", "tool_arguments", "text_part",
 ]
 
@@ -131,6 +134,74 @@ class ConversionMemo:
 
     def __len__(self) -> int:
         return len(self._d)
+
+
+_CONTENT = operator.methodcaller("get", "content")
+
+
+class HeadMemo:
+    """Remember a conversation's last conversion as a whole, to convert only what follows its head (issue 23).
+
+    ``ConversionMemo`` still walks every message of every call; a harness that
+    resends its list passes the same objects up to a few new ones, so the
+    neutral messages of that head are the last call's, taken by slicing. A
+    head counts only while its messages are the same objects with the same
+    ``content`` objects (the ``sig`` ``ConversionMemo`` checks); both checks
+    run in C. Conversations are told apart by their first message object; the
+    least recently used go past ``capacity``. Thread-safe.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._d: OrderedDict[int, tuple[list[Any], list[Any], list[Any], list[int], Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def head(self, messages: Sequence[Any]) -> tuple[int, list[Any], list[Any], list[int]]:
+        """Return ``(k, neutral, last, ends)`` of the first ``k`` messages (``put``'s lists cut there).
+
+        ``last``: message ``k - 1``'s neutral messages.
+        """
+        k, neutral, last, ends, _state = self.head_state(messages)
+        return k, neutral, last, ends
+
+    def head_state(self, messages: Sequence[Any]) -> tuple[int, list[Any], list[Any], list[int], Any]:
+        """Return ``head``'s answer and the ``state`` given to ``put`` (None unless the head is all it was)."""
+        none: tuple[int, list[Any], list[Any], list[int], Any] = (0, [], [], [0], None)
+        if not messages:
+            return none
+        with self._lock:
+            hit = self._d.get(id(messages[0]))
+            if hit is not None:
+                self._d.move_to_end(id(messages[0]))
+        if hit is None or hit[0][0] is not messages[0]:
+            return none
+        msgs, sigs, flat, ends, state = hit
+        k = same_objects(messages, msgs)
+        try:
+            k = same_objects(list(map(_CONTENT, messages[:k])), sigs)
+        except AttributeError:  # not dicts (SDK objects): no head
+            return none
+        if not k:
+            return none
+        return k, flat[: ends[k]], flat[ends[k - 1]: ends[k]], ends[: k + 1], state if k == len(msgs) else None
+
+    def put(self, messages: Sequence[Any], neutral: list[Any], ends: list[int], state: Any = None) -> None:
+        """Remember the conversion of ``messages``: ``neutral[ends[i]:ends[i + 1]]`` came from message ``i``.
+
+        ``ends[0]`` is 0. The lists are kept as given: the caller hands them over. ``state``: what the
+        caller needs to go on converting after the last message (``head_state`` returns it).
+        """
+        if not messages:
+            return
+        try:
+            sigs = list(map(_CONTENT, messages))
+        except AttributeError:
+            return
+        with self._lock:
+            self._d[id(messages[0])] = (list(messages), sigs, neutral, ends, state)
+            self._d.move_to_end(id(messages[0]))
+            while len(self._d) > self.capacity:
+                self._d.popitem(last=False)
 
 
 class ValueMemo:

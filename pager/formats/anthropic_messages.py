@@ -37,7 +37,7 @@ from pager.core.describe import brief
 from pager.errors import InputError, MessageError, ToolError
 import pager.formats.breakpoints as bp
 from pager.formats._convert import (
-    ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text, strip_key, text_part,
+    ConversionMemo, HeadMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text, strip_key, text_part,
 )
 from pager.formats.anthropic_blocks import (
     ANTHROPIC_ONLY,
@@ -70,6 +70,7 @@ class AnthropicMessages:
     def __init__(self, cache_marks: str = DEFAULT_CACHE_MARKS) -> None:
         self.cache_marks = bp.check_mode(cache_marks)
         self._memo = ConversionMemo()
+        self._heads = HeadMemo()
         self._systems = ValueMemo()
 
     # -- detection and conversion ----------------------------------------------------
@@ -126,7 +127,12 @@ class AnthropicMessages:
             out.append(self._system_neutral(system))
         memo = self._memo
         open_calls: dict[str, int] = {}
-        for i, msg in enumerate(messages):
+        # the head of the last call's list, as the same objects: its neutral messages are taken whole
+        k, converted, last, ends = self._heads.head(messages)
+        if last and last[0]["role"] == "assistant":
+            open_calls = {c["id"]: k - 1 for c in last[0].get("tool_calls") or ()}
+        for i in range(k, len(messages)):
+            msg = messages[i]
             sig = (msg.get("content"),) if isinstance(msg, Mapping) else ()
             neutral = memo.get(msg, sig)
             fresh = neutral is None
@@ -148,7 +154,10 @@ class AnthropicMessages:
                 open_calls = {}
             if fresh:
                 memo.put(msg, sig, neutral)
-            out.extend(neutral)
+            converted.extend(neutral)
+            ends.append(len(converted))
+        self._heads.put(messages, converted, ends)
+        out.extend(converted)
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):
             raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")

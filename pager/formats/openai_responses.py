@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from pager.core.describe import brief
 from pager.errors import InputError, MessageError, ToolError
 from pager.formats._convert import (
-    ConversionMemo, ValueMemo, as_plain, check_encodable, flat_tool_name, function_specs, id_text, json_text,
+    ConversionMemo, HeadMemo, ValueMemo, as_plain, check_encodable, flat_tool_name, function_specs, id_text, json_text,
     text_part, tool_arguments,
 )
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
@@ -194,6 +194,7 @@ class OpenAIResponses:
 
     def __init__(self) -> None:
         self._memo = ConversionMemo()
+        self._heads = HeadMemo()
         self._instructions = ValueMemo()
 
     def detect(self, request: Mapping[str, Any]) -> bool:
@@ -218,16 +219,23 @@ class OpenAIResponses:
         ins = request.get("instructions")
         if ins:
             out.append(self._instructions_neutral(ins))
-        plain = [as_plain(x) for x in items]
-        kinds = []
-        for i, item in enumerate(plain):
+        # the last call's list, whole, as the same objects (``HeadMemo``): only the items after it are read,
+        # unless they would continue the run of items its last message was made of
+        k, converted, _last, _ends, state = self._heads.head_state(items)
+        nxt = as_plain(items[k]) if state is not None and state[2] and k < len(items) else None
+        if state is None or (isinstance(nxt, Mapping) and _kind(k, nxt) == "run"):
+            k, converted, state = 0, [], (set(), set(), False)
+        plain: list[Any] = [None] * k + [as_plain(x) for x in items[k:]]
+        kinds: list[Any] = [None] * k
+        for i in range(k, len(plain)):
+            item = plain[i]
             if not isinstance(item, Mapping):
                 raise ItemError(i, f"must be an object, got {type(items[i]).__name__}")
             kinds.append(_kind(i, item))
         memo = self._memo
-        open_calls: set[str] = set()
-        seen_calls: set[str] = set()
-        i = 0
+        open_calls: set[str] = set(state[0])
+        seen_calls: set[str] = set(state[1])
+        i = k
         while i < len(plain):
             end = i + 1
             if kinds[i] == "run":
@@ -263,8 +271,14 @@ class OpenAIResponses:
                 open_calls.discard(neutral["tool_call_id"])
             else:
                 open_calls = set()
-            out.append(neutral)
+            converted.append(neutral)
             i = end
+        if items:
+            # the memo gives back only the whole list (``state``): per-item ends are not kept
+            ends = [0] * len(items) + [len(converted)]
+            last_run = bool(kinds) and kinds[-1] == "run" if len(kinds) > k else bool(state[2])
+            self._heads.put(items, converted, ends, (frozenset(open_calls), frozenset(seen_calls), last_run))
+        out.extend(converted)
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):
             raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, TypeVar
 
 import attrs
 
-from pager.core.canonical import same_message
+from pager.core.canonical import same_message, same_objects
 from pager.formats.base import RenderHints
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -231,7 +231,9 @@ class Scheduler(Protocol[S]):
 
 def first_diff(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> int | None:
     """Return the index of the first message of ``new`` that differs from ``old`` (None if ``new`` extends it)."""
-    for i, (a, b) in enumerate(zip(old, new)):
-        if not same_message(a, b):  # a moved cache mark is not a change (pager.core.canonical)
+    # between rounds the head is the previous prompt's very objects: skipped at C speed (issue 23)
+    start = same_objects(old, new)
+    for i in range(start, min(len(old), len(new))):
+        if not same_message(old[i], new[i]):  # a moved cache mark is not a change (pager.core.canonical)
             return i
     return len(new) if len(new) < len(old) else None

@@ -24,6 +24,7 @@ import attrs
 import numpy as np
 
 from pager.core import pairing
+from pager.core.canonical import same_objects
 from pager.core.compact import compact_line, index_block
 from pager.core.heat import NEEDS, HeatPolicy, PageTable
 from pager.core.history import History
@@ -55,6 +56,7 @@ from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text
 from pager.errors import ToolError
 from pager.formats.base import RenderHints
 from pager.options import Options
+from pager.schedulers.reuse import RenderMemo, Rendering
 from pager.schedulers.base import (
     CallInputs,
     Declared,
@@ -126,6 +128,11 @@ class PagingScheduler:
         self.counter = counter
         self.policy = policy
         self.notes_shown = options.max_notes
+        # the previous call's rendering: a memo of a pure function, never state (``pager.schedulers.reuse``)
+        self._rendered: RenderMemo | None = None
+        self._dumped: tuple[Layout, dict] | None = None  # the last layout dumped, and its state
+        self._layered: tuple[History, tuple[int, int], tuple[Slot, ...], list[tuple[int, ...]]] | None = None
+        self._rereadable: tuple[History, int, dict[str, str], np.ndarray] | None = None  # ``_stubbable``'s rows
 
     # -- the Scheduler interface ------------------------------------------------------------
 
@@ -134,8 +141,15 @@ class PagingScheduler:
         return Layout.from_state(saved)
 
     def dump(self, state: Layout | None) -> Any:
-        """Return the layout as the state row keeps it."""
-        return state.to_state() if state else None
+        """Return the layout as the state row keeps it (the previous call's rows reused: ``Layout.to_state``)."""
+        if state is None:
+            return None
+        memo = self._dumped
+        if memo is not None and memo[0] is state:
+            return memo[1]
+        saved = state.to_state(memo)
+        self._dumped = (state, saved)
+        return saved
 
     def lookups(self, history: History, state: Layout | None) -> Lookups:
         """Return the recall search and the other sessions' pages the last prompt's recall blocks show."""
@@ -373,17 +387,15 @@ class PagingScheduler:
         prev = call.prev
         result = plan(inp, cfg, prev)
         layout = result.layout
-        shown_now = {s.page for s in layout.slots if s.kind == FULL}
-        # a page shown in full last time and not now was demoted (by a round,
-        # or a big output stubbed at the tail)
-        demoted = {s.page for s in prev.slots if s.kind == FULL} - shown_now if prev is not None else set()
+        demoted = _demoted(prev, layout)
         rendered, handles = self._render(h, layout, call.messages, foreign, call.reread)
         changed_from = (
             first_diff(call.prev_out, rendered) if call.prev_out is not None
             else _first_change(prev, layout)
         )
-        layers, kept, stubbed = self._layers(h, layout, card_tokens, call.tools_tokens, cols["tokens"])
-        saved = layout.to_state()
+        layers, kept, stubbed = self._layers(h, layout, card_tokens, call.tools_tokens, cols["tokens"],
+                                             reuse=not cut.cut)
+        saved = self.dump(layout)
         return ScheduleResult(
             messages=rendered,
             tokens=result.tokens + call.tools_tokens,
@@ -409,21 +421,34 @@ class PagingScheduler:
             notices=tuple(f"l1-moved:{ref}" for ref in guard.moved) + (("l1-over-cap",) if guard.over else ())
             + tuple(f"l1-cut:{h.handle[r]}" for r in cut.cut),
             layout=saved,
-            # the layout as it reads back from the store: a reopened session plans from the same value
-            state=Layout.from_state(saved),
+            # the layout itself: it equals what reads back from the store (``Layout.from_state``; a test holds
+            # it), so a reopened session plans from the same value, and the next call's layout keeps its slots
+            # as the very objects the rendering and the state reuse (issue 23)
+            state=layout,
             checkpoint_read=True,  # the card carries the files read back on reopen from the first call
             # a round that left every page in full demoted nothing to search for (a first call, say):
             # no commit (a Tantivy commit costs ~0.2 s on the first request of every session)
             flush_index=result.round and (kept < n or bool(demoted)),
         )
 
-    @staticmethod
-    def _stubbable(h: History, tool: np.ndarray, reread: Mapping[str, str] | None) -> np.ndarray:
-        """Return the rows that may be stubbed: every tool output, or (no expand) re-readable file reads."""
+    def _stubbable(self, h: History, tool: np.ndarray, reread: Mapping[str, str] | None) -> np.ndarray:
+        """Return the rows that may be stubbed: every tool output, or (no expand) re-readable file reads.
+
+        The re-readable rows of the previous call are kept and extended by the new rows (a row's kind
+        and tool name never change on a branch), while the history, its branch and ``reread`` are the same.
+        """
         if reread is None:
             return tool
-        ok = [k == "file" and (name or "").lower() in reread for k, name in zip(h.kind, h.tool_name)]
-        return tool & np.asarray(ok, dtype=bool)
+        memo = self._rereadable
+        if memo is None or memo[0] is not h or memo[1] != h.branch or memo[2] != reread or len(memo[3]) > len(h):
+            memo = (h, h.branch, dict(reread), np.zeros(0, dtype=bool))
+        done = memo[3]
+        if len(done) < len(h):
+            m = len(done)
+            ok = [k == "file" and (name or "").lower() in reread for k, name in zip(h.kind[m:], h.tool_name[m:])]
+            done = np.concatenate([done, np.asarray(ok, dtype=bool)])
+        self._rereadable = (memo[0], memo[1], memo[2], done)
+        return tool & done
 
     @staticmethod
     def _reread_stub(h: History, r: int, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -442,29 +467,43 @@ class PagingScheduler:
         self, h: History, layout: Layout, messages: Sequence[Mapping[str, Any]],
         foreign: Mapping[int, RecallHit] | None = None, reread: Mapping[str, str] | None = None,
     ) -> tuple[list[Mapping[str, Any]], list[str]]:
-        """Return the layout's neutral messages and the handles they show."""
-        out: list[Mapping[str, Any]] = []
-        handles: list[str] = []
-        for slot in layout.slots:
+        """Return the layout's neutral messages and the handles they show.
+
+        Only the slots after the head the previous call rendered the same are
+        rendered (``pager.schedulers.reuse``): between rounds, the new tail.
+        """
+        memo = self._rendered
+        start = memo.reusable(h, layout.slots, layout.card, messages, reread is not None) if memo else 0
+        acc = memo.rendering.head(start) if memo is not None and start else Rendering()
+        for k in range(start, len(layout.slots)):
+            slot = layout.slots[k]
             if slot.kind == FULL:
-                out.append(messages[h.row_of[slot.page]])
+                r = h.row_of[slot.page]
+                acc.add(messages[r], (r,), messages)
             elif slot.kind == STUB and reread is not None:
-                out.append(self._reread_stub(h, h.row_of[slot.page], messages))
+                r = h.row_of[slot.page]
+                cid = h.answers[r]
+                row = h.call_rows.get(cid) if cid else None
+                acc.calls.append((k, cid, row))
+                acc.add(self._reread_stub(h, r, messages), (r,) if row is None else (r, row), messages)
             elif slot.kind == STUB:
                 r = h.row_of[slot.page]
-                handles.append(h.handle[r])
-                out.append(stub_message(messages[r], h.tokens[r], h.handle[r], h.path[r]))
+                acc.add(stub_message(messages[r], h.tokens[r], h.handle[r], h.path[r]), (r,), messages,
+                        (h.handle[r],))
             elif slot.kind == CARD:
-                out.append({"role": "user", "content": layout.card})
+                acc.add({"role": "user", "content": layout.card}, (), messages)
             elif slot.kind == RECALL:
-                text = self._recall_text(h, slot, messages, handles, foreign or {}, reread is None)
-                out.append({"role": "user", "content": text})
+                shown: list[str] = []
+                text = self._recall_text(h, slot, messages, shown, foreign or {}, reread is None)
+                acc.add({"role": "user", "content": text}, (), messages, shown)
+                acc.limit = k if acc.limit is None else acc.limit
             elif slot.kind == INDEX:
                 rows = [h.row_of[p] for p in slot.pages]
                 lines = [compact_line(messages[r], h.kind[r], h.handle[r], h.step[r], h.path[r]) for r in rows]
-                handles.extend(h.handle[r] for r in rows)
-                out.append({"role": "user", "content": index_block(lines)})
-        return pairing.normalize(out), handles
+                acc.add({"role": "user", "content": index_block(lines)}, rows, messages, [h.handle[r] for r in rows])
+        normalized = pairing.normalize_after(acc.out, memo.normalized if memo is not None else None)
+        self._rendered = RenderMemo(h, h.branch, layout.card, reread is not None, layout.slots, acc, normalized)
+        return normalized.out, list(acc.handles)
 
     def _recall_text(
         self, h: History, slot: Slot, messages: Sequence[Mapping[str, Any]], handles: list[str],
@@ -493,24 +532,55 @@ class PagingScheduler:
         return recall_block(items, handles=show_handles)
 
     def _layers(
-        self, h: History, layout: Layout, card_tokens: int, tools_tokens: int, tokens: Any = None
+        self, h: History, layout: Layout, card_tokens: int, tools_tokens: int, tokens: Any = None,
+        reuse: bool = True,
     ) -> tuple[dict[str, int], int, int]:
+        """Return the tokens per layer and the pages kept and stubbed.
+
+        The running figures of the head of slots the previous call shared (the very same objects, the
+        same history and branch, the same L1 rows) are reused; ``reuse`` False when ``tokens`` is not the
+        mirror's own column (a pinned message cut to the L1 cap).
+        """
         tokens = h.tokens if tokens is None else tokens  # the tokens as sent (a pinned message may be cut)
-        pinned = set(h.page[: h.pinned_count()])
-        layers = {"l1": card_tokens, "l2": 0, "stubs": 0, "l3": 0, "tools": tools_tokens}
-        kept = stubbed = 0
-        for slot in layout.slots:
+        npin = h.pinned_count()
+        memo = self._layered if reuse else None
+        k, cum = 0, [(0, 0, 0, 0, 0, 0)]
+        if memo is not None and memo[0] is h and memo[1] == (h.branch, npin):
+            k = same_objects(layout.slots, memo[2])
+            cum = memo[3][: k + 1]
+        pinned = set(h.page[:npin])
+        l1, l2, stubs, l3, kept, stubbed = cum[-1]
+        for slot in layout.slots[k:]:
             if slot.kind == FULL:
-                layers["l1" if slot.page in pinned else "l2"] += int(tokens[h.row_of[slot.page]])
+                if slot.page in pinned:
+                    l1 += int(tokens[h.row_of[slot.page]])
+                else:
+                    l2 += int(tokens[h.row_of[slot.page]])
                 kept += 1
             elif slot.kind == STUB:
-                layers["stubs"] += h.stub_tokens[h.row_of[slot.page]]
+                stubs += h.stub_tokens[h.row_of[slot.page]]
                 stubbed += 1
             elif slot.kind == RECALL:
-                layers["l3"] += slot.tokens
+                l3 += slot.tokens
             elif slot.kind == INDEX:
-                layers["stubs"] += slot.tokens
+                stubs += slot.tokens
+            cum.append((l1, l2, stubs, l3, kept, stubbed))
+        self._layered = (h, (h.branch, npin), layout.slots, cum) if reuse else None
+        layers = {"l1": card_tokens + l1, "l2": l2, "stubs": stubs, "l3": l3, "tools": tools_tokens}
         return layers, kept, stubbed
+
+
+def _demoted(prev: Layout | None, new: Layout) -> set[int]:
+    """Return the pages ``prev`` showed in full that ``new`` does not (by a round, or a big output stubbed).
+
+    Only the slots after the head the two share (the very same objects) are compared (issue 23): a
+    layout shows each page in at most one slot (the planner lays each row out once), so a page of
+    ``prev``'s tail is not in the head they share.
+    """
+    if prev is None:
+        return set()
+    k = same_objects(prev.slots, new.slots)
+    return {s.page for s in prev.slots[k:] if s.kind == FULL} - {s.page for s in new.slots[k:] if s.kind == FULL}
 
 
 def _first_change(prev: Layout | None, new: Layout) -> int | None:
