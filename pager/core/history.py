@@ -139,6 +139,8 @@ class History:
         self._task_col: tuple[int, int, np.ndarray] | None = None  # (active task, rows, column)
         self._query: frozenset[str] | None = None
         self._compact_missing = 0  # rows whose compact line is not counted yet
+        # the newest stored running digest of the branch as loaded: (rows it covers, hex), or None
+        self.digest: tuple[int, str] | None = None
 
     def __len__(self) -> int:
         return len(self.page)
@@ -472,6 +474,8 @@ class History:
                 self.path_rows[rec.path] = r
                 self.base_keys.setdefault(base_path(rec.path), set()).add(rec.path)
             self.term_index.add_page(rec.id, terms)
+            if rec.digest is not None:
+                self.digest = (r + 1, rec.digest)
 
     def fill_compact_tokens(self, messages: Sequence[Mapping[str, Any]]) -> None:
         """Count the compact lines of rows loaded from the store (``messages``: one per row)."""

@@ -95,6 +95,9 @@ class NewPage:
     pool: str | None = None  # the project pool of a "project" page
     # the page's referable terms (paths, identifiers, errors), kept so a reopen need not re-extract them
     terms: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    # the running digest of the branch up to and including this page (``pager.core.digest``): set on the
+    # last page of each ``record``, so a reopen matches the resent history in one pass
+    digest: str | None = None
 
 
 @attrs.frozen(slots=True)
@@ -125,6 +128,7 @@ class PageRecord:
     pool: str | None = None
     terms: tuple[str, ...] | None = None  # None: not stored (a page written before terms were kept)
     created: float | None = None  # when it was stored (epoch seconds); None: stored before pager kept it
+    digest: str | None = None  # ``NewPage.digest``; None on most pages, and on pages stored before digests
 
 
 @attrs.frozen(slots=True)
@@ -155,4 +159,5 @@ def page_record(values: Mapping[str, Any]) -> PageRecord:
         pool=values.get("pool"),
         terms=None if values.get("terms") is None else seq(values["terms"]),
         created=None if values.get("created") is None else float(values["created"]),
+        digest=values.get("digest"),
     )

@@ -45,7 +45,7 @@ from pager.storage.base import (
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "SQLiteStore", "Store"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_NAME = "pager.db"
 _BUSY_RETRIES = 50
 
@@ -64,7 +64,7 @@ CREATE TABLE IF NOT EXISTS pages (
     tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
     last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
     scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT,
-    terms TEXT, pool TEXT, created REAL);
+    terms TEXT, pool TEXT, created REAL, digest TEXT);
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, readers TEXT NOT NULL, writers TEXT NOT NULL,
     updated REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
@@ -85,7 +85,7 @@ CREATE TABLE IF NOT EXISTS events (
 PAGE_COLUMNS = (
     "id", "session", "hash", "kind", "role", "seq", "step", "tokens", "stub_tokens", "chars",
     "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
-    "handle", "owner", "terms", "pool", "created",
+    "handle", "owner", "terms", "pool", "created", "digest",
 )
 _COLS = ", ".join(PAGE_COLUMNS)
 # Migrations from each older schema version to the next, applied in one transaction at open.
@@ -95,6 +95,9 @@ _MIGRATIONS = {
         "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0"),
     # when each page was stored: a recalled page from another session is labelled with its date
     2: ("ALTER TABLE pages ADD COLUMN created REAL",),
+    # the running digest of the branch, on the last page of each record (pager.core.digest); older
+    # pages read NULL: a reopen matches them message by message, as before
+    3: ("ALTER TABLE pages ADD COLUMN digest TEXT",),
 }
 
 
@@ -556,12 +559,12 @@ def _insert_page(db: sqlite3.Connection, session: str, seq: int, p: NewPage) -> 
     cur = db.execute(
         "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
         " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
-        " message, owner, terms, pool, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " message, owner, terms, pool, created, digest) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             session, p.hash, p.kind, p.role, seq, p.step, p.tokens, p.stub_tokens, p.chars, p.call_id,
             orjson.dumps(list(p.call_ids)).decode(), p.tool_name, p.path, 0, orjson.dumps(list(p.labels)).decode(),
             p.step, 0, p.scope, p.handle, p.message, p.owner, orjson.dumps(list(p.terms)).decode(), p.pool,
-            time.time(),
+            time.time(), p.digest,
         ),
     )
     return int(cur.lastrowid or 0)
