@@ -20,18 +20,20 @@ import contextlib
 import functools
 import os
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+import attrs
 import orjson
 
 from pager.errors import SchemaError, StoreError
 from pager.stateio import PRIVATE_DIR, open_private, refuse_symlinks
 from pager.storage.acked import ACKED_NAME, AckedMark, LostWrites, check_acked, mark_acked
 from pager.core.aside import ASIDE_KINDS
-from pager.core.pages import page_record
+from pager.core.pages import PageColumns, page_record
 from pager.core.pools import PoolAcl
 from pager.storage.base import (
     Branch,
@@ -88,6 +90,8 @@ PAGE_COLUMNS = (
     "handle", "owner", "terms", "pool", "created", "digest",
 )
 _COLS = ", ".join(PAGE_COLUMNS)
+_BRANCH_FIELDS = tuple(a.name for a in attrs.fields(PageColumns))
+_BRANCH_COLS = ", ".join("p." + c for c in _BRANCH_FIELDS)
 # Migrations from each older schema version to the next, applied in one transaction at open.
 _MIGRATIONS = {
     1: ("ALTER TABLE pages ADD COLUMN owner TEXT", "ALTER TABLE pages ADD COLUMN terms TEXT",
@@ -337,6 +341,28 @@ class SQLiteStore:
         if missing:
             raise StoreError(f"store {self.path}: no page with id {missing[0]}")
         return [rows[i] for i in ids]
+
+    def branch_columns(self, branch: int) -> PageColumns:
+        """Return the pages of ``branch`` in order, as columns (``load_pages`` of its ids, without the objects).
+
+        One query; the JSON columns are decoded by C calls (a label or call
+        list repeats, so each distinct one is decoded once) and the terms'
+        strings interned: the same term in many pages is one object, not one
+        per page (a reopen of 50k pages held ~100 MB of duplicate strings).
+        """
+        rows = self._db.execute(f"SELECT {_BRANCH_COLS} FROM branch_pages b JOIN pages p ON p.id = b.page "
+                                "WHERE b.branch=? ORDER BY b.seq", (branch,)).fetchall()
+        if not rows:
+            return PageColumns(*([] for _ in _BRANCH_FIELDS))
+        cols = dict(zip(_BRANCH_FIELDS, zip(*rows)))
+        for name in ("call_ids", "labels"):
+            memo: dict[str, tuple[str, ...]] = {}
+            for text in set(cols[name]):
+                memo[text] = tuple(orjson.loads(text or "[]"))
+            cols[name] = list(map(memo.__getitem__, cols[name]))
+        loads, intern = orjson.loads, sys.intern
+        cols["terms"] = [None if t is None else tuple(map(intern, loads(t))) for t in cols["terms"]]
+        return PageColumns(**cols)
 
     def page_by_handle(self, session: str, handle: str) -> int | None:
         """Return the newest page id with ``handle`` in ``session`` (None when unknown)."""
