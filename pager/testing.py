@@ -157,7 +157,7 @@ class StoreContract:
         for branch in (b, nb):
             want = PageColumns.of(store.load_pages(store.branch_page_ids(branch)))
             got = branch_columns(store, branch)
-            for name in [a.name for a in attrs.fields(PageColumns)]:
+            for name in [a.name for a in attrs.fields(PageColumns) if a.name != "term_table"]:
                 mine = getattr(got, name)
                 if name == "terms":
                     mine = [None if t is None else set(t) for t in mine]

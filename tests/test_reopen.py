@@ -202,14 +202,22 @@ def test_a_request_behind_the_recorded_history_after_a_reopen(tmp_path):
 def test_a_store_written_before_digests_migrates_and_reopens_to_the_same_calls(tmp_path, hashes):
     _h, msgs = generate_session(6, 40)
     path, ref, ends = _closed(tmp_path, msgs, len(_ends(msgs)) - 2)
-    # the layout of schema 3 (pager before digests): no digest column, version 3
+    # the layout of schema 3 (pager before digests): no digest, no term numbers, no vocab table, version 3
     db = sqlite3.connect(f"{ref}/{DB_NAME}")
     with db:
         db.execute("ALTER TABLE pages DROP COLUMN digest")
+        db.execute("ALTER TABLE pages DROP COLUMN term_ids")
+        db.execute("DROP TABLE vocab")
         db.execute("UPDATE settings SET value='3' WHERE key='schema_version'")
     db.close()
     a, b = pager.open(path, session="s"), pager.open(ref, session="s")
     assert b.store.setting("schema_version") == str(SCHEMA_VERSION) == "4"
+    db = sqlite3.connect(f"{ref}/{DB_NAME}")
+    # the migration numbered every page's terms: the reopen read them as numbers, as the live store's
+    assert db.execute("SELECT COUNT(*) FROM pages WHERE term_ids IS NULL").fetchone()[0] == 0
+    db.close()
+    for name in LOADED:
+        assert getattr(a.history, name) == getattr(b.history, name), name
     hashes[0] = 0
     _same_calls(a, b, msgs, ends[-2:])
     b.close()
@@ -219,3 +227,25 @@ def test_a_store_written_before_digests_migrates_and_reopens_to_the_same_calls(t
     assert hashes[0] == 0  # the first call with new messages stored a digest of the whole branch
     again.close()
     a.close()
+
+
+def test_term_numbers_of_a_rolled_back_transaction_are_forgotten(tmp_path):
+    from pager.storage.base import branch_columns
+    from pager.storage.sqlite import SQLiteStore
+    from pager.testing import new_page
+
+    store = SQLiteStore(tmp_path / "s")
+    b = store.ensure_session("s")
+    store.record("s", b, None, 0, [new_page(0, terms=("alpha_one", "beta_two"))])
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.record("s", b, None, 1, [new_page(1, terms=("gamma_three", "delta_four"))])
+            raise RuntimeError("the call failed")
+    # the numbers the rolled-back pages took are given to other terms now: the copy must not keep the old ones
+    store.record("s", b, None, 1, [new_page(2, terms=("epsilon_five", "gamma_three"))])
+    other = SQLiteStore(tmp_path / "s")  # another process's view
+    for s in (store, other):
+        got = [set(t) for t in branch_columns(s, b).terms]
+        assert got == [{"alpha_one", "beta_two"}, {"epsilon_five", "gamma_three"}]
+    other.close()
+    store.close()

@@ -459,7 +459,8 @@ class History:
         base, n = len(self.page), len(cols)
         ids = list(cols.id)
         terms = list(cols.terms)  # as stored: a tuple (or frozenset) per page, read as a frozenset (TermColumn)
-        for i in [i for i, t in enumerate(terms) if t is None]:
+        missing = [i for i, t in enumerate(terms) if t is None]
+        for i in missing:
             terms[i] = _page_terms(message_text(message_of(ids[i])), cols.path[i], extract_limit)
         self.page.extend(ids)
         self.hash.extend(cols.hash)
@@ -523,7 +524,8 @@ class History:
             for call in tool_calls(message_of(self.page[last_calls])):
                 self.calls[call.id] = (call.name, call.arguments)
         if not base and not len(self.term_index):
-            self.term_index = LoadedTermIndex(self.term_index.max_df, ids, terms)
+            self.term_index = LoadedTermIndex(self.term_index.max_df, ids, terms,
+                                              None if missing else cols.term_table)
         else:
             for pid, t in zip(ids, terms):
                 self.term_index.add_page(pid, t)

@@ -160,6 +160,9 @@ class PageColumns:
     handle: Sequence[str]
     terms: Sequence[Any]
     digest: Sequence[str | None]
+    # the terms as the store numbers them (``pager.core.termload.TermTable``), when it does: a reopen then
+    # indexes them without looking at a word
+    term_table: Any = None
 
     @classmethod
     def of(cls, records: Sequence[PageRecord]) -> "PageColumns":
@@ -170,7 +173,7 @@ class PageColumns:
         return len(self.id)
 
 
-_COLUMN_FIELDS = tuple(a.name for a in attrs.fields(PageColumns))
+_COLUMN_FIELDS = tuple(a.name for a in attrs.fields(PageColumns) if a.name != "term_table")
 
 
 @attrs.frozen(slots=True)

@@ -20,7 +20,49 @@ import numpy as np
 
 from pager.core.terms import TermIndex
 
-__all__ = ["LoadedTermIndex", "TermColumn"]
+__all__ = ["IdTerms", "LoadedTermIndex", "TermColumn", "TermTable"]
+
+
+class TermTable:
+    """A store's numbering of terms and one branch's pages' terms as those numbers (``SQLiteStore``).
+
+    ``words[i]`` is term ``i`` and ``ids`` its inverse (the store's own, read
+    only here; it may grow, with numbers past ``len(words)`` at load, which
+    this table ignores); ``tid`` holds each page's term numbers one page
+    after the other, ``lens`` how many each page has.
+    """
+
+    __slots__ = ("words", "ids", "tid", "lens", "size")
+
+    def __init__(self, words: Sequence[str | None], ids: dict[str, int], tid: np.ndarray, lens: np.ndarray) -> None:
+        self.words = words
+        self.ids = ids
+        self.tid = tid
+        self.lens = lens
+        self.size = len(words)
+
+    def rows(self) -> list["IdTerms"]:
+        """Return each page's terms, as numbers read as words on iteration."""
+        ends = np.cumsum(self.lens).tolist()
+        starts = [0] + ends[:-1]
+        tid, words = self.tid, self.words
+        return [IdTerms(tid[a:b], words) for a, b in zip(starts, ends)]
+
+
+class IdTerms:
+    """One page's terms kept as the store's term numbers; iterating yields the words."""
+
+    __slots__ = ("ids", "words")
+
+    def __init__(self, ids: np.ndarray, words: Sequence[str | None]) -> None:
+        self.ids = ids
+        self.words = words
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Any:
+        return map(self.words.__getitem__, self.ids.tolist())
 
 
 class TermColumn(list):  # type: ignore[type-arg]
@@ -53,7 +95,7 @@ class _Postings(dict):  # type: ignore[type-arg]
 
     def _made(self, term: str) -> list[int] | None:
         i = self._vocab.get(term)
-        if i is None:
+        if i is None or i + 1 >= len(self._start):  # unknown, or numbered after the load
             return None
         ids = self._pages[self._start[i] : self._start[i + 1]].tolist()
         dict.__setitem__(self, term, ids)
@@ -72,24 +114,33 @@ class _Postings(dict):  # type: ignore[type-arg]
         return got  # type: ignore[no-any-return]
 
     def __contains__(self, term: object) -> bool:
-        return dict.__contains__(self, term) or term in self._vocab
+        return dict.__contains__(self, term) or self._made(term) is not None  # type: ignore[arg-type]
 
 
 class LoadedTermIndex(TermIndex):
     """A ``TermIndex`` that starts from loaded pages' terms, indexed in bulk (see the module docstring)."""
 
-    def __init__(self, max_df: int, ids: Sequence[int], terms: Sequence[Iterable[str]]) -> None:
+    def __init__(
+        self, max_df: int, ids: Sequence[int], terms: Sequence[Iterable[str]], table: TermTable | None = None
+    ) -> None:
+        """Index pages ``ids`` under ``terms`` (one iterable per page); ``table``: those terms as numbers."""
         super().__init__(max_df)
         self._loaded: dict[int, Any] = dict(zip(map(int, ids), terms))
-        lens = np.fromiter(map(len, terms), dtype=np.int64, count=len(terms))
-        flat = list(itertools.chain.from_iterable(terms))
-        vocab = dict(zip(dict.fromkeys(flat), itertools.count()))
-        tid = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
-        del flat
+        if table is not None:  # numbered by the store: no word is looked at
+            vocab, size, tid, lens = table.ids, table.size, table.tid, table.lens
+        else:
+            lens = np.fromiter(map(len, terms), dtype=np.int64, count=len(terms))
+            flat = list(itertools.chain.from_iterable(terms))
+            vocab = dict(zip(dict.fromkeys(flat), itertools.count()))
+            size = len(vocab)
+            tid = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
+            del flat
         pages = np.repeat(np.asarray(ids, dtype=np.int64), lens)
+        if len(pages) and pages[-1] < 2**31:
+            pages = pages.astype(np.int32)  # half the memory; ids read back as Python ints
         order = np.argsort(tid, kind="stable")  # stable: each term's pages stay in id order
-        start = np.zeros(len(vocab) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(tid, minlength=len(vocab)), out=start[1:])
+        start = np.zeros(size + 1, dtype=np.int64)
+        np.cumsum(np.bincount(tid, minlength=size), out=start[1:])
         if len(pages) > 1 and not (np.diff(pages) >= 0).all():
             # ids not ascending (a store that numbers pages otherwise): sort each term's run by id
             order = np.lexsort((pages, tid))

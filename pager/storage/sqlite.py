@@ -27,13 +27,16 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import attrs
+import numpy as np
 import orjson
 
 from pager.errors import SchemaError, StoreError
 from pager.stateio import PRIVATE_DIR, open_private, refuse_symlinks
+from pager.storage.sqlite_terms import VOCAB_SCHEMA, TermVocab, decode, fill_term_ids
 from pager.storage.acked import ACKED_NAME, AckedMark, LostWrites, check_acked, mark_acked
 from pager.core.aside import ASIDE_KINDS
 from pager.core.pages import PageColumns, page_record
+from pager.core.termload import IdTerms, TermTable
 from pager.core.pools import PoolAcl
 from pager.storage.base import (
     Branch,
@@ -66,7 +69,7 @@ CREATE TABLE IF NOT EXISTS pages (
     tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
     last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
     scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT,
-    terms TEXT, pool TEXT, created REAL, digest TEXT);
+    terms TEXT, pool TEXT, created REAL, digest TEXT, term_ids BLOB);
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, readers TEXT NOT NULL, writers TEXT NOT NULL,
     updated REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
@@ -78,6 +81,7 @@ CREATE TABLE IF NOT EXISTS notes (
     id INTEGER PRIMARY KEY, session TEXT NOT NULL, text TEXT NOT NULL, step INTEGER, created REAL);
 CREATE TABLE IF NOT EXISTS pins (
     id INTEGER PRIMARY KEY, session TEXT NOT NULL, text TEXT NOT NULL, created REAL);
+CREATE TABLE IF NOT EXISTS vocab (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY, session TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
     created REAL NOT NULL);
@@ -90,7 +94,7 @@ PAGE_COLUMNS = (
     "handle", "owner", "terms", "pool", "created", "digest",
 )
 _COLS = ", ".join(PAGE_COLUMNS)
-_BRANCH_FIELDS = tuple(a.name for a in attrs.fields(PageColumns))
+_BRANCH_FIELDS = tuple(a.name for a in attrs.fields(PageColumns) if a.name not in ("terms", "term_table"))
 _BRANCH_COLS = ", ".join("p." + c for c in _BRANCH_FIELDS)
 # Migrations from each older schema version to the next, applied in one transaction at open.
 _MIGRATIONS = {
@@ -101,7 +105,8 @@ _MIGRATIONS = {
     2: ("ALTER TABLE pages ADD COLUMN created REAL",),
     # the running digest of the branch, on the last page of each record (pager.core.digest); older
     # pages read NULL: a reopen matches them message by message, as before
-    3: ("ALTER TABLE pages ADD COLUMN digest TEXT",),
+    # and each page's terms as numbers into the store's vocab (pager.storage.sqlite_terms), filled at open
+    3: ("ALTER TABLE pages ADD COLUMN digest TEXT", "ALTER TABLE pages ADD COLUMN term_ids BLOB", VOCAB_SCHEMA),
 }
 
 
@@ -148,6 +153,7 @@ class SQLiteStore:
             self._db.execute("PRAGMA foreign_keys=OFF")
             self._depth = 0
             self._touched: dict[str, tuple[int, int] | None] = {}  # sessions this transaction wrote
+            self._vocab = TermVocab()  # the store's term numbers, as far as this process has read them
             self._acked = AckedMark(self.path)
             self.lost_writes: LostWrites | None = None
             with self.transaction():
@@ -167,6 +173,8 @@ class SQLiteStore:
                     for v in range(version, SCHEMA_VERSION):
                         for stmt in _MIGRATIONS.get(v, ()):
                             self._db.execute(stmt)
+                    if version < 4:
+                        fill_term_ids(self._db)
                 for stmt in _SCHEMA.strip().split(";"):
                     if stmt.strip():
                         self._db.execute(stmt)
@@ -215,6 +223,7 @@ class SQLiteStore:
         except BaseException as exc:
             self._depth = 0
             self._touched.clear()
+            self._vocab.rolled_back()
             self._db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.DatabaseError):
                 raise StoreError(f"store {self.path}: {exc}") from exc
@@ -225,7 +234,9 @@ class SQLiteStore:
                 self._db.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 self._touched.clear()
+                self._vocab.rolled_back()
                 raise StoreError(f"store {self.path}: commit failed: {exc}") from exc
+            self._vocab.committed()
             if self._touched:
                 self._mark_acked()
 
@@ -345,23 +356,34 @@ class SQLiteStore:
     def branch_columns(self, branch: int) -> PageColumns:
         """Return the pages of ``branch`` in order, as columns (``load_pages`` of its ids, without the objects).
 
-        One query; the JSON columns are decoded by C calls (a label or call
-        list repeats, so each distinct one is decoded once) and the terms'
-        strings interned: the same term in many pages is one object, not one
-        per page (a reopen of 50k pages held ~100 MB of duplicate strings).
+        One query; the label and call lists repeat, so each distinct one is
+        decoded once. The terms come as the store's numbers
+        (``sqlite_terms``) with a ``TermTable``: no string per term. Pages
+        without numbers (none once migrated) are read from their JSON.
         """
-        rows = self._db.execute(f"SELECT {_BRANCH_COLS} FROM branch_pages b JOIN pages p ON p.id = b.page "
-                                "WHERE b.branch=? ORDER BY b.seq", (branch,)).fetchall()
+        rows = self._db.execute(
+            f"SELECT {_BRANCH_COLS}, p.term_ids, CASE WHEN p.term_ids IS NULL THEN p.terms END "
+            "FROM branch_pages b JOIN pages p ON p.id = b.page WHERE b.branch=? ORDER BY b.seq", (branch,)).fetchall()
         if not rows:
-            return PageColumns(*([] for _ in _BRANCH_FIELDS))
-        cols = dict(zip(_BRANCH_FIELDS, zip(*rows)))
+            return PageColumns.of([])
+        cols = dict(zip((*_BRANCH_FIELDS, "term_ids", "terms"), zip(*rows)))
         for name in ("call_ids", "labels"):
             memo: dict[str, tuple[str, ...]] = {}
             for text in set(cols[name]):
                 memo[text] = tuple(orjson.loads(text or "[]"))
             cols[name] = list(map(memo.__getitem__, cols[name]))
+        blobs = cols.pop("term_ids")
+        texts = cols.pop("terms")
+        self._vocab.refresh(self._db)
+        vocab = self._vocab
+        if None not in blobs:
+            lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4
+            table = TermTable(vocab.words, vocab.ids, decode(blobs), lens)
+            return PageColumns(**cols, terms=table.rows(), term_table=table)
         loads, intern = orjson.loads, sys.intern
-        cols["terms"] = [None if t is None else tuple(map(intern, loads(t))) for t in cols["terms"]]
+        cols["terms"] = [tuple(map(intern, loads(t))) if t is not None else
+                         (tuple(IdTerms(decode((b,)), vocab.words)) if b is not None else None)
+                         for t, b in zip(texts, blobs)]
         return PageColumns(**cols)
 
     def page_by_handle(self, session: str, handle: str) -> int | None:
@@ -430,7 +452,7 @@ class SQLiteStore:
                 )
                 db.execute("UPDATE sessions SET head_branch=? WHERE name=?", (branch, session))
             for offset, p in enumerate(pages):
-                pid = _insert_page(db, session, start_seq + offset, p)
+                pid = _insert_page(db, session, start_seq + offset, p, self._vocab)
                 ids.append(pid)
                 db.execute("INSERT INTO branch_pages VALUES (?, ?, ?)", (branch, start_seq + offset, pid))
             self._touch(session, ids)
@@ -440,7 +462,7 @@ class SQLiteStore:
         """Record pages outside every branch (pins, notes, handoffs); return their ids."""
         with self.transaction() as db:
             self._bump(db, session)
-            ids = [_insert_page(db, session, seq, p) for p in pages]
+            ids = [_insert_page(db, session, seq, p, self._vocab) for p in pages]
             self._touch(session, ids)
             return ids
 
@@ -581,16 +603,17 @@ for _name, _method in list(vars(SQLiteStore).items()):
         setattr(SQLiteStore, _name, _translated(_method))
 
 
-def _insert_page(db: sqlite3.Connection, session: str, seq: int, p: NewPage) -> int:
+def _insert_page(db: sqlite3.Connection, session: str, seq: int, p: NewPage, vocab: TermVocab) -> int:
     cur = db.execute(
         "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
         " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
-        " message, owner, terms, pool, created, digest) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " message, owner, terms, pool, created, digest, term_ids)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             session, p.hash, p.kind, p.role, seq, p.step, p.tokens, p.stub_tokens, p.chars, p.call_id,
             orjson.dumps(list(p.call_ids)).decode(), p.tool_name, p.path, 0, orjson.dumps(list(p.labels)).decode(),
             p.step, 0, p.scope, p.handle, p.message, p.owner, orjson.dumps(list(p.terms)).decode(), p.pool,
-            time.time(), p.digest,
+            time.time(), p.digest, vocab.encode(db, p.terms),
         ),
     )
     return int(cur.lastrowid or 0)
