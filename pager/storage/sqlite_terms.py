@@ -34,15 +34,17 @@ class TermVocab:
 
     def refresh(self, db: sqlite3.Connection) -> None:
         """Read the numbers added since this copy last looked (by this or another process)."""
-        rows = db.execute("SELECT id, term FROM vocab WHERE id >= ? ORDER BY id", (len(self.words),)).fetchall()
-        if not rows:
+        # two JSON arrays from one pass: one string each to parse in C, not a Python tuple per term
+        got = db.execute("SELECT json_group_array(id), json_group_array(term) FROM "
+                         "(SELECT id, term FROM vocab WHERE id >= ? ORDER BY id)", (len(self.words),)).fetchone()
+        numbers, terms = orjson.loads(got[0]), orjson.loads(got[1])
+        if not numbers:
             return
         words = self.words
-        numbers, terms = zip(*rows)
-        if numbers[0] == len(words) and numbers[-1] == len(words) + len(rows) - 1:
-            words.extend(terms)  # dense, as SQLite numbers rows: no Python per term
+        if numbers[0] == len(words) and numbers[-1] == len(words) + len(numbers) - 1:
+            words.extend(terms)  # dense and in order, as SQLite numbers rows
         else:
-            for i, term in rows:
+            for i, term in sorted(zip(numbers, terms)):
                 words.extend([None] * (i - len(words)))  # a gap: keep the list indexable by number
                 words.append(term)
         self.ids.update(zip(terms, numbers))
