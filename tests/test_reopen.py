@@ -249,3 +249,16 @@ def test_term_numbers_of_a_rolled_back_transaction_are_forgotten(tmp_path):
         assert got == [{"alpha_one", "beta_two"}, {"epsilon_five", "gamma_three"}]
     other.close()
     store.close()
+
+
+def test_a_term_only_another_session_used_indexes_after_a_reopen(tmp_path):
+    # the store numbers terms for all its sessions: one that no loaded page holds starts a new list
+    with pager.open(tmp_path / "s", session="a", **OPTS) as a:
+        a.assemble({"messages": [{"role": "user", "content": "fix parse_config_alpha in src/only_a.py"}]})
+    with pager.open(tmp_path / "s", session="b", **OPTS) as b:
+        b.assemble({"messages": [{"role": "user", "content": "tidy the README"}]})
+    with pager.open(tmp_path / "s", session="b") as b:
+        msgs = [{"role": "user", "content": "tidy the README"},
+                {"role": "assistant", "content": "looking at parse_config_alpha in src/only_a.py"}]
+        b.assemble({"messages": msgs})
+        assert b.history.term_index.df("parse_config_alpha") == 1

@@ -97,7 +97,10 @@ class _Postings(dict):  # type: ignore[type-arg]
         i = self._vocab.get(term)
         if i is None or i + 1 >= len(self._start):  # unknown, or numbered after the load
             return None
-        ids = self._pages[self._start[i] : self._start[i + 1]].tolist()
+        a, b = self._start[i], self._start[i + 1]
+        if a == b:  # numbered by the store (another session's word) but on no page loaded here
+            return None
+        ids = self._pages[a:b].tolist()
         dict.__setitem__(self, term, ids)
         return ids
 
