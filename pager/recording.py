@@ -1,9 +1,11 @@
 """Recording: which of the caller's messages are new, and storing them as pages.
 
 The caller resends its whole history every call. ``Recorder`` finds where it
-stops matching what was recorded (by object identity first, then by content
-hash), forks a branch when it diverged, and records the rest through the
-store, inside the facade's transaction. It returns the index documents of the
+stops matching what was recorded (by object identity first; after a reopen,
+by the running digest stored with the branch, ``pager.core.digest``; then by
+content hash, message by message), forks a branch when it diverged, and
+records the rest through the store, inside the facade's transaction. Each
+``record`` stores the running digest of the branch with its last page. It returns the index documents of the
 new pages; the facade adds them to the index only after the store committed.
 
 Matching a history against the recorded branch (the head branch, as the
@@ -29,6 +31,8 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 
 from pager.core.aside import aside_page
+from pager.core.canonical import canonical_bytes
+from pager.core.digest import RunningDigest, digest_messages
 from pager.core.history import History, hash_message, hash_messages
 from pager.core.messages import classify, tool_calls
 from pager.core.pages import StatUpdate
@@ -79,6 +83,8 @@ class Recorder:
         self.owner = owner
         self.pool = pool
         self._ident: list[Any] = []  # the message object of each recorded row, as the caller passed it
+        self._run: RunningDigest | None = None  # the running digest of the rows ``_ident`` holds, when known
+        self._digest_tried = False  # the stored digest was checked against a request since the mirror loaded
         self.recalled_pending: set[int] = set()
         self.recall_useful = 0
 
@@ -86,6 +92,8 @@ class Recorder:
         """Follow a mirror rebuilt from the store (after a rolled-back transaction)."""
         self.history = history
         self._ident = []
+        self._run = None
+        self._digest_tried = False
 
     def same_prefix(self, messages: Sequence[Any]) -> int:
         """Return how many leading messages are the same objects as recorded rows.
@@ -102,6 +110,8 @@ class Recorder:
         detected: replace the message to edit it.
         """
         ident = self._ident
+        if not ident:
+            return self._digest_prefix(messages)
         lim = min(len(ident), len(self.history.hash), len(messages))
         if not lim:
             return 0
@@ -112,6 +122,47 @@ class Recorder:
         while k < lim and ident[k] is messages[k]:
             k += 1
         return k
+
+    def _digest_prefix(self, messages: Sequence[Any]) -> int:
+        """Return how many leading messages the stored running digest vouches for (0: none, or no match).
+
+        Tried once per mirror load, when no row is known by identity (a
+        reopen, a mirror rebuilt from the store): the first ``rows`` messages
+        are encoded and hashed in one C pass (``digest_messages``) and
+        compared with the digest stored with row ``rows - 1``. On a match they
+        become the identity rows, exactly as if this ``Recorder`` had seen
+        them; on anything else ``record`` matches message by message, as
+        without a digest.
+        """
+        h = self.history
+        if self._digest_tried or h.digest is None:
+            return 0
+        self._digest_tried = True
+        rows, expected = h.digest
+        if rows > len(messages) or rows > len(h.hash):
+            return 0
+        run = digest_messages(messages, rows)
+        if run is None or run.hexdigest() != expected:
+            return 0
+        self._ident = list(messages[:rows])
+        self._run = run
+        return rows
+
+    def _digest(self, messages: Sequence[Any], common: int, raws: "_From") -> RunningDigest | None:
+        """Return the running digest of ``messages`` once the rows from ``common`` on are recorded.
+
+        Extends the one kept from the last call (O(new bytes)); when there is
+        none for ``common`` rows (a reopen that matched no digest, a fork, a
+        reload) it is computed over the prefix first, once (O(history), like a fork).
+        """
+        run = self._run.copy() if self._run is not None and self._run.rows == common else None
+        if run is None:
+            run = digest_messages(messages, common)
+            if run is None:
+                return None
+        for i in range(common, len(messages)):
+            run.add(canonical_bytes(messages[i], raws[i]))
+        return run
 
     def record(self, store: Store, messages: Sequence[Mapping[str, Any]], known: int = 0) -> Recorded:
         """Record what is new in ``messages``; see the module docstring for how it is matched."""
@@ -159,8 +210,13 @@ class Recorder:
                 h.calls[call.id] = (call.name, call.arguments)
         prepared = h.prepare(messages, common, classified, hashes, raws, scope=self.scope, owner=self.owner,
                              pool=self.pool)
+        run = self._digest(messages, common, raws)
+        if run is not None and prepared:
+            last = prepared[-1]
+            prepared[-1] = attrs.evolve(last, page=attrs.evolve(last.page, digest=run.hexdigest()))
         branch, ids = store.record(self.session, h.branch, fork, common, [p.page for p in prepared])
         h.branch = branch
+        self._run = run
         updates = h.append(prepared, ids)
         store.update_stats(unstaled + updates)
         # a recalled page referred to by the new messages was a useful recall

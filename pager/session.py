@@ -37,7 +37,7 @@ from pager.core.terms import extract_terms
 from pager.errors import ConfigError
 from pager.options import Options, load_config
 from pager.schedulers.base import Scheduler
-from pager.storage.base import Store
+from pager.storage.base import Store, branch_columns
 
 __all__ = ["SessionMirror", "SessionState", "check_session_name", "open_store", "resolve_options"]
 
@@ -167,10 +167,8 @@ class SessionMirror:
         # so the next write catches up (read after, it would hide those pages for good)
         version = self.store.lock_session(self.session)
         branch = self.store.ensure_session(self.session)
-        ids = self.store.branch_page_ids(branch)
-        records = self.store.load_pages(ids)
         self.history = History(self.session, self.counter)
-        self.history.load(records, branch, lambda pid: self.store.message(pid)[1])
+        self.history.load(branch_columns(self.store, branch), branch, lambda pid: self.store.message(pid)[1])
         self._load_state()
         self.version = version
 

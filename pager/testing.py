@@ -24,11 +24,12 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import attrs
 import orjson
 import pytest
 
 from pager.errors import StoreError
-from pager.storage.base import NewPage, PageRecord, StatUpdate, Store
+from pager.storage.base import NewPage, PageColumns, PageRecord, StatUpdate, Store, branch_columns
 
 __all__ = ["StoreContract", "new_page"]
 
@@ -136,6 +137,33 @@ class StoreContract:
         _, ib = store.record("b", b, None, 0, [new_page(2)])
         _, ia2 = store.record("a", a, None, 1, [new_page(3)])
         assert ia[0] < ib[0] < ia2[0]
+
+    def test_running_digest_round_trips(self, store: Store) -> None:
+        # the digest a record puts on its last page is read back as written (None on the others)
+        b = store.ensure_session("s")
+        digest = "ab" * 32
+        _, ids = store.record("s", b, None, 0, [new_page(0), new_page(1, digest=digest)])
+        assert [r.digest for r in store.load_pages(ids)] == [None, digest]
+
+    def test_branch_columns_are_load_pages_as_columns(self, store: Store) -> None:
+        # a store's own branch_columns (when it has one) gives exactly what load_pages of the branch gives
+        b = store.ensure_session("s")
+        _, ids = store.record("s", b, None, 0, [
+            new_page(0, kind="system"), new_page(1, terms=("src/a.py", "parse_config"), labels=("task:1",)),
+            new_page(2, kind="assistant", call_ids=("c2", "c3"), step=0, digest="cd" * 32),
+            new_page(3, kind="tool", call_id="c2", tool_name="bash", step=1, path="x.py")])
+        nb, _ = store.record("s", b, (b, 2), 2, [new_page(4)])
+        store.update_stats([StatUpdate(ids[1], 7, 2, True)])
+        for branch in (b, nb):
+            want = PageColumns.of(store.load_pages(store.branch_page_ids(branch)))
+            got = branch_columns(store, branch)
+            for name in [a.name for a in attrs.fields(PageColumns) if a.name != "term_table"]:
+                mine = getattr(got, name)
+                if name == "terms":
+                    mine = [None if t is None else set(t) for t in mine]
+                    assert mine == [None if t is None else set(t) for t in want.terms], name
+                else:
+                    assert list(mine) == list(getattr(want, name)), name
 
     def test_fork_shares_the_prefix_and_keeps_the_old_branch(self, store: Store) -> None:
         b = store.ensure_session("s")

@@ -24,8 +24,9 @@ from pager.core.compact import compact_line
 from pager.core.describe import ENVELOPE_LEVELS, encode_problem, envelope
 from pager.core.fileread import RANGE_MARK, base_path
 from pager.core.tasks import detect_task, task_of
+from pager.core.termload import LoadedTermIndex, TermColumn
 from pager.core.messages import Classified, message_text, tool_calls
-from pager.core.pages import TOOL_KINDS, NewPage, PageRecord, StatUpdate, handle_for, hash_bytes
+from pager.core.pages import TOOL_KINDS, NewPage, PageColumns, PageRecord, StatUpdate, handle_for, hash_bytes
 from pager.core.render import stub_text
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
 from pager.errors import MessageError
@@ -118,7 +119,7 @@ class History:
         self.stale: list[bool] = []
         self.last_ref: list[int] = []
         self.ref_count: list[int] = []
-        self.terms: list[frozenset[str]] = []
+        self.terms: TermColumn = TermColumn()  # per row: read as a frozenset (loaded rows keep the store's tuple)
         self.call_rows: dict[str, int] = {}  # call id -> row of the assistant message
         self.answers: list[str | None] = []  # tool rows: the call id they answer
         self.tool_name: list[str | None] = []  # tool rows: the tool that produced them
@@ -139,6 +140,8 @@ class History:
         self._task_col: tuple[int, int, np.ndarray] | None = None  # (active task, rows, column)
         self._query: frozenset[str] | None = None
         self._compact_missing = 0  # rows whose compact line is not counted yet
+        # the newest stored running digest of the branch as loaded: (rows it covers, hex), or None
+        self.digest: tuple[int, str] | None = None
 
     def __len__(self) -> int:
         return len(self.page)
@@ -262,7 +265,8 @@ class History:
         view = History(self.session, self.counter, self.term_index.max_df)
         view.branch = self.branch
         for name in _ROW_COLUMNS:
-            setattr(view, name, list(getattr(self, name)[:n]))
+            col = getattr(self, name)
+            setattr(view, name, type(col)(list.__getitem__(col, slice(0, n))))
         view.calls = dict(self.calls)
         view._reindex_maps()
         view.call_rows = {cid: r for cid, r in self.call_rows.items() if r < n}
@@ -436,42 +440,99 @@ class History:
 
     def load(
         self,
-        records: Sequence[PageRecord],
+        records: Sequence[PageRecord] | PageColumns,
         branch: int,
         message_of: Callable[[int], Mapping[str, Any]],
         extract_limit: int = 2000,
     ) -> None:
-        """Append stored pages (in branch order) to the mirror.
+        """Append stored pages (in branch order: records, or the store's ``PageColumns``) to the mirror.
 
         Terms kept with each page are used as stored; ``message_of(page_id)``
         is read only for a page stored without them, and for the last
         assistant message's calls (a new result can only answer those).
+        Column by column: a reopen of 50k pages runs no Python per field of
+        each page, only per row that opens or answers a call, reads a file or
+        is a user message (issue 23).
         """
+        cols = records if isinstance(records, PageColumns) else PageColumns.of(records)
         self.branch = branch
-        last_calls = max((i for i, rec in enumerate(records) if rec.call_ids), default=None)
-        for i, rec in enumerate(records):
-            r = len(self.page)
-            if rec.terms is not None:
-                terms = frozenset(rec.terms)
-            else:
-                terms = _page_terms(message_text(message_of(rec.id)), rec.path, extract_limit)
-            self._add_row(rec.id, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
-                          rec.handle, rec.stale, rec.last_ref, rec.ref_count, terms, rec.call_id, rec.labels,
-                          rec.tool_name, rec.call_ids)
-            # computed on first use by ``fill_compact_tokens`` (loading reads no message)
-            self.compact_tokens.append(-1)
-            self._compact_missing += 1
-            for cid in rec.call_ids:
-                self.call_rows[cid] = r
-            if i == last_calls:
-                for call in tool_calls(message_of(rec.id)):
-                    self.calls[call.id] = (call.name, call.arguments)
-            self._link(r, rec.kind, rec.call_id)
-            self._add_task_terms(r)
-            if rec.kind == "file" and rec.path:
-                self.path_rows[rec.path] = r
-                self.base_keys.setdefault(base_path(rec.path), set()).add(rec.path)
-            self.term_index.add_page(rec.id, terms)
+        base, n = len(self.page), len(cols)
+        ids = list(cols.id)
+        terms = list(cols.terms)  # as stored: a tuple (or frozenset) per page, read as a frozenset (TermColumn)
+        missing = [i for i, t in enumerate(terms) if t is None]
+        for i in missing:
+            terms[i] = _page_terms(message_text(message_of(ids[i])), cols.path[i], extract_limit)
+        self.page.extend(ids)
+        self.hash.extend(cols.hash)
+        self.kind.extend(cols.kind)
+        self.role.extend(cols.role)
+        self.tokens.extend(cols.tokens)
+        self.stub_tokens.extend(cols.stub_tokens)
+        self.step.extend(cols.step)
+        self.path.extend(cols.path)
+        self.handle.extend(cols.handle)
+        self.stale.extend(map(bool, cols.stale))
+        self.last_ref.extend(cols.last_ref)
+        self.ref_count.extend(cols.ref_count)
+        self.terms.extend(terms)
+        self.answers.extend(cols.call_id)
+        self.labels.extend(map(tuple, cols.labels))
+        self.tool_name.extend(cols.tool_name)
+        self.call_ids.extend(map(tuple, cols.call_ids))
+        self.edits.extend([()] * n)
+        # computed on first use by ``fill_compact_tokens`` (loading reads no message)
+        self.compact_tokens.extend([-1] * n)
+        self._compact_missing += n
+        self._query = None
+        self.row_of.update(zip(ids, range(base, base + n)))
+        task_of_labels: dict[tuple[str, ...], int] = {}
+        for lab in set(self.labels[base:]):
+            task = task_of(lab)
+            task_of_labels[lab] = -1 if task is None else task
+        self.task_num.extend(map(task_of_labels.__getitem__, self.labels[base:]))
+        kinds = self.kind
+        # rows in order: a result joins the unit of the newest earlier row that made its call
+        task_terms: dict[int, set[str]] = {}
+        call_rows, unit, calls_of = self.call_rows, self.unit, cols.call_ids
+        last_calls = None
+        for r in range(base, base + n):
+            kind = kinds[r]
+            cids = calls_of[r - base]
+            if cids:
+                last_calls = r
+                for cid in cids:
+                    call_rows[cid] = r
+            if kind in TOOL_KINDS:
+                cid = self.answers[r]
+                unit.append(unit[call_rows[cid]] if cid in call_rows else r)
+                path = self.path[r]
+                if kind == "file" and path:
+                    self.path_rows[path] = r
+                    self.base_keys.setdefault(base_path(path), set()).add(path)
+                continue
+            unit.append(r)
+            if kind == "user":
+                self.user_rows.append(r)
+                if self.first_user is None:
+                    self.first_user = r
+                task = task_of(self.labels[r])
+                if task is not None:
+                    task_terms.setdefault(task, set()).update(terms[r - base])
+        for task, words in task_terms.items():
+            self.task_terms[task] = self.task_terms.get(task, frozenset()) | words
+        if last_calls is not None:
+            for call in tool_calls(message_of(self.page[last_calls])):
+                self.calls[call.id] = (call.name, call.arguments)
+        if not base and not len(self.term_index):
+            self.term_index = LoadedTermIndex(self.term_index.max_df, ids, terms,
+                                              None if missing else cols.term_table)
+        else:
+            for pid, t in zip(ids, terms):
+                self.term_index.add_page(pid, t)
+        for i in range(n - 1, -1, -1):
+            if cols.digest[i] is not None:
+                self.digest = (base + i + 1, cols.digest[i])
+                break
 
     def fill_compact_tokens(self, messages: Sequence[Mapping[str, Any]]) -> None:
         """Count the compact lines of rows loaded from the store (``messages``: one per row)."""

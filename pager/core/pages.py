@@ -19,7 +19,7 @@ in the store's page table and is passed to the planner as numpy columns.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import attrs
 import orjson
@@ -30,6 +30,7 @@ __all__ = [
     "TOOL_KINDS",
     "SCOPES",
     "NewPage",
+    "PageColumns",
     "PageRecord",
     "StatUpdate",
     "handle_for",
@@ -95,6 +96,9 @@ class NewPage:
     pool: str | None = None  # the project pool of a "project" page
     # the page's referable terms (paths, identifiers, errors), kept so a reopen need not re-extract them
     terms: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    # the running digest of the branch up to and including this page (``pager.core.digest``): set on the
+    # last page of each ``record``, so a reopen matches the resent history in one pass
+    digest: str | None = None
 
 
 @attrs.frozen(slots=True)
@@ -125,6 +129,51 @@ class PageRecord:
     pool: str | None = None
     terms: tuple[str, ...] | None = None  # None: not stored (a page written before terms were kept)
     created: float | None = None  # when it was stored (epoch seconds); None: stored before pager kept it
+    digest: str | None = None  # ``NewPage.digest``; None on most pages, and on pages stored before digests
+
+
+@attrs.frozen(slots=True)
+class PageColumns:
+    """The pages of one branch, in branch order, one sequence per field: what a reopen loads.
+
+    Columns, not one ``PageRecord`` per page, so a store can hand a 50k-page
+    branch over without building 50k objects (``SQLiteStore.branch_columns``);
+    ``of`` turns records into columns for any other store. ``terms`` holds a
+    frozenset (or tuple) per page, None for a page stored without its terms.
+    """
+
+    id: Sequence[int]
+    hash: Sequence[str]
+    kind: Sequence[str]
+    role: Sequence[str]
+    step: Sequence[int]
+    tokens: Sequence[int]
+    stub_tokens: Sequence[int]
+    call_id: Sequence[str | None]
+    call_ids: Sequence[tuple[str, ...]]
+    tool_name: Sequence[str | None]
+    path: Sequence[str | None]
+    stale: Sequence[bool]
+    labels: Sequence[tuple[str, ...]]
+    last_ref: Sequence[int]
+    ref_count: Sequence[int]
+    handle: Sequence[str]
+    terms: Sequence[Any]
+    digest: Sequence[str | None]
+    # the terms as the store numbers them (``pager.core.termload.TermTable``), when it does: a reopen then
+    # indexes them without looking at a word
+    term_table: Any = None
+
+    @classmethod
+    def of(cls, records: Sequence[PageRecord]) -> "PageColumns":
+        """Return the columns of ``records`` (in their order)."""
+        return cls(**{f: [getattr(r, f) for r in records] for f in _COLUMN_FIELDS})
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+
+_COLUMN_FIELDS = tuple(a.name for a in attrs.fields(PageColumns) if a.name != "term_table")
 
 
 @attrs.frozen(slots=True)
@@ -155,4 +204,5 @@ def page_record(values: Mapping[str, Any]) -> PageRecord:
         pool=values.get("pool"),
         terms=None if values.get("terms") is None else seq(values["terms"]),
         created=None if values.get("created") is None else float(values["created"]),
+        digest=values.get("digest"),
     )

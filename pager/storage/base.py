@@ -26,6 +26,10 @@ Contract, in brief:
 - Reading an unknown page id raises ``StoreError``; an unknown handle reads as
   ``None``. Errors of the underlying database are translated into the
   ``PagerError`` tree (``StoreError`` and its subclasses) at the store.
+- ``branch_columns(branch)``, optional: the branch's pages as ``PageColumns``
+  (what ``load_pages`` of its ids gives, as columns). A reopen uses it when a
+  store has it (``SQLiteStore``: one query, no object per page) and builds
+  the columns from ``load_pages`` otherwise (``branch_columns`` below).
 - ``open_index()`` returns the recall index that belongs to this store (the
   index is derived data: it can be dropped and rebuilt from ``iter_pages``).
 """
@@ -36,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Protocol, Seque
 
 import attrs
 
-from pager.core.pages import SCOPES, NewPage, PageRecord, StatUpdate
+from pager.core.pages import SCOPES, NewPage, PageColumns, PageRecord, StatUpdate
 
 if TYPE_CHECKING:  # pragma: no cover
     from pager.core.pools import PoolAcl
@@ -47,11 +51,13 @@ __all__ = [
     "Branch",
     "Event",
     "NewPage",
+    "PageColumns",
     "PageRecord",
     "RecallIndex",
     "StatUpdate",
     "Store",
     "TimelineEntry",
+    "branch_columns",
 ]
 
 
@@ -207,3 +213,11 @@ class Store(Protocol):
     def add_event(self, session: str, kind: str, payload: Any) -> None: ...
 
     def events(self, session: str, kind: str | None = None) -> list[Event]: ...
+
+
+def branch_columns(store: Store, branch: int) -> PageColumns:
+    """Return the pages of ``branch`` in order as columns: the store's own ``branch_columns`` if it has one."""
+    own = getattr(store, "branch_columns", None)
+    if own is not None:
+        return own(branch)  # type: ignore[no-any-return]
+    return PageColumns.of(store.load_pages(store.branch_page_ids(branch)))

@@ -190,7 +190,7 @@ class MemoryStore:
             step=p.step, tokens=p.tokens, stub_tokens=p.stub_tokens, chars=p.chars, call_id=p.call_id,
             call_ids=p.call_ids, tool_name=p.tool_name, path=p.path, stale=False, labels=p.labels,
             last_ref=p.step, ref_count=0, scope=p.scope, handle=p.handle, owner=p.owner,
-            terms=p.terms, pool=p.pool, created=time.time(),
+            terms=p.terms, pool=p.pool, created=time.time(), digest=p.digest,
         )
         self._messages[pid] = bytes(p.message)
         return pid

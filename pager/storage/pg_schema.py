@@ -17,7 +17,7 @@ from pager.storage.base import PageRecord
 
 __all__ = ["INDEXES", "MIGRATIONS", "SCHEMA_VERSION", "page_record"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Recall indexes open_index() can give: the database's own full-text index of
 # record, or a per-process Tantivy index following the change feed.
 INDEXES = ("postgres", "tantivy")
@@ -80,17 +80,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE pager_pages ADD COLUMN created DOUBLE PRECISION",
         "ALTER TABLE pager_pages ALTER COLUMN created SET DEFAULT extract(epoch FROM clock_timestamp())",
     ),
+    # the running digest of the branch on the last page of each record (pager.core.digest); NULL before
+    5: ("ALTER TABLE pager_pages ADD COLUMN digest TEXT",),
 }
 _BUMP = "UPDATE pager_sessions SET version = version + 1 WHERE name = %s"
 
 _PAGE_COLS = (
     "id, session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id, call_ids, "
-    "tool_name, path, stale, labels, last_ref, ref_count, scope, handle, owner, pool, terms, created"
+    "tool_name, path, stale, labels, last_ref, ref_count, scope, handle, owner, pool, terms, created, digest"
 )
 _INSERT_PAGE = (
     "INSERT INTO pager_pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id,"
-    " call_ids, tool_name, path, labels, last_ref, scope, owner, pool, terms, handle, message, tsv)"
-    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector) RETURNING id"
+    " call_ids, tool_name, path, labels, last_ref, scope, owner, pool, terms, handle, message, digest, tsv)"
+    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector) RETURNING id"
 )
 # SQLSTATEs PostgreSQL resolves by aborting one transaction: retrying it is the cure.
 _RETRYABLE = ("40001", "40P01")
@@ -119,6 +121,7 @@ def page_record(r: dict[str, Any]) -> PageRecord:
         ref_count=int(r["ref_count"]), scope=r["scope"], handle=r["handle"], owner=r["owner"], pool=r["pool"],
         terms=None if r["terms"] is None else tuple(r["terms"]),
         created=None if r.get("created") is None else float(r["created"]),
+        digest=r.get("digest"),
     )
 
 

@@ -232,7 +232,7 @@ class PostgresStore(PgConnection):
         return (
             session, p.hash, p.kind, p.role, seq, p.step, p.tokens, p.stub_tokens, p.chars, p.call_id,
             list(p.call_ids), p.tool_name, p.path, list(p.labels), p.step, p.scope, p.owner, p.pool,
-            list(p.terms), p.handle, p.message, vector,
+            list(p.terms), p.handle, p.message, p.digest, vector,
         )
 
     def load_pages(self, ids: Sequence[int]) -> list[PageRecord]:

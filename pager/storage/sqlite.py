@@ -20,18 +20,23 @@ import contextlib
 import functools
 import os
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+import attrs
+import numpy as np
 import orjson
 
 from pager.errors import SchemaError, StoreError
 from pager.stateio import PRIVATE_DIR, open_private, refuse_symlinks
+from pager.storage.sqlite_terms import VOCAB_SCHEMA, TermVocab, decode, fill_term_ids
 from pager.storage.acked import ACKED_NAME, AckedMark, LostWrites, check_acked, mark_acked
 from pager.core.aside import ASIDE_KINDS
-from pager.core.pages import page_record
+from pager.core.pages import PageColumns, page_record
+from pager.core.termload import IdTerms, TermTable
 from pager.core.pools import PoolAcl
 from pager.storage.base import (
     Branch,
@@ -45,7 +50,7 @@ from pager.storage.base import (
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "SQLiteStore", "Store"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_NAME = "pager.db"
 _BUSY_RETRIES = 50
 
@@ -64,7 +69,7 @@ CREATE TABLE IF NOT EXISTS pages (
     tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
     last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
     scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT,
-    terms TEXT, pool TEXT, created REAL);
+    terms TEXT, pool TEXT, created REAL, digest TEXT, term_ids BLOB);
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, readers TEXT NOT NULL, writers TEXT NOT NULL,
     updated REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
@@ -76,6 +81,7 @@ CREATE TABLE IF NOT EXISTS notes (
     id INTEGER PRIMARY KEY, session TEXT NOT NULL, text TEXT NOT NULL, step INTEGER, created REAL);
 CREATE TABLE IF NOT EXISTS pins (
     id INTEGER PRIMARY KEY, session TEXT NOT NULL, text TEXT NOT NULL, created REAL);
+CREATE TABLE IF NOT EXISTS vocab (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY, session TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
     created REAL NOT NULL);
@@ -85,9 +91,11 @@ CREATE TABLE IF NOT EXISTS events (
 PAGE_COLUMNS = (
     "id", "session", "hash", "kind", "role", "seq", "step", "tokens", "stub_tokens", "chars",
     "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
-    "handle", "owner", "terms", "pool", "created",
+    "handle", "owner", "terms", "pool", "created", "digest",
 )
 _COLS = ", ".join(PAGE_COLUMNS)
+_BRANCH_FIELDS = tuple(a.name for a in attrs.fields(PageColumns) if a.name not in ("terms", "term_table"))
+_BRANCH_COLS = ", ".join("p." + c for c in _BRANCH_FIELDS)
 # Migrations from each older schema version to the next, applied in one transaction at open.
 _MIGRATIONS = {
     1: ("ALTER TABLE pages ADD COLUMN owner TEXT", "ALTER TABLE pages ADD COLUMN terms TEXT",
@@ -95,6 +103,10 @@ _MIGRATIONS = {
         "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0"),
     # when each page was stored: a recalled page from another session is labelled with its date
     2: ("ALTER TABLE pages ADD COLUMN created REAL",),
+    # the running digest of the branch, on the last page of each record (pager.core.digest); older
+    # pages read NULL: a reopen matches them message by message, as before
+    # and each page's terms as numbers into the store's vocab (pager.storage.sqlite_terms), filled at open
+    3: ("ALTER TABLE pages ADD COLUMN digest TEXT", "ALTER TABLE pages ADD COLUMN term_ids BLOB", VOCAB_SCHEMA),
 }
 
 
@@ -141,6 +153,7 @@ class SQLiteStore:
             self._db.execute("PRAGMA foreign_keys=OFF")
             self._depth = 0
             self._touched: dict[str, tuple[int, int] | None] = {}  # sessions this transaction wrote
+            self._vocab = TermVocab()  # the store's term numbers, as far as this process has read them
             self._acked = AckedMark(self.path)
             self.lost_writes: LostWrites | None = None
             with self.transaction():
@@ -160,6 +173,8 @@ class SQLiteStore:
                     for v in range(version, SCHEMA_VERSION):
                         for stmt in _MIGRATIONS.get(v, ()):
                             self._db.execute(stmt)
+                    if version < 4:
+                        fill_term_ids(self._db)
                 for stmt in _SCHEMA.strip().split(";"):
                     if stmt.strip():
                         self._db.execute(stmt)
@@ -208,6 +223,7 @@ class SQLiteStore:
         except BaseException as exc:
             self._depth = 0
             self._touched.clear()
+            self._vocab.rolled_back()
             self._db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.DatabaseError):
                 raise StoreError(f"store {self.path}: {exc}") from exc
@@ -218,7 +234,9 @@ class SQLiteStore:
                 self._db.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 self._touched.clear()
+                self._vocab.rolled_back()
                 raise StoreError(f"store {self.path}: commit failed: {exc}") from exc
+            self._vocab.committed()
             if self._touched:
                 self._mark_acked()
 
@@ -335,6 +353,39 @@ class SQLiteStore:
             raise StoreError(f"store {self.path}: no page with id {missing[0]}")
         return [rows[i] for i in ids]
 
+    def branch_columns(self, branch: int) -> PageColumns:
+        """Return the pages of ``branch`` in order, as columns (``load_pages`` of its ids, without the objects).
+
+        One query; the label and call lists repeat, so each distinct one is
+        decoded once. The terms come as the store's numbers
+        (``sqlite_terms``) with a ``TermTable``: no string per term. Pages
+        without numbers (none once migrated) are read from their JSON.
+        """
+        rows = self._db.execute(
+            f"SELECT {_BRANCH_COLS}, p.term_ids, CASE WHEN p.term_ids IS NULL THEN p.terms END "
+            "FROM branch_pages b JOIN pages p ON p.id = b.page WHERE b.branch=? ORDER BY b.seq", (branch,)).fetchall()
+        if not rows:
+            return PageColumns.of([])
+        cols = dict(zip((*_BRANCH_FIELDS, "term_ids", "terms"), zip(*rows)))
+        for name in ("call_ids", "labels"):
+            memo: dict[str, tuple[str, ...]] = {}
+            for text in set(cols[name]):
+                memo[text] = tuple(orjson.loads(text or "[]"))
+            cols[name] = list(map(memo.__getitem__, cols[name]))
+        blobs = cols.pop("term_ids")
+        texts = cols.pop("terms")
+        self._vocab.refresh(self._db)
+        vocab = self._vocab
+        if None not in blobs:
+            lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4
+            table = TermTable(vocab.words, vocab.ids, decode(blobs), lens)
+            return PageColumns(**cols, terms=table.rows(), term_table=table)
+        loads, intern = orjson.loads, sys.intern
+        cols["terms"] = [tuple(map(intern, loads(t))) if t is not None else
+                         (tuple(IdTerms(decode((b,)), vocab.words)) if b is not None else None)
+                         for t, b in zip(texts, blobs)]
+        return PageColumns(**cols)
+
     def page_by_handle(self, session: str, handle: str) -> int | None:
         """Return the newest page id with ``handle`` in ``session`` (None when unknown)."""
         row = self._db.execute(
@@ -401,7 +452,7 @@ class SQLiteStore:
                 )
                 db.execute("UPDATE sessions SET head_branch=? WHERE name=?", (branch, session))
             for offset, p in enumerate(pages):
-                pid = _insert_page(db, session, start_seq + offset, p)
+                pid = _insert_page(db, session, start_seq + offset, p, self._vocab)
                 ids.append(pid)
                 db.execute("INSERT INTO branch_pages VALUES (?, ?, ?)", (branch, start_seq + offset, pid))
             self._touch(session, ids)
@@ -411,7 +462,7 @@ class SQLiteStore:
         """Record pages outside every branch (pins, notes, handoffs); return their ids."""
         with self.transaction() as db:
             self._bump(db, session)
-            ids = [_insert_page(db, session, seq, p) for p in pages]
+            ids = [_insert_page(db, session, seq, p, self._vocab) for p in pages]
             self._touch(session, ids)
             return ids
 
@@ -552,16 +603,17 @@ for _name, _method in list(vars(SQLiteStore).items()):
         setattr(SQLiteStore, _name, _translated(_method))
 
 
-def _insert_page(db: sqlite3.Connection, session: str, seq: int, p: NewPage) -> int:
+def _insert_page(db: sqlite3.Connection, session: str, seq: int, p: NewPage, vocab: TermVocab) -> int:
     cur = db.execute(
         "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
         " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
-        " message, owner, terms, pool, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " message, owner, terms, pool, created, digest, term_ids)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             session, p.hash, p.kind, p.role, seq, p.step, p.tokens, p.stub_tokens, p.chars, p.call_id,
             orjson.dumps(list(p.call_ids)).decode(), p.tool_name, p.path, 0, orjson.dumps(list(p.labels)).decode(),
             p.step, 0, p.scope, p.handle, p.message, p.owner, orjson.dumps(list(p.terms)).decode(), p.pool,
-            time.time(),
+            time.time(), p.digest, vocab.encode(db, p.terms),
         ),
     )
     return int(cur.lastrowid or 0)
