@@ -1,4 +1,6 @@
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -6,6 +8,27 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TMPFS = Path("/dev/shm")
+
+
+def _temp_in_memory() -> None:
+    """Put this run's temporary files (tmp_path, tempfile, the test PostgreSQL) on tmpfs, if there is one.
+
+    Every store under test commits with fsync (SQLite's commits, each tantivy commit): on a
+    disk each waits for the device, and a worker waiting is a core idle; the trace replay
+    alone spent ~16 s of its wall time in fsync. On tmpfs fsync returns at once. What the
+    tests check does not depend on it: a SIGKILLed process loses nothing it acknowledged
+    either way (the page cache survives a process), and the PostgreSQL test server already
+    runs with fsync off. A TMPDIR the user set is kept; set in the environment here, it
+    reaches the subprocesses the tests start too.
+    """
+    if os.environ.get("TMPDIR") or not (TMPFS.is_dir() and os.access(TMPFS, os.W_OK)):
+        return
+    os.environ["TMPDIR"] = str(TMPFS)
+    tempfile.tempdir = None  # computed again from TMPDIR at its next use
+
+
+_temp_in_memory()
 
 
 def _freeze_heap() -> None:
