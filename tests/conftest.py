@@ -31,6 +31,21 @@ def _temp_in_memory() -> None:
 _temp_in_memory()
 
 
+def _hypothesis_profile() -> None:
+    """No deadline for any property test: a loaded machine makes an example slow, never wrong.
+
+    Hypothesis fails an example that runs over 200 ms by default, a wall-clock check; each
+    test keeps its own max_examples (their reasons are beside them).
+    """
+    from hypothesis import settings
+
+    settings.register_profile("pager-suite", deadline=None)
+    settings.load_profile("pager-suite")
+
+
+_hypothesis_profile()
+
+
 def _freeze_heap() -> None:
     """Move every object alive now out of the cyclic garbage collector's sight.
 
