@@ -79,10 +79,25 @@ LONGEST_FIRST = (
 )
 
 
+# Modules whose tests run on one worker (``--dist loadgroup``; every other test is scheduled
+# on its own). litellm takes ~5 s of CPU to import, and both of its tests used to land on
+# both workers; docs/integrations.md's recipes share a module-scoped `pager proxy`
+# subprocess that each worker started for itself.
+GROUPS = {
+    "tests/test_adapter_litellm.py": "litellm",
+    "tests/test_integrations_doc.py": "litellm",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     rank = {nodeid: i for i, nodeid in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # stable: the rest keep their order
+    for item in items:
+        group = GROUPS.get(item.nodeid.split("::")[0])
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(trylast=True)
