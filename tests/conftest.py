@@ -1,4 +1,6 @@
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -6,6 +8,42 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TMPFS = Path("/dev/shm")
+
+
+def _temp_in_memory() -> None:
+    """Put this run's temporary files (tmp_path, tempfile, the test PostgreSQL) on tmpfs, if there is one.
+
+    Every store under test commits with fsync (SQLite's commits, each tantivy commit): on a
+    disk each waits for the device, and a worker waiting is a core idle; the trace replay
+    alone spent ~16 s of its wall time in fsync. On tmpfs fsync returns at once. What the
+    tests check does not depend on it: a SIGKILLed process loses nothing it acknowledged
+    either way (the page cache survives a process), and the PostgreSQL test server already
+    runs with fsync off. A TMPDIR the user set is kept; set in the environment here, it
+    reaches the subprocesses the tests start too.
+    """
+    if os.environ.get("TMPDIR") or not (TMPFS.is_dir() and os.access(TMPFS, os.W_OK)):
+        return
+    os.environ["TMPDIR"] = str(TMPFS)
+    tempfile.tempdir = None  # computed again from TMPDIR at its next use
+
+
+_temp_in_memory()
+
+
+def _hypothesis_profile() -> None:
+    """No deadline for any property test: a loaded machine makes an example slow, never wrong.
+
+    Hypothesis fails an example that runs over 200 ms by default, a wall-clock check; each
+    test keeps its own max_examples (their reasons are beside them).
+    """
+    from hypothesis import settings
+
+    settings.register_profile("pager-suite", deadline=None)
+    settings.load_profile("pager-suite")
+
+
+_hypothesis_profile()
 
 
 def _freeze_heap() -> None:
@@ -41,10 +79,25 @@ LONGEST_FIRST = (
 )
 
 
+# Modules whose tests run on one worker (``--dist loadgroup``; every other test is scheduled
+# on its own). litellm takes ~5 s of CPU to import, and both of its tests used to land on
+# both workers; docs/integrations.md's recipes share a module-scoped `pager proxy`
+# subprocess that each worker started for itself.
+GROUPS = {
+    "tests/test_adapter_litellm.py": "litellm",
+    "tests/test_integrations_doc.py": "litellm",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     rank = {nodeid: i for i, nodeid in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # stable: the rest keep their order
+    for item in items:
+        group = GROUPS.get(item.nodeid.split("::")[0])
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(trylast=True)

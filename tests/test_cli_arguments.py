@@ -216,10 +216,9 @@ def test_version(capsys):
         main(["--version"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    from pager.cli import version
-
-    assert out == f"pager {version()}\n"
-    assert version() in (pager.__version__, *_installed_versions())
+    # what --version printed, checked once: each lookup scans every installed distribution
+    assert out.startswith("pager ") and out.endswith("\n")
+    assert out[len("pager "):-1] in (pager.__version__, *_installed_versions())
 
 
 def _installed_versions() -> list[str]:
