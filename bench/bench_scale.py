@@ -195,7 +195,7 @@ def table(rows: list[dict]) -> str:
     """Return the rows as a Markdown table, then the ratios against the 1k row (or the first)."""
     out = [
         "| messages | assemble p50 (ms CPU) | p99 (ms CPU) | imports (s CPU) | reopen (s CPU) "
-        "| reopen + first assemble (s CPU) | peak RSS (MB) | of which the history (MB) |",
+        "| reopen + first assemble (s CPU) | peak RSS (MB) | before the reopen: history + imports (MB) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
