@@ -1,4 +1,5 @@
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -9,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 TMPFS = Path("/dev/shm")
+TMPFS_MIN_FREE = 2 << 30  # bytes free on /dev/shm for the run to use it
 
 
 def _temp_in_memory() -> None:
@@ -23,6 +25,9 @@ def _temp_in_memory() -> None:
     reaches the subprocesses the tests start too.
     """
     if os.environ.get("TMPDIR") or not (TMPFS.is_dir() and os.access(TMPFS, os.W_OK)):
+        return
+    # a container's /dev/shm is often 64 MB: the run's stores and PostgreSQL data folders would fill it
+    if shutil.disk_usage(TMPFS).free < TMPFS_MIN_FREE:
         return
     os.environ["TMPDIR"] = str(TMPFS)
     tempfile.tempdir = None  # computed again from TMPDIR at its next use
