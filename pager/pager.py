@@ -304,7 +304,9 @@ class Pager:
         state = self._mirror.state
         self._set_state(
             scheduler=result.state if result.state is not None else state.scheduler,
-            handles=state.handles.union(result.handles), demoted=state.demoted.union(result.demoted),
+            # a union copies the whole set: only when something is new (issue 23: O(history) a call)
+            handles=state.handles if state.handles.issuperset(result.handles) else state.handles.union(result.handles),
+            demoted=state.demoted.union(result.demoted) if result.demoted else state.demoted,
             faults=state.faults + result.faults, recall_hits=state.recall_hits + len(result.recalled),
             checkpoint_unread=state.checkpoint_unread and not result.checkpoint_read,
         )

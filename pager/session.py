@@ -142,8 +142,26 @@ class SessionState:
 
     def row(self, scheduler: Scheduler[Any]) -> dict[str, Any]:
         """Return the state row to save."""
-        return {**self.others, scheduler.key: scheduler.dump(self.scheduler), "demoted": sorted(self.demoted),
+        return {**self.others, scheduler.key: scheduler.dump(self.scheduler), "demoted": _sorted(self.demoted),
                 "faults": self.faults, "calls": self.calls}
+
+
+# The demoted set changes at rounds only, and is saved at every call: its sorted list is kept per set (by
+# identity; the set is held, so its id is not reused), so a call does not sort O(history) ids again. The
+# list is shared: a store serialises it, nothing changes it.
+_SORTED: dict[int, tuple[frozenset[int], list[int]]] = {}
+_SORTED_MAX = 16
+
+
+def _sorted(ids: frozenset[int]) -> list[int]:
+    got = _SORTED.get(id(ids))
+    if got is not None and got[0] is ids:
+        return got[1]
+    out = sorted(ids)
+    if len(_SORTED) >= _SORTED_MAX:
+        _SORTED.clear()
+    _SORTED[id(ids)] = (ids, out)
+    return out
 
 
 class SessionMirror:

@@ -55,3 +55,114 @@ def test_a_sidecar_reset_by_a_check_is_read_again_before_the_next_mark(tmp_path)
     mark.record(2, {"b": 1}, {"b": (1, 2)})
     got = mark.read()
     assert got["ranges"] == [[1, 2, "b"]] and got["versions"] == {"b": 1} and got["max_page"] == 2
+
+
+# -- the store's numbering of new terms ------------------------------------------------------------
+
+def _vocab_db(path):
+    import sqlite3
+
+    from pager.storage.sqlite_terms import VOCAB_SCHEMA
+
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(VOCAB_SCHEMA)
+    return db
+
+
+def _numbered(db, vocab, terms):
+    from pager.storage.sqlite_terms import decode
+
+    return [vocab.words[i] for i in decode([vocab.encode(db, terms)])]
+
+
+def test_new_terms_take_the_numbers_sqlite_gives_and_the_table_is_read_once_a_transaction(tmp_path):
+    from pager.storage.sqlite_terms import TermVocab
+
+    path = tmp_path / "v.db"
+    a_db, b_db = _vocab_db(path), _vocab_db(path)  # two writers (processes) of one store
+    a, b = TermVocab(), TermVocab()
+    reads: list[str] = []
+    a_db.set_trace_callback(lambda sql: reads.append(sql) if "json_group_array" in sql else None)
+    pages = [["alpha", "beta"], ["beta", "gamma", "delta"], ["delta", "alpha", "eps"]]
+    a_db.execute("BEGIN IMMEDIATE")
+    for terms in pages:  # one call: several pages with new terms
+        assert _numbered(a_db, a, terms) == terms
+    a_db.execute("COMMIT")
+    a.committed()
+    assert len(reads) == 1  # read once, numbered without reading back
+    b_db.execute("BEGIN IMMEDIATE")
+    assert _numbered(b_db, b, ["gamma", "zeta"]) == ["gamma", "zeta"]  # learns a's numbers, adds its own
+    b_db.execute("COMMIT")
+    b.committed()
+    a_db.execute("BEGIN IMMEDIATE")
+    assert _numbered(a_db, a, ["zeta", "eta"]) == ["zeta", "eta"]  # a new transaction reads b's numbers
+    a_db.execute("COMMIT")
+    a.committed()
+    table = dict(a_db.execute("SELECT term, id FROM vocab"))
+    assert table == {"alpha": 1, "beta": 2, "gamma": 3, "delta": 4, "eps": 5, "zeta": 6, "eta": 7}
+    assert all(a.ids[t] == i for t, i in table.items()) and all(b.words[i] == t for t, i in table.items() if i < 7)
+
+
+def test_numbers_of_a_rolled_back_transaction_are_forgotten_and_reused(tmp_path):
+    from pager.storage.sqlite_terms import TermVocab
+
+    path = tmp_path / "v.db"
+    a_db, b_db = _vocab_db(path), _vocab_db(path)
+    a, b = TermVocab(), TermVocab()
+    a_db.execute("BEGIN IMMEDIATE")
+    _numbered(a_db, a, ["alpha", "beta"])
+    a_db.execute("ROLLBACK")
+    a.rolled_back()
+    b_db.execute("BEGIN IMMEDIATE")
+    _numbered(b_db, b, ["gamma"])  # takes number 1, which a had given alpha in its rolled-back transaction
+    b_db.execute("COMMIT")
+    b.committed()
+    a_db.execute("BEGIN IMMEDIATE")
+    assert _numbered(a_db, a, ["beta", "gamma"]) == ["beta", "gamma"]
+    a_db.execute("COMMIT")
+    assert dict(a_db.execute("SELECT term, id FROM vocab")) == {"gamma": 1, "beta": 2}
+
+
+# -- the state row --------------------------------------------------------------------------------
+
+def test_the_state_row_is_the_json_of_the_state_saved_whatever_was_saved_before(tmp_path):
+    from pager.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "ctx")
+    store.ensure_session("s")
+    demoted = [3, 5, 8]
+    states = [
+        {"layout": {"a": 1}, "demoted": demoted, "faults": 0, "calls": 1},
+        {"layout": {"a": 2}, "demoted": demoted, "faults": 0, "calls": 2},  # the same list: kept encoded
+        {"layout": {"a": 2}, "demoted": [3, 5, 8, 13], "faults": 1, "calls": 3},  # a round: a new list
+        {"layout": {"a": 2}, "demoted": [], "faults": 1, "calls": 4},
+        {"calls": 5},  # a row without the list
+    ]
+    for state in states:
+        store.save_state("s", state)
+        (raw,) = store._db.execute("SELECT state FROM sessions WHERE name='s'").fetchone()
+        assert raw == orjson.dumps(state)
+        assert store.load_state("s") == state
+    store.close()
+
+
+def test_a_session_state_row_follows_its_demoted_set_and_shares_the_sorted_list_while_it_holds():
+    import types
+
+    from pager.session import SessionState
+
+    sched = types.SimpleNamespace(key="layout", dump=lambda state: None)  # only its key and dump are read
+    state = SessionState(demoted=frozenset({9, 2, 5}))
+    first = state.row(sched)["demoted"]
+    assert first == [2, 5, 9]
+    same = attrs_evolve(state, calls=4).row(sched)["demoted"]
+    assert same is first  # the set did not change: not sorted again
+    changed = attrs_evolve(state, demoted=state.demoted | {1}).row(sched)["demoted"]
+    assert changed == [1, 2, 5, 9]
+    assert attrs_evolve(state, demoted=frozenset()).row(sched)["demoted"] == []
+
+
+def attrs_evolve(inst, **kw):
+    import attrs
+
+    return attrs.evolve(inst, **kw)

@@ -261,8 +261,8 @@ class _Pieces:
             self.spans = self.spans[self.sizes.popleft() + 1:]
 
     def render(self, at: float) -> bytes:
-        return b"".join((b'{"v":1,"max_page":', orjson.dumps(self.max_page), b',"versions":', orjson.dumps(self.versions),
-                         b',"ranges":[', self.spans, b'],"at":', orjson.dumps(at), b"}"))
+        return b"".join((b'{"v":1,"max_page":', orjson.dumps(self.max_page), b',"versions":',
+                         orjson.dumps(self.versions), b',"ranges":[', self.spans, b'],"at":', orjson.dumps(at), b"}"))
 
 
 def _versions(db: sqlite3.Connection, names: list[str]) -> dict[str, int]:

@@ -154,6 +154,7 @@ class SQLiteStore:
             self._depth = 0
             self._touched: dict[str, tuple[int, int] | None] = {}  # sessions this transaction wrote
             self._vocab = TermVocab()  # the store's term numbers, as far as this process has read them
+            self._demoted_json: tuple[list[int], Any] | None = None  # save_state's last demoted list, encoded
             self._acked = AckedMark(self.path)
             self.lost_writes: LostWrites | None = None
             with self.transaction():
@@ -535,8 +536,25 @@ class SQLiteStore:
 
     def save_state(self, session: str, state: Any) -> None:
         with self.transaction() as db:
-            db.execute("UPDATE sessions SET state=?, version=version+1 WHERE name=?", (orjson.dumps(state), session))
+            db.execute("UPDATE sessions SET state=?, version=version+1 WHERE name=?",
+                       (self._state_bytes(state), session))
             self._touch(session)
+
+    def _state_bytes(self, state: Any) -> bytes:
+        """Return ``state`` as JSON; its ``demoted`` list, the same object as last time, is not encoded again.
+
+        The list holds every demoted page id (O(history)) and changes at rounds
+        only (``pager.session`` hands the same list while it holds); it is
+        kept as the bytes it encodes to, embedded as an ``orjson.Fragment``
+        (the same bytes ``orjson.dumps`` writes for the list).
+        """
+        demoted = state.get("demoted") if isinstance(state, dict) else None
+        if not isinstance(demoted, list):
+            return orjson.dumps(state)
+        memo = self._demoted_json
+        if memo is None or memo[0] is not demoted:
+            memo = self._demoted_json = (demoted, orjson.Fragment(orjson.dumps(demoted)))
+        return orjson.dumps({**state, "demoted": memo[1]})
 
     # -- notes, pins, events --------------------------------------------------------------
 

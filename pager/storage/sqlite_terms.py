@@ -31,6 +31,7 @@ class TermVocab:
         self.words: list[str | None] = [None]  # numbers start at 1 (SQLite's first rowid)
         self.ids: dict[str, int] = {}
         self._committed = 1
+        self._fresh = False  # read inside the write transaction under way: no other writer can add a number
 
     def refresh(self, db: sqlite3.Connection) -> None:
         """Read the numbers added since this copy last looked (by this or another process)."""
@@ -50,21 +51,37 @@ class TermVocab:
         self.ids.update(zip(terms, numbers))
 
     def encode(self, db: sqlite3.Connection, terms: Sequence[str]) -> bytes:
-        """Return ``terms`` as numbers (int32 bytes), numbering the new ones (inside the caller's transaction)."""
+        """Return ``terms`` as numbers (int32 bytes), numbering the new ones (inside the caller's write transaction).
+
+        The table is read once per transaction, the first time a term is new:
+        the transaction holds SQLite's write lock (``BEGIN IMMEDIATE``), so no
+        other writer adds a number until it ends, and new terms take the
+        numbers SQLite would give them (the highest plus one, in order),
+        written with them, not read back (issue 23: three statements a page
+        with new terms became one, and one read per call).
+        """
         ids = self.ids
         if any(t not in ids for t in terms):
-            self.refresh(db)
+            if not self._fresh:
+                self.refresh(db)
+                self._fresh = db.in_transaction  # committed() or rolled_back() ends it with the transaction
             new = [t for t in dict.fromkeys(terms) if t not in ids]
             if new:
-                db.executemany("INSERT OR IGNORE INTO vocab (term) VALUES (?)", [(t,) for t in new])
-                self.refresh(db)
+                words = self.words
+                first = len(words)  # refresh pads gaps: the highest number in the table is first - 1
+                numbered = list(zip(range(first, first + len(new)), new))
+                db.executemany("INSERT INTO vocab (id, term) VALUES (?, ?)", numbered)
+                words.extend(new)
+                ids.update((t, i) for i, t in numbered)
         return np.fromiter(map(ids.__getitem__, terms), dtype=_INT32, count=len(terms)).tobytes()
 
     def committed(self) -> None:
         self._committed = len(self.words)
+        self._fresh = False
 
     def rolled_back(self) -> None:
         """Forget the numbers this transaction added: rolled back, another writer may reuse them."""
+        self._fresh = False
         for term in self.words[self._committed :]:
             if term is not None:
                 self.ids.pop(term, None)
