@@ -112,6 +112,9 @@ class PageIndex(DiskMixin, SearchMixin):
         self.generation = 0
         self._seen_meta: bytes | None = None  # meta.json as it was when the searcher was loaded
         self._memo: dict[tuple[Any, ...], tuple[list[str], list[tuple[float, int, Any]]]] = {}
+        # a commit under way in the background (``commit(wait=False)``), and how it failed
+        self._bg: threading.Thread | None = None
+        self._bg_failed: tuple[BaseException, int | None] | None = None
         if self._path is None:
             self._index = tantivy.Index(_SCHEMA)
             self._start()
@@ -179,6 +182,7 @@ class PageIndex(DiskMixin, SearchMixin):
         the older document instead of duplicating it.
         """
         n = 0
+        self._join()
         with self._lock:
             try:
                 for d in docs:
@@ -239,14 +243,78 @@ class PageIndex(DiskMixin, SearchMixin):
         doc.add_bytes("body", text[:STORED_TEXT_CHARS].encode())
         return doc
 
-    def commit(self, upto_page_id: int | None = None) -> None:
+    # ``commit(wait=False)`` is offered (``IndexFeeder.flush`` asks for it where offered)
+    commits_in_background = True
+
+    def commit(self, upto_page_id: int | None = None, *, wait: bool = True) -> None:
         """Publish buffered pages and record ``upto`` atomically with them.
 
         ``upto_page_id`` is the highest store page id the index now covers;
         ``None`` keeps the larger of the recorded value and the highest id added.
         A damaged index is set aside and rebuilt from the store first.
+
+        ``wait=False`` commits in a background thread and returns at once:
+        tantivy-py releases the GIL while it commits, so the ~100 ms of a
+        commit on disk (mostly fsync) overlap the caller's work or its wait
+        for the model. Every later use of this object (a search, ``add``,
+        ``delete``, ``commit``, ``clear``, ``close``, ``len``, ``pending``,
+        ``indexed_upto``, a refresh) waits for it first, so what any of them
+        sees is exactly what it saw when the commit ran in the caller's thread.
+        A commit that failed raises its error there, typed as it would have been
+        (``RecallIndexError``; a damaged index is set aside and rebuilt first).
         """
+        self._join()
+        if not wait:
+            with self._lock:
+                if self._bg is None:  # else another thread's commit started since: wait for it, commit here
+                    t = threading.Thread(target=self._commit_behind, args=(upto_page_id,),
+                                         name="pager-index-commit")
+                    t.start()
+                    self._bg = t  # under the lock: a use that takes it next finds a started thread
+                    return
+            self._join()
         self._guarded("cannot commit the recall index", lambda: self._commit(upto_page_id))
+
+    def wait(self) -> None:
+        """Wait for a background commit (``commit(wait=False)``); raise what it failed with, typed."""
+        self._join()
+
+    def _commit_behind(self, upto_page_id: int | None) -> None:
+        # no healing here: a rebuild reads the store, whose connection is the caller's; ``_join`` heals
+        try:
+            self._commit(upto_page_id)
+        except BaseException as e:  # delivered by _join, in the thread that next uses the index
+            self._bg_failed = (e, upto_page_id)
+
+    def _join(self) -> None:
+        """Wait for a background commit; raise what it failed with, as ``commit`` would have.
+
+        A thread that already holds the lock does not wait (the commit needs the
+        lock to run: it runs once that thread lets go, as if that thread's call
+        had come first).
+        """
+        if self._bg is None or self._lock._is_owned():  # type: ignore[attr-defined]
+            return
+        with self._lock:
+            t = self._bg
+        if t is None or t is threading.current_thread():
+            return
+        t.join()  # not under the lock: the commit holds it
+        with self._lock:
+            if self._bg is t:
+                self._bg = None
+            failed, self._bg_failed = self._bg_failed, None
+        if failed is None:
+            return
+        error, upto = failed
+        tries = [error]
+
+        def again() -> None:  # the first try is the one that failed; a healed index commits again
+            if tries:
+                raise tries.pop()
+            self._commit(upto)
+
+        self._guarded("cannot commit the recall index", again)
 
     def _commit(self, upto_page_id: int | None) -> None:
         with self._lock:
@@ -323,14 +391,17 @@ class PageIndex(DiskMixin, SearchMixin):
         should commit per batch (or before a search that needs new pages),
         not per page.
         """
+        self._join()
         return len(self._pending)
 
     def indexed_upto(self) -> int:
         """Return the highest store page id committed to the index (0 if none)."""
+        self._join()
         return self._upto
 
     def delete(self, page_ids: Iterable[int]) -> None:
         """Buffer removal of pages (visible after the next ``commit``)."""
+        self._join()
         with self._lock:
             for pid in page_ids:
                 self._buffer.pop(pid, None)
@@ -342,6 +413,7 @@ class PageIndex(DiskMixin, SearchMixin):
 
         A damaged index is set aside instead: a new empty one is as clear.
         """
+        self._join()
         with self._lock:
             try:
                 self._clear()
@@ -373,7 +445,16 @@ class PageIndex(DiskMixin, SearchMixin):
             self._reload()
 
     def close(self) -> None:
-        """Release the writer; pages added but not committed are discarded."""
+        """Release the writer; pages added but not committed are discarded.
+
+        A background commit is waited for first (and its failure raised, after closing).
+        """
+        try:
+            self._join()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
         w, self._writer = self._writer, None
         self._buffer.clear()
         self._pending.clear()

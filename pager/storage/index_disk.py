@@ -200,8 +200,15 @@ class DiskMixin:
             log.warning("recall index: cannot check hits against the store: %s", e)
             return None
 
+    def _join(self) -> None:  # provided by PageIndex: wait for a background commit
+        raise NotImplementedError
+
     def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:
-        """Run ``fn`` (Tantivy calls); on damage heal and run it once more; every failure is typed."""
+        """Run ``fn`` (Tantivy calls); on damage heal and run it once more; every failure is typed.
+
+        A background commit is waited for first: ``fn`` sees what it committed.
+        """
+        self._join()
         with self._lock:
             try:
                 return fn()

@@ -198,28 +198,39 @@ class IndexFeeder:
             self.index.commit(upto_page_id=self.index.indexed_upto())
             self._pending = 0
 
-    def flush(self) -> None:
+    def flush(self, wait: bool = False) -> None:
         """Commit what was added, recording the highest page id it holds as the watermark.
 
         Sessions of one store in one process share the index (and its buffer):
         when another session's commit already took our pages, there is nothing
-        to commit, and a Tantivy commit costs tens of milliseconds.
+        to commit, and a Tantivy commit costs tens of milliseconds. An index
+        that offers it commits in the background unless ``wait``
+        (``PageIndex.commit``: every later use of it waits for that commit).
         """
         if self._pending:
             if getattr(self.index, "pending", 1):
-                self.index.commit(upto_page_id=max(self._upto, self.index.indexed_upto()))
+                upto = max(self._upto, self.index.indexed_upto())
+                if not wait and getattr(self.index, "commits_in_background", False):
+                    # off the caller's path; every later use of the index waits for it (PageIndex.commit)
+                    self.index.commit(upto_page_id=upto, wait=False)
+                else:
+                    self.index.commit(upto_page_id=upto)
             self._pending = 0
+        if wait:
+            join = getattr(self.index, "wait", None)
+            if join is not None:
+                join()  # an earlier flush's background commit too: it fails here, not after the store is unbound
 
     def rebuild(self) -> int:
         """Rebuild the index from the store outright; return the pages indexed."""
-        self.flush()  # pending adds would otherwise outlive the clear
+        self.flush(wait=True)  # pending adds would otherwise outlive the clear
         self.index.clear()
         feed_index(self.store, self.index, 0)
         return len(self.index)
 
     def close(self) -> None:
         try:
-            self.flush()
+            self.flush(wait=True)  # while this store is bound: a damaged index heals from it
         finally:
             self._unbind()
             self.index.close()
