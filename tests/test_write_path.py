@@ -125,24 +125,62 @@ def test_numbers_of_a_rolled_back_transaction_are_forgotten_and_reused(tmp_path)
 
 # -- the state row --------------------------------------------------------------------------------
 
-def test_the_state_row_is_the_json_of_the_state_saved_whatever_was_saved_before(tmp_path):
+def test_the_demoted_list_is_written_when_it_changes_and_read_back_with_the_state(tmp_path):
     from pager.storage.sqlite import SQLiteStore
 
     store = SQLiteStore(tmp_path / "ctx")
     store.ensure_session("s")
+    writes: list[str] = []
+    store._db.set_trace_callback(lambda sql: writes.append(sql) if "INTO settings" in sql else None)
     demoted = [3, 5, 8]
     states = [
-        {"layout": {"a": 1}, "demoted": demoted, "faults": 0, "calls": 1},
-        {"layout": {"a": 2}, "demoted": demoted, "faults": 0, "calls": 2},  # the same list: kept encoded
-        {"layout": {"a": 2}, "demoted": [3, 5, 8, 13], "faults": 1, "calls": 3},  # a round: a new list
-        {"layout": {"a": 2}, "demoted": [], "faults": 1, "calls": 4},
-        {"calls": 5},  # a row without the list
+        ({"layout": {"a": 1}, "demoted": demoted, "faults": 0, "calls": 1}, 1),
+        ({"layout": {"a": 2}, "demoted": demoted, "faults": 0, "calls": 2}, 0),  # the same list: not again
+        ({"layout": {"a": 2}, "demoted": [3, 5, 8, 13], "faults": 1, "calls": 3}, 1),  # a round: a new list
+        ({"layout": {"a": 2}, "demoted": [], "faults": 1, "calls": 4}, 1),
+        ({"calls": 5}, 0),  # a row without the list: none read back
+        ({"calls": 6, "demoted": demoted}, 1),
     ]
-    for state in states:
+    for state, written in states:
+        before = len(writes)
         store.save_state("s", state)
-        (raw,) = store._db.execute("SELECT state FROM sessions WHERE name='s'").fetchone()
-        assert raw == orjson.dumps(state)
+        assert len(writes) - before == written
         assert store.load_state("s") == state
+        (raw,) = store._db.execute("SELECT state FROM sessions WHERE name='s'").fetchone()
+        assert b"demoted" not in raw and len(raw) < 64  # the row stays small
+    store.close()
+    again = SQLiteStore(tmp_path / "ctx")  # another process reads what was saved
+    assert again.load_state("s") == states[-1][0]
+    again.close()
+
+
+def test_a_state_saved_in_a_rolled_back_transaction_is_written_again(tmp_path):
+    import pytest
+
+    from pager.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "ctx")
+    store.ensure_session("s")
+    store.save_state("s", {"calls": 1, "demoted": [1]})
+    demoted = [1, 2]
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.save_state("s", {"calls": 2, "demoted": demoted})
+            raise RuntimeError("the call failed")
+    assert store.load_state("s") == {"calls": 1, "demoted": [1]}
+    store.save_state("s", {"calls": 2, "demoted": demoted})  # the same list object: written this time
+    assert store.load_state("s") == {"calls": 2, "demoted": [1, 2]}
+    store.close()
+
+
+def test_a_state_row_saved_with_its_list_inside_still_reads(tmp_path):
+    from pager.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "ctx")
+    store.ensure_session("s")
+    old = {"layout": None, "demoted": [4, 9], "faults": 2, "calls": 7}  # as pager wrote it before
+    store._db.execute("UPDATE sessions SET state=? WHERE name='s'", (orjson.dumps(old),))
+    assert store.load_state("s") == old
     store.close()
 
 
