@@ -70,6 +70,7 @@ from pager.storage.index_schema import (
     _bigrams,
     _clean,
 )
+from pager.storage.index_behind import BehindMixin
 from pager.storage.index_disk import DiskMixin, _Damaged, _StaleFormat, damage_as
 from pager.storage.index_files import is_damage, tighten
 from pager.storage.index_search import SearchMixin
@@ -82,7 +83,7 @@ log = logging.getLogger("pager.index")
 WRITER_WAIT_SECONDS = 30.0
 WRITER_HEAP = 64_000_000
 
-class PageIndex(DiskMixin, SearchMixin):
+class PageIndex(BehindMixin, DiskMixin, SearchMixin):
     """A Tantivy index of pages, searched for page-fault recall.
 
     ``path=None`` keeps the index in RAM (tests). Added pages are buffered
@@ -243,9 +244,6 @@ class PageIndex(DiskMixin, SearchMixin):
         doc.add_bytes("body", text[:STORED_TEXT_CHARS].encode())
         return doc
 
-    # ``commit(wait=False)`` is offered (``IndexFeeder.flush`` asks for it where offered)
-    commits_in_background = True
-
     def commit(self, upto_page_id: int | None = None, *, wait: bool = True) -> None:
         """Publish buffered pages and record ``upto`` atomically with them.
 
@@ -265,56 +263,10 @@ class PageIndex(DiskMixin, SearchMixin):
         """
         self._join()
         if not wait:
-            with self._lock:
-                if self._bg is None:  # else another thread's commit started since: wait for it, commit here
-                    t = threading.Thread(target=self._commit_behind, args=(upto_page_id,),
-                                         name="pager-index-commit")
-                    t.start()
-                    self._bg = t  # under the lock: a use that takes it next finds a started thread
-                    return
-            self._join()
+            if self._start_behind(upto_page_id):
+                return
+            self._join()  # another thread's commit started since: wait for it, commit here
         self._guarded("cannot commit the recall index", lambda: self._commit(upto_page_id))
-
-    def wait(self) -> None:
-        """Wait for a background commit (``commit(wait=False)``); raise what it failed with, typed."""
-        self._join()
-
-    def _commit_behind(self, upto_page_id: int | None) -> None:
-        # no healing here: a rebuild reads the store, whose connection is the caller's; ``_join`` heals
-        try:
-            self._commit(upto_page_id)
-        except BaseException as e:  # delivered by _join, in the thread that next uses the index
-            self._bg_failed = (e, upto_page_id)
-
-    def _join(self) -> None:
-        """Wait for a background commit; raise what it failed with, as ``commit`` would have.
-
-        A thread that already holds the lock does not wait (the commit needs the
-        lock to run: it runs once that thread lets go, as if that thread's call
-        had come first).
-        """
-        if self._bg is None or self._lock._is_owned():  # type: ignore[attr-defined]
-            return
-        with self._lock:
-            t = self._bg
-        if t is None or t is threading.current_thread():
-            return
-        t.join()  # not under the lock: the commit holds it
-        with self._lock:
-            if self._bg is t:
-                self._bg = None
-            failed, self._bg_failed = self._bg_failed, None
-        if failed is None:
-            return
-        error, upto = failed
-        tries = [error]
-
-        def again() -> None:  # the first try is the one that failed; a healed index commits again
-            if tries:
-                raise tries.pop()
-            self._commit(upto)
-
-        self._guarded("cannot commit the recall index", again)
 
     def _commit(self, upto_page_id: int | None) -> None:
         with self._lock:

@@ -200,7 +200,7 @@ class DiskMixin:
             log.warning("recall index: cannot check hits against the store: %s", e)
             return None
 
-    def _join(self) -> None:  # provided by PageIndex: wait for a background commit
+    def _join(self) -> None:  # provided by BehindMixin (index_behind): wait for a background commit
         raise NotImplementedError
 
     def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:
