@@ -632,14 +632,17 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
     # Under the objective it becomes a stub only when that pays; otherwise
     # it rides in full until the next round.
     tail: list[int] = []
-    # the pages of big outputs, found at C speed; the loop below looks only for those
-    big = set(inp.page[inp.tool & (inp.tokens > inline_max)].tolist())
-    for j in range(len(slots) - 1, prev.stable - 1, -1):
-        sl = slots[j]
-        if sl.page in big and sl.kind is FULL and int(inp.unit[idx[sl.page]]) != newest:
-            if not cfg.objective or int(inp.tokens[idx[sl.page]]) > hard_max:
-                slots[j] = Slot(STUB, sl.page)
-            elif int(inp.unit[idx[sl.page]]) == prev_newest:
+    # the big outputs among the young slots shown in full, found at C speed over those slots' rows
+    # only (not over the whole history: issue 23), newest first
+    shown = [j for j in range(prev.stable, len(slots)) if slots[j].kind is FULL]
+    if shown:
+        rows = np.fromiter((idx[slots[j].page] for j in shown), dtype=np.int64, count=len(shown))
+        over = np.flatnonzero(inp.tool[rows] & (inp.tokens[rows] > inline_max) & (inp.unit[rows] != newest))
+        for i in over[::-1].tolist():
+            j, r = shown[i], int(rows[i])
+            if not cfg.objective or int(inp.tokens[r]) > hard_max:
+                slots[j] = Slot(STUB, slots[j].page)
+            elif int(inp.unit[r]) == prev_newest:
                 tail.append(j)
     new_slots: list[Slot] = []
     for r in range(prev.upto, n):
