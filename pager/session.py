@@ -142,8 +142,24 @@ class SessionState:
 
     def row(self, scheduler: Scheduler[Any]) -> dict[str, Any]:
         """Return the state row to save."""
-        return {**self.others, scheduler.key: scheduler.dump(self.scheduler), "demoted": sorted(self.demoted),
+        return {**self.others, scheduler.key: scheduler.dump(self.scheduler), "demoted": _sorted(self.demoted),
                 "faults": self.faults, "calls": self.calls}
+
+
+# the last demoted set sorted, and that set: between rounds a call keeps the very same frozenset
+# (``Pager._persist``), and sorting it, which grows with the session, is done once (issue 23)
+_last_sorted: tuple[frozenset[int], list[int]] | None = None
+
+
+def _sorted(demoted: frozenset[int]) -> list[int]:
+    """Return ``sorted(demoted)`` (a list the caller must not change), from the last call's when the same set."""
+    global _last_sorted
+    memo = _last_sorted  # read once: another thread may replace it, never change it
+    if memo is not None and memo[0] is demoted:
+        return memo[1]
+    out = sorted(demoted)
+    _last_sorted = (demoted, out)
+    return out
 
 
 class SessionMirror:
