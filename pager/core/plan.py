@@ -440,24 +440,21 @@ def _emit(
     slots = list(l1)
     total = l1_tokens
     if compact.any():
-        lined = [int(r) for r in u.rows if compact[u.unit_pos[int(inp.unit[r])]]]
+        lined = u.rows[compact[u.upos]].tolist()
         cost = int(inp.compact_tokens[lined].sum()) + INDEX_OVERHEAD  # type: ignore[index]
         slots.append(Slot(INDEX, pages=tuple(int(inp.page[r]) for r in lined), tokens=cost))
         total += cost
-    first_young = -1
-    tail_from = u.uniq.size - n_recent
-    for r in u.rows:
-        k = u.unit_pos[int(inp.unit[r])]
-        m = mode[k]
-        if m == _Mode.DROP:
-            continue
-        if k >= tail_from and first_young < 0:
-            first_young = len(slots)
-        page = int(inp.page[r])
-        stubbed = inp.tool[r] and (m == _Mode.STUBBED or (m == _Mode.KEPT and big[r]) or u.huge[r])
-        slots.append(Slot(STUB if stubbed else FULL, page))
-        total += int(inp.stub_tokens[r] if stubbed else inp.tokens[r])
-    return slots, total, (first_young if first_young >= 0 else len(slots))
+    # per planned row, in history order, at C speed (a round plans the whole history: issue 23)
+    m = mode[u.upos]
+    keep = m != int(_Mode.DROP)
+    rows, m, upos = u.rows[keep], m[keep], u.upos[keep]
+    tool = inp.tool[rows]
+    stubbed = tool & ((m == int(_Mode.STUBBED)) | ((m == int(_Mode.KEPT)) & big[rows]) | u.huge[rows])
+    young = np.flatnonzero(upos >= u.uniq.size - n_recent)
+    first_young = len(slots) + (int(young[0]) if young.size else rows.size)
+    slots.extend(Slot(STUB if s else FULL, p) for p, s in zip(inp.page[rows].tolist(), stubbed.tolist()))
+    total += int(np.where(stubbed, inp.stub_tokens[rows], inp.tokens[rows]).sum())
+    return slots, total, first_young
 
 
 def _rebuild(
