@@ -93,6 +93,15 @@ def open(  # noqa: A001 - the public verb is open(), like shelve.open
     return Pager(path, session, context_window, config=config, counter=counter, **options)
 
 
+def _grown(old: frozenset[Any], new: Sequence[Any]) -> frozenset[Any]:
+    """Return ``old | new``: ``old`` itself when ``new`` adds nothing (a call between rounds, issue 23).
+
+    A union copies the whole set, which grows with the session; kept, the same object also lets
+    the state row reuse its sorted copy (``SessionState.row``).
+    """
+    return old if old.issuperset(new) else old.union(new)
+
+
 def _check_options(config: Any, context_window: int | None, options: Mapping[str, Any]) -> None:
     """Raise ``ConfigError`` for options ``open`` would refuse, before the store is opened (issue 20)."""
     given = {k: v for k, v in options.items() if not (k == "policy" and v is not None and not isinstance(v, str))}
@@ -304,9 +313,7 @@ class Pager:
         state = self._mirror.state
         self._set_state(
             scheduler=result.state if result.state is not None else state.scheduler,
-            # a union copies the whole set: only when something is new (issue 23: O(history) a call)
-            handles=state.handles if state.handles.issuperset(result.handles) else state.handles.union(result.handles),
-            demoted=state.demoted.union(result.demoted) if result.demoted else state.demoted,
+            handles=_grown(state.handles, result.handles), demoted=_grown(state.demoted, result.demoted),
             faults=state.faults + result.faults, recall_hits=state.recall_hits + len(result.recalled),
             checkpoint_unread=state.checkpoint_unread and not result.checkpoint_read,
         )

@@ -154,6 +154,7 @@ _SORTED_MAX = 16
 
 
 def _sorted(ids: frozenset[int]) -> list[int]:
+    """Return ``sorted(ids)`` (a list the caller must not change), kept for the same set object."""
     got = _SORTED.get(id(ids))
     if got is not None and got[0] is ids:
         return got[1]

@@ -123,6 +123,8 @@ class Pools:
         if pools and refresh is not None:
             refresh()  # other processes' commits: their pools' pages are candidates too (a file read when none)
         acls = self.store.pool_acls() if pools else {}  # read once: a round trip on a database server
+        if req.beyond_only and not self._beyond_indexed(index, acls):
+            return []  # only another audience's page could be recalled, and the index holds none
         row_of = history.row_of
         ranked = search_ids(
             # twice the candidates when pools are read: other sessions' pages must not crowd out our own
@@ -154,6 +156,18 @@ class Pools:
                 msg = messages[r] if messages is not None else self.store.message(pid)[1]
                 found[pid] = RecallHit(pid, message_text(msg))
         return [found[pid] for pid, _ in ranked if pid in found]  # best first, as the index ranked them
+
+    def _beyond_indexed(self, index: Any, acls: Mapping[str, Any]) -> bool:
+        """Return whether the recall index may hold a page this session reads beyond its own session's.
+
+        Asked of an index that can tell (``PageIndex.beyond_session``); any other is assumed to.
+        """
+        if not self.recall_pools:
+            return False
+        fn = getattr(index, "beyond_session", None)
+        if fn is None:
+            return True
+        return bool(fn(session=self.session, audiences=audiences(self.reader, acls), cross_session=True))
 
     def _records(self, page_ids: Sequence[int]) -> dict[int, PageRecord]:
         """Return the stored records of ``page_ids`` by id, in one read; a page the store lacks is left out."""

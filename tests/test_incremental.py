@@ -335,6 +335,8 @@ def test_recall_text_comes_from_the_callers_messages_not_the_store(monkeypatch):
 
         monkeypatch.setattr(type(p.store), "message", counted)
         monkeypatch.setattr(p._pools, "search_recall", spied)
+        # search even though no hit could be recalled this call (``PagingScheduler._may_recall``): the hits are the point
+        monkeypatch.setattr(p._scheduler, "skip_idle_recall", False)
         history = history + [assistant("compute_3 in src/app/io.py again: value_3_1", call("z", "bash", command="ls")),
                              tool("z", "ok")]
         p.assemble({"messages": history})

@@ -440,24 +440,21 @@ def _emit(
     slots = list(l1)
     total = l1_tokens
     if compact.any():
-        lined = [int(r) for r in u.rows if compact[u.unit_pos[int(inp.unit[r])]]]
+        lined = u.rows[compact[u.upos]].tolist()
         cost = int(inp.compact_tokens[lined].sum()) + INDEX_OVERHEAD  # type: ignore[index]
         slots.append(Slot(INDEX, pages=tuple(int(inp.page[r]) for r in lined), tokens=cost))
         total += cost
-    first_young = -1
-    tail_from = u.uniq.size - n_recent
-    for r in u.rows:
-        k = u.unit_pos[int(inp.unit[r])]
-        m = mode[k]
-        if m == _Mode.DROP:
-            continue
-        if k >= tail_from and first_young < 0:
-            first_young = len(slots)
-        page = int(inp.page[r])
-        stubbed = inp.tool[r] and (m == _Mode.STUBBED or (m == _Mode.KEPT and big[r]) or u.huge[r])
-        slots.append(Slot(STUB if stubbed else FULL, page))
-        total += int(inp.stub_tokens[r] if stubbed else inp.tokens[r])
-    return slots, total, (first_young if first_young >= 0 else len(slots))
+    # per planned row, in history order, at C speed (a round plans the whole history: issue 23)
+    m = mode[u.upos]
+    keep = m != int(_Mode.DROP)
+    rows, m, upos = u.rows[keep], m[keep], u.upos[keep]
+    tool = inp.tool[rows]
+    stubbed = tool & ((m == int(_Mode.STUBBED)) | ((m == int(_Mode.KEPT)) & big[rows]) | u.huge[rows])
+    young = np.flatnonzero(upos >= u.uniq.size - n_recent)
+    first_young = len(slots) + (int(young[0]) if young.size else rows.size)
+    slots.extend(Slot(STUB if s else FULL, p) for p, s in zip(inp.page[rows].tolist(), stubbed.tolist()))
+    total += int(np.where(stubbed, inp.stub_tokens[rows], inp.tokens[rows]).sum())
+    return slots, total, first_young
 
 
 def _rebuild(
@@ -632,14 +629,17 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
     # Under the objective it becomes a stub only when that pays; otherwise
     # it rides in full until the next round.
     tail: list[int] = []
-    # the pages of big outputs, found at C speed; the loop below looks only for those
-    big = set(inp.page[inp.tool & (inp.tokens > inline_max)].tolist())
-    for j in range(len(slots) - 1, prev.stable - 1, -1):
-        sl = slots[j]
-        if sl.page in big and sl.kind is FULL and int(inp.unit[idx[sl.page]]) != newest:
-            if not cfg.objective or int(inp.tokens[idx[sl.page]]) > hard_max:
-                slots[j] = Slot(STUB, sl.page)
-            elif int(inp.unit[idx[sl.page]]) == prev_newest:
+    # the big outputs among the young slots shown in full, found at C speed over those slots' rows
+    # only (not over the whole history: issue 23), newest first
+    shown = [j for j in range(prev.stable, len(slots)) if slots[j].kind is FULL]
+    if shown:
+        rows = np.fromiter((idx[slots[j].page] for j in shown), dtype=np.int64, count=len(shown))
+        over = np.flatnonzero(inp.tool[rows] & (inp.tokens[rows] > inline_max) & (inp.unit[rows] != newest))
+        for i in over[::-1].tolist():
+            j, r = shown[i], int(rows[i])
+            if not cfg.objective or int(inp.tokens[r]) > hard_max:
+                slots[j] = Slot(STUB, slots[j].page)
+            elif int(inp.unit[r]) == prev_newest:
                 tail.append(j)
     new_slots: list[Slot] = []
     for r in range(prev.upto, n):

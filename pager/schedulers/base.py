@@ -89,6 +89,9 @@ class RecallRequest:
     k: int
     exclude: frozenset[int]
     min_score: float
+    # no page of the history could be a candidate (``PagingScheduler._may_recall``): only pages beyond
+    # it (other sessions', the pools') can, so where the index holds none the facade does not search
+    beyond_only: bool = False
 
 
 @attrs.frozen(slots=True)

@@ -122,6 +122,9 @@ class PagingScheduler:
     key = "layout"
     legacy_setting = None
     guards_tools = False  # paging prunes no tool: every harness tool may always run
+    # a call whose search could recall nothing does not search (``_may_recall``); False: every call
+    # searches (a test compares the two)
+    skip_idle_recall = True
 
     def __init__(self, options: Options, counter: TokenCounter, policy: HeatPolicy) -> None:
         self.options = options
@@ -197,7 +200,35 @@ class PagingScheduler:
         # pages in the prompt in full and L1 are never candidates
         exclude = {s.page for s in (prev.slots if prev else ()) if s.kind == FULL}
         exclude.update(h.page[: h.pinned_count()])
-        return RecallRequest(tuple(sorted(query)), o.recall_pages * 3, frozenset(exclude), o.recall_min_score)
+        beyond_only = self.skip_idle_recall and not self._may_recall(h, query, exclude)
+        if beyond_only and not o.recall_pools:
+            return None  # every hit would be a row of the history, and none could become a candidate
+        return RecallRequest(tuple(sorted(query)), o.recall_pages * 3, frozenset(exclude), o.recall_min_score,
+                             beyond_only)
+
+    def _may_recall(self, h: History, query: frozenset[str], exclude: set[int]) -> bool:
+        """Return whether a hit of this call's search could pass ``_candidates`` (False: skip the search).
+
+        Without pools every hit is a row of ``h`` (``Pools.search_recall``), and ``_candidates``
+        keeps a row only if the query refers to it with ``recall_min_strength`` (the history's
+        term index, not the search, says how strongly) and it is not stale nor a system message.
+        When no row that the search may return (not in ``exclude``) passes that test, every hit
+        would be dropped: the call recalls nothing whatever Tantivy ranks, so it need not ask
+        (with pools, unless the index holds pages beyond the session: ``RecallRequest.beyond_only``).
+        Most calls between rounds are so (the pages the query names are in the prompt in full);
+        the search was most of such a call's read half (issue 23).
+        """
+        need = self.options.recall_min_strength
+        if not need:
+            return True  # every hit is a candidate
+        row_of, stale, kind = h.row_of, h.stale, h.kind
+        for pid, strong in h.term_index.references(query).items():
+            if strong < need or pid in exclude:
+                continue
+            r = row_of.get(pid)
+            if r is not None and not stale[r] and kind[r] != "system":
+                return True
+        return False
 
     def _candidates(
         self, h: History, hits: Sequence[RecallHit]

@@ -135,6 +135,26 @@ class SearchMixin:
                            hits=False, stored=stored)
         return [(pid, score) for score, pid, _addr in ranked]
 
+    def beyond_session(
+        self, *, session: str, audiences: Collection[str] = (), cross_session: bool = False
+    ) -> bool:
+        """Return whether a query of ``session`` with these audiences may read a page outside its session's audience.
+
+        From the committed state a search shows (the pages each audience sees,
+        counted by the bare ``=`` key): False means every hit of such a query
+        is a page of ``session``'s own audience. Counts include deleted pages
+        not yet merged away, so it may say True when no such page is left.
+        """
+        readers = reader_keys(session, audiences, cross_session)[1:]  # the first is the session's own
+        if not readers:
+            return False
+
+        def count() -> bool:
+            s = self._searcher
+            return any(s.doc_freq(f"key.{r}", "=") for r in readers)
+
+        return self._guarded("recall query failed", count)
+
     def _run(
         self,
         words: list[str],

@@ -1,0 +1,131 @@
+"""The planner's per-row work at C speed plans what its Python loops planned (issue 23).
+
+``plan._emit`` (a round's layout of the kept rows) and ``plan._append``'s
+search for big outputs among the young slots were loops over every planned
+row (and a set of every big output's page). They are written over numpy
+columns now; the loops are kept here as the reference, and random page
+tables, modes and growing sessions must give the same slots, tokens and
+first young slot either way.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pager.core import plan as P
+from pager.core.plan import FULL, INDEX, STUB, Layout, PlanConfig, PlanInput, Slot, _Mode
+
+
+def _emit_loop(inp, u, mode, compact, big, l1, l1_tokens, n_recent):
+    """The loop ``_emit`` was, one planned row at a time."""
+    slots = list(l1)
+    total = l1_tokens
+    if compact.any():
+        lined = [int(r) for r in u.rows if compact[u.unit_pos[int(inp.unit[r])]]]
+        cost = int(inp.compact_tokens[lined].sum()) + P.INDEX_OVERHEAD
+        slots.append(Slot(INDEX, pages=tuple(int(inp.page[r]) for r in lined), tokens=cost))
+        total += cost
+    first_young = -1
+    tail_from = u.uniq.size - n_recent
+    for r in u.rows:
+        k = u.unit_pos[int(inp.unit[r])]
+        m = mode[k]
+        if m == _Mode.DROP:
+            continue
+        if k >= tail_from and first_young < 0:
+            first_young = len(slots)
+        page = int(inp.page[r])
+        stubbed = inp.tool[r] and (m == _Mode.STUBBED or (m == _Mode.KEPT and big[r]) or u.huge[r])
+        slots.append(Slot(STUB if stubbed else FULL, page))
+        total += int(inp.stub_tokens[r] if stubbed else inp.tokens[r])
+    return slots, total, (first_young if first_young >= 0 else len(slots))
+
+
+def _big_loop(inp, cfg, prev, idx, slots):
+    """What ``_append`` did first to the previous slots: stub the big outputs of older steps."""
+    n = len(inp)
+    hard_max = cfg.budget // 4
+    inline_max = min(cfg.inline_max or hard_max, hard_max)
+    newest = int(inp.unit[n - 1]) if n else -1
+    prev_newest = int(inp.unit[prev.upto - 1]) if prev.upto > 0 else -1
+    tail = []
+    big = set(inp.page[inp.tool & (inp.tokens > inline_max)].tolist())
+    for j in range(len(slots) - 1, prev.stable - 1, -1):
+        sl = slots[j]
+        if sl.page in big and sl.kind is FULL and int(inp.unit[idx[sl.page]]) != newest:
+            if not cfg.objective or int(inp.tokens[idx[sl.page]]) > hard_max:
+                slots[j] = Slot(STUB, sl.page)
+            elif int(inp.unit[idx[sl.page]]) == prev_newest:
+                tail.append(j)
+    return slots, tail
+
+
+def _table(rng: np.random.Generator, n_units: int) -> PlanInput:
+    pages, tokens, units, tool = [1, 2], [50, 50], [0, 1], [False, False]
+    for u in range(n_units):
+        for k in range(int(rng.integers(1, 4))):  # a call and 0-2 results
+            pages.append(10 + len(pages))
+            tokens.append(int(rng.choice([40, 300, 2_500, 6_000])) if k else 40)
+            units.append(2 + u)
+            tool.append(bool(k))
+    tok = np.asarray(tokens, dtype=np.int64)
+    n = len(pages)
+    return PlanInput(
+        page=np.asarray(pages, dtype=np.int64), tokens=tok, stub_tokens=np.where(np.asarray(tool), 60, tok),
+        unit=np.asarray(units, dtype=np.int64), pinned=np.asarray([True, True] + [False] * (n - 2)),
+        tool=np.asarray(tool), heat=rng.random(n), compact_tokens=np.full(n, 12, dtype=np.int64),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_units=st.integers(1, 40), n_recent=st.integers(0, 5),
+       start=st.integers(0, 30))
+def test_emit_equals_its_loop(seed: int, n_units: int, n_recent: int, start: int) -> None:
+    rng = np.random.default_rng(seed)
+    inp = _table(rng, n_units)
+    cfg = PlanConfig(budget=40_000, high=8_000, low=4_000, inline_max=2_000)
+    u = P._units(inp, cfg, cfg.low, min(start, len(inp)))
+    if u is None:
+        return
+    mode = rng.integers(0, 4, u.uniq.size).astype(np.int8)
+    compact = (rng.random(u.uniq.size) < 0.3) & (mode == _Mode.DROP)
+    big = u.big.copy()
+    big[rng.random(big.size) < 0.2] ^= True
+    l1, l1_tokens = P._l1_slots(inp)
+    n_recent = min(n_recent, u.uniq.size)
+    assert P._emit(inp, u, mode, compact, big, l1, l1_tokens, n_recent) == _emit_loop(
+        inp, u, mode, compact, big, l1, l1_tokens, n_recent)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), objective=st.booleans())
+def test_append_stubs_the_big_outputs_its_loop_stubbed(seed: int, objective: bool) -> None:
+    rng = np.random.default_rng(seed)
+    full = _table(rng, 40)
+    cfg = PlanConfig(budget=40_000, high=12_000, low=6_000, inline_max=2_000, objective=objective)
+    prev: Layout | None = None
+    # calls of 1 to 3 new rows: a step's results may arrive a call after its call (the newest unit grows)
+    bounds, k = [], 3
+    while k < len(full):
+        bounds.append(k)
+        k += int(rng.integers(1, 4))
+    bounds.append(len(full))
+    for k in bounds:
+        inp = attrs.evolve(full, **{f: getattr(full, f)[:k] for f in
+                                    ("page", "tokens", "stub_tokens", "unit", "pinned", "tool", "heat",
+                                     "compact_tokens")})
+        if objective:
+            inp = attrs.evolve(inp, need=np.full((k, len(P.HORIZONS)), 0.5), growth=300.0, life=20.0)
+        idx = dict(zip(inp.page.tolist(), range(k)))
+        if prev is not None and P._invalid(inp, cfg, prev, idx) == P.Reason.NONE:
+            got = P._append(inp, cfg, prev, idx)
+            want, tail = _big_loop(inp, cfg, prev, idx, list(prev.slots))
+            # the older slots the loop stubbed are stubbed; the ones it left to the objective are decided
+            # by it, with the new rows, the same way in both (``tail``)
+            for j in range(len(prev.slots)):
+                if j not in tail:
+                    assert got[j] == want[j], j
+        prev = P.plan(inp, cfg, prev).layout
