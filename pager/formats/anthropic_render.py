@@ -5,10 +5,10 @@ Theory of operation
 ``merge`` turns neutral messages into Anthropic turns in one left-to-right
 pass: leading system messages into ``system``; tool messages and any user
 message pager inserted into the user turn after the assistant turn,
-``tool_result`` blocks first and in the order of the calls. Just before an
-assistant message the pass's state is a function of the messages before it
-alone (the user turn before it is closed there, and the calls it orders
-results by are its own), so that point is a *checkpoint*.
+``tool_result`` blocks first and in the order of the calls. At an assistant
+message the user turn before it closes, and what follows is ordered by its
+own calls: the pass's state there is a function of the messages up to it
+alone, so that point is a *checkpoint*.
 
 Between rounds a call's prompt is the previous call's, the very same neutral
 message objects, up to a few at the tail (``pager.schedulers.reuse``).
