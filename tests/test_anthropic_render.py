@@ -225,3 +225,19 @@ def test_a_message_resent_without_its_mark_is_matched_by_identity_afterwards() -
             assert p._recorder.same_prefix(neutral) == recorded  # all but the newest message's
         finally:
             p.close()
+
+
+def test_the_head_memo_reads_contents_of_dicts_and_of_other_mappings() -> None:
+    """``HeadMemo`` checks each head message's ``content`` object (C speed for dicts, the slow way otherwise)."""
+    from collections import UserDict
+
+    from pager.formats._convert import HeadMemo
+
+    for make in (dict, UserDict):
+        msgs = [make(role="user", content=[{"type": "text", "text": f"m{i}"}]) for i in range(6)]
+        msgs[2] = make(role="assistant")  # no content at all
+        memo = HeadMemo()
+        memo.put(msgs, list(range(6)), list(range(7)))
+        assert memo.head(msgs + [make(role="user", content="new")])[0] == 6
+        msgs[4]["content"] = [{"type": "text", "text": "replaced"}]  # the same message, a new content object
+        assert memo.head(msgs)[0] == 4
