@@ -157,7 +157,8 @@ def test_cycles_that_died_frozen_are_freed_once_the_frozen_part_has_grown_by_hal
     gc.collect()  # the survivors grow the frozen part past half ...
     gc.collect()  # ... so this one walks everything
     assert ref() is None and policy.sweeps > sweeps
-    assert policy.examined <= gc.get_freeze_count()  # and counts anew from there
+    # and counts anew from there (frozen objects still die by reference count: roughly, not exactly)
+    assert abs(policy.examined - gc.get_freeze_count()) < 0.1 * policy.examined
     del grown
 
 
