@@ -30,7 +30,11 @@ body parsing, serialisation, relaying) and its worker threads (pager's
 ``assemble`` and ``observe``). Every mode is warmed before any is measured;
 ``--spy FILE`` samples the proxy with py-spy during the measured requests
 only. The load average is printed before and after. ``--json FILE`` keeps
-every figure.
+every figure. ``--phases`` runs each proxy that has ``--timings`` with it and
+prints, per mode, where the added time goes (body read and parse, the hop to
+the worker, assemble, the hop back, serialising, the upstream, relaying, and
+the garbage collector's pauses during the request), at p50 and p99, and the
+breakdown of the slowest requests.
 """
 
 from __future__ import annotations
@@ -275,6 +279,48 @@ def _spy(pid: int, out: str | None) -> Iterator[None]:
         proc.wait(timeout=60)
 
 
+# the phases of pager.proxy.timings, as spans: (name, from mark, to mark)
+SPANS = [("read", None, "read"), ("parse", "read", "parse"), ("session", "parse", "session"),
+         ("hop", "session", "worker"), ("assemble", "worker", "worked"), ("back", "worked", "assembled"),
+         ("serialise", "assembled", "serialised"), ("upstream", "serialised", "headers"),
+         ("relay", "headers", "done")]
+
+
+def _spans(line: dict[str, Any]) -> dict[str, float]:
+    marks = line.get("phases") or {}
+    out = {}
+    for name, a, b in SPANS:
+        if b in marks and (a is None or a in marks):
+            out[name] = marks[b] - (marks[a] if a else 0.0)
+    out["gc"] = float(line.get("gc_ms") or 0.0)
+    return out
+
+
+def _timings(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(ln) for ln in path.read_bytes().splitlines()] if path.exists() else []
+
+
+def _print_phases(report: dict[str, Any], worst: int = 3) -> None:
+    """Print each mode's spans at p50 / p99 and its slowest requests' spans (``--phases``)."""
+    names = [n for n, _a, _b in SPANS] + ["gc"]
+    print("\nphases (ms; from pager proxy --timings): p50 / p99 per span; then the slowest requests by added time")
+    print(f"{'mode':<26}{'proxy':<12}" + "".join(f"{n:>13}" for n in names))
+    for mode in report["modes"]:
+        rows = mode.get("phases")
+        if not rows:
+            continue
+        name = f"{mode['format']} {'stream' if mode['stream'] else 'plain'}"
+        cells = []
+        for n in names:
+            xs = [r[n] for r in rows if n in r]
+            cells.append(f"{statistics.median(xs):>6.2f}/{_pct(xs, 0.99):<6.1f}" if xs else f"{'':>13}")
+        print(f"{name:<26}{mode['proxy'][:11]:<12}" + "".join(cells))
+        for r in sorted(rows, key=lambda r: -r["added"])[:worst]:
+            print(f"{'':<26}{'slow':<12}" + "".join(f"{r.get(n, 0.0):>13.1f}" for n in names)
+                  + f"   added {r['added']:.1f}, assemble {r['assemble_ms'] or 0:.1f} (CPU {r['cpu'] or 0:.1f}), "
+                    f"round {r['round']}, full GCs {r['gc_full']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=1000, help="messages in the first request (default 1000)")
@@ -288,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--spy", metavar="FILE", help="sample this checkout's proxy with py-spy during the measured "
                                                   "requests (GIL holders, per thread) into FILE (raw format)")
+    ap.add_argument("--phases", action="store_true", help="record each request's phases in the proxies that can "
+                                                          "(pager proxy --timings) and print where the time goes")
     ap.add_argument("--proxy-cmd", default="", help="run this checkout's proxy under this prefix "
                                                     "(e.g. 'python -m cProfile -o FILE')")
     args = ap.parse_args(argv)
@@ -319,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [*prefix, "-m", "pager", "proxy", "--store", str(Path(tmp) / f"store{j}"), "--port", str(port),
                    "--upstream-openai", up, "--upstream-anthropic", up, "--context-window", str(args.context_window),
                    "--log-level", "warning"]
+            if args.phases and "--timings" in (src / "pager" / "cli" / "proxy.py").read_text():
+                cmd += ["--timings", str(Path(tmp) / f"timings{j}.jsonl")]
             url, pid = stack.enter_context(_process(cmd, port, _env(src), src))
             proxies.append((label, url, pid))
         client = stack.enter_context(httpx.Client(timeout=120))
@@ -334,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {fmt} {'stream' if stream else 'plain'}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
         stack.close()  # the proxies stop: their reports are complete
         assembles = {label: _assemble_ms(Path(tmp) / f"store{j}") for j, (label, _) in enumerate(checkouts)}
+        # one line per model call, in the order sent: the warm-up requests of every mode, then each mode's
+        timings = {label: _timings(Path(tmp) / f"timings{j}.jsonl")[len(plans) * args.warm:]
+                   for j, (label, _) in enumerate(checkouts)}
     load1 = os.getloadavg()
     report: dict[str, Any] = {"load_before": load0, "load_after": load1, "messages": args.messages,
                               "requests": args.requests, "checkouts": [str(src) for _, src in checkouts], "modes": []}
@@ -358,6 +411,11 @@ def main(argv: list[str] | None = None) -> int:
                 "added": _stats(added), "added_minus_assemble": _stats(own), "assemble": _stats(asm),
                 "ttfb_direct": _stats([d[0] for d, _ in rows]), "ttfb_proxied": _stats([p[0] for _, p in rows]),
                 "ttfb_added": _stats([p[0] - d[0] for d, p in rows]), "proxy_cpu_ms_per_request": {"loop": round(res["cpu_ms"][0], 2), "workers": round(res["cpu_ms"][1], 2)}}
+        lines = timings.get(label, [])[k * args.requests:(k + 1) * args.requests]
+        if len(lines) == len(rows):
+            mode["phases"] = [{**_spans(ln), "added": a, "assemble_ms": ln.get("assemble_ms"),
+                               "cpu": ln.get("worker_cpu_ms"), "round": ln.get("round"),
+                               "gc_full": ln.get("gc_full", 0)} for ln, a in zip(lines, added)]
         report["modes"].append(mode)
         name = f"{res['format']} {'stream' if res['stream'] else 'plain'}"
         tt = (f"{mode['ttfb_added']['p50']:>14.2f} {mode['ttfb_added']['p99']:>7.2f}" if res["stream"]
@@ -366,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{mode['proxied']['p50']:>8.2f}  {mode['added']['p50']:>9.2f} {mode['added']['p99']:>7.2f}  "
               f"{mode['added_minus_assemble']['p50']:>13.2f} {mode['added_minus_assemble']['p99']:>7.2f}  "
               f"{mode['assemble']['p50']:>8.2f}  {tt}  {res['cpu_ms'][0]:>12.2f} {res['cpu_ms'][1]:>7.2f}")
+    if args.phases:
+        _print_phases(report)
     print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     if args.json:
         Path(args.json).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))

@@ -200,8 +200,10 @@ class Recorder:
             # store too, so a reopen loads the flags the mirror holds
             unstaled = [StatUpdate(h.page[r], h.last_ref[r], h.ref_count[r], False)
                         for r in range(common) if stale[r] and not h.stale[r]]
-        del self._ident[common:]
-        self._ident.extend(messages[len(self._ident):])
+        # rows matched by hash stand for themselves by identity from now on: a message resent as a new object
+        # once (Claude Code's cache mark moved off it) is not hashed again on every later call
+        del self._ident[known:]
+        self._ident.extend(messages[known:])
         if common == len(messages) and fork is None:
             return Recorded(0, [])
         classified = classify(messages, common, h.calls)

@@ -83,6 +83,12 @@ def register(sub: Any) -> None:
     p.add_argument("--graceful", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on shutdown (default 30)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--gc", choices=["tuned", "default"], default="tuned",
+                   help="the garbage collector: 'tuned' (default) freezes what survives each full collection, so "
+                        "the next walks only what is new (pager.proxy.gcpolicy); 'default' leaves Python's")
+    p.add_argument("--timings", metavar="FILE",
+                   help="append one JSON line per model call to FILE: where its time went (body read and parsed, "
+                        "assemble, upstream, first event relayed, garbage collection), in ms")
     p.set_defaults(func=run)
 
 
@@ -107,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
     config = ProxyConfig(
         store=args.store, upstream_openai=args.upstream_openai, upstream_anthropic=args.upstream_anthropic,
         tools=args.tools, timeout=args.timeout, options=options, max_tool_rounds=args.max_tool_rounds,
-        session_header_required=args.session_header_required, upstreams=dict(args.upstream),
+        session_header_required=args.session_header_required, upstreams=dict(args.upstream), timings=args.timings,
         **({"max_body": args.max_body} if args.max_body is not None else {}),
     )
     serve(create_app(config), args.host, args.port, allow_remote=args.allow_remote,
-          graceful=args.graceful, log_level=args.log_level)
+          graceful=args.graceful, log_level=args.log_level, tune_gc=args.gc == "tuned")
     return 0

@@ -139,6 +139,19 @@ class ConversionMemo:
 _CONTENT = operator.methodcaller("get", "content")
 
 
+def _contents(messages: Sequence[Any]) -> list[Any]:
+    """Return each message's ``content`` (None without one); AttributeError for objects with no ``get``.
+
+    ``dict.get`` mapped over dicts runs in C, ~40 ns a message; the method
+    caller looks the method up on each one (~380 ns: 0.34 ms a call at 900
+    messages, issue 23). Other mappings take the slow way.
+    """
+    try:
+        return list(map(dict.get, messages, itertools.repeat("content")))
+    except TypeError:  # not all dicts
+        return list(map(_CONTENT, messages))
+
+
 class HeadMemo:
     """Remember a conversation's last conversion as a whole, to convert only what follows its head (issue 23).
 
@@ -178,7 +191,7 @@ class HeadMemo:
         msgs, sigs, flat, ends, state = hit
         k = same_objects(messages, msgs)
         try:
-            k = same_objects(list(map(_CONTENT, messages[:k])), sigs)
+            k = same_objects(_contents(messages[:k]), sigs)
         except AttributeError:  # not dicts (SDK objects): no head
             return none
         if not k:
@@ -194,7 +207,7 @@ class HeadMemo:
         if not messages:
             return
         try:
-            sigs = list(map(_CONTENT, messages))
+            sigs = _contents(messages)
         except AttributeError:
             return
         with self._lock:

@@ -31,19 +31,17 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import orjson
-
 from pager.core.describe import brief
 from pager.errors import InputError, MessageError, ToolError
 import pager.formats.breakpoints as bp
 from pager.formats._convert import (
-    ConversionMemo, HeadMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text, strip_key, text_part,
+    ConversionMemo, HeadMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text,
 )
+from pager.formats.anthropic_render import EPHEMERAL, TurnMemo, mark, merge
 from pager.formats.anthropic_blocks import (
     ANTHROPIC_ONLY,
     CHAT_PARTS,
     CHAT_ROLES,
-    UNMARKABLE,
     block_text,
     convert_message,
     system_message,
@@ -53,7 +51,6 @@ from pager.formats._usage import count, own_usage
 
 __all__ = ["DEFAULT_CACHE_MARKS", "EPHEMERAL", "FORMAT", "AnthropicMessages", "block_text", "convert_message"]
 
-EPHEMERAL = {"type": "ephemeral"}
 # the cache_marks mode when the caller gives none (see pager.formats.breakpoints)
 DEFAULT_CACHE_MARKS = "pager"
 
@@ -72,6 +69,7 @@ class AnthropicMessages:
         self._memo = ConversionMemo()
         self._heads = HeadMemo()
         self._systems = ValueMemo()
+        self._turns = TurnMemo()
 
     # -- detection and conversion ----------------------------------------------------
 
@@ -181,126 +179,12 @@ class AnthropicMessages:
         # per call, else RenderHints.cache_marks once the facade passes the option, else the default
         mode = bp.check_mode(cache_marks or getattr(hints, "cache_marks", None) or self.cache_marks)
         out = dict(request)
-        system_blocks: list[Any] = []
-        system_str: list[str] = []
-        turns: list[dict[str, Any]] = []
-        # per turn: [(source index, block)], tool results kept apart until the turn closes
-        pending: list[tuple[int, Any]] = []
-        pending_results: list[tuple[int, Any]] = []
-        call_order: dict[str, int] = {}
-        n_sys = 0
-        turn_src: list[list[int]] = []
-
-        def close_user() -> None:
-            if not pending and not pending_results:
-                return
-            results = sorted(pending_results, key=lambda r: call_order.get(r[1]["tool_use_id"], 1 << 30))
-            items = results + pending
-            if len(items) == 1 and isinstance(items[0][1], str):
-                turns.append({"role": "user", "content": items[0][1]})
-            else:
-                turns.append({"role": "user", "content": [
-                    text_part(b) if isinstance(b, str) else b for _k, b in items]})
-            turn_src.append([k for k, _b in items])
-            pending.clear()
-            pending_results.clear()
-
-        for k, m in enumerate(messages):
-            role = m.get("role")
-            if role in ("system", "developer"):
-                n_sys = k + 1 if n_sys == k else n_sys
-                native = m.get("native")
-                content = native if native is not None else m.get("content")
-                if isinstance(content, str):
-                    system_str.append(content)
-                    system_blocks.append((k, text_part(content)))
-                else:
-                    system_blocks.extend((k, as_plain(b)) for b in content or ())
-            elif role == "assistant":
-                close_user()
-                blocks = _assistant_blocks(m)
-                turns.append({"role": "assistant", "content": blocks})
-                turn_src.append([k] * (len(blocks) if isinstance(blocks, list) else 1))
-                call_order = {c["id"]: n for n, c in enumerate(m.get("tool_calls") or ())}
-            elif role == "tool":
-                pending_results.append((k, _result_block(m)))
-            else:
-                content = m.get("native")
-                if content is None:
-                    content = m.get("content")
-                if isinstance(content, str):
-                    pending.append((k, content))
-                else:
-                    pending.extend((k, as_plain(b)) for b in content or ())
-        close_user()
-        system_out: Any = None
-        if system_blocks:
-            if len(system_str) == 1 and len(system_blocks) == 1:
-                system_out = system_str[0]
-            else:
-                system_out = [b for _k, b in system_blocks]
+        done = merge(messages, self._turns)  # only what follows the last call's head (pager.formats.anthropic_render)
         tools_out = list(tools) if tools is not None else list(request.get("tools") or ())
-        self._mark(tools_out, system_blocks, system_out, turns, turn_src, n_sys, hints, mode, out)
+        mark(done, tools_out, hints.l1, hints.stable, hints.previous, mode, out)
         if tools is not None or "tools" in request:
             out["tools"] = tools_out
-        out["messages"] = turns
         return out
-
-    def _mark(
-        self, tools: list[Any], system_blocks: list[tuple[int, Any]], system_out: Any,
-        turns: list[dict[str, Any]], turn_src: list[list[int]], n_sys: int, hints: RenderHints,
-        mode: str, out: dict[str, Any],
-    ) -> None:
-        """Place the cache breakpoints (``pager.formats.breakpoints``), writing ``out['system']``."""
-        refs: list[tuple[Any, Any]] = []  # (container, key) per slot
-        slots: list[bp.Slot] = []
-        for t, tool in enumerate(tools):
-            tool = as_plain(tool)
-            tools[t] = tool
-            slots.append(bp.Slot(-1, isinstance(tool, Mapping), _has_mark(tool)))
-            refs.append((tools, t))
-        sys_list = None
-        if system_out is not None:
-            sys_list = [b for _k, b in system_blocks]
-            for j, (k, b) in enumerate(system_blocks):
-                slots.append(bp.Slot(k, _markable(b), _has_mark(b)))
-                refs.append((sys_list, j))
-        for turn, src in zip(turns, turn_src):
-            content = turn["content"]
-            if isinstance(content, str):
-                slots.append(bp.Slot(src[0], bool(content)))
-                refs.append((turn, None))
-                continue
-            for j, b in enumerate(content):
-                slots.append(bp.Slot(src[j] if j < len(src) else src[-1], _markable(b), _has_mark(b)))
-                refs.append((content, j))
-        l1 = n_sys if (n_sys or tools) else hints.l1
-        chosen = set(bp.place(slots, l1=l1, stable=hints.stable, previous=hints.previous, mode=mode))
-        # the API wants longer-lived marks before shorter ones: in merge mode a mark of
-        # pager's before a kept 1-hour mark of the caller's lives an hour too
-        long_until = -1
-        if mode == "merge":
-            for idx, (slot, (container, key)) in enumerate(zip(slots, refs)):
-                if idx in chosen and slot.caller and _ttl(container[key]) == "1h":
-                    long_until = idx
-        touched_system = False
-        for idx, (slot, (container, key)) in enumerate(zip(slots, refs)):
-            want = idx in chosen
-            mark = EPHEMERAL if idx > long_until else {**EPHEMERAL, "ttl": "1h"}
-            if key is None:  # a string-content turn
-                if want:
-                    container["content"] = [{**text_part(container["content"]), "cache_control": mark}]
-                continue
-            block = container[key]
-            if want and (not slot.caller or mode == "pager"):
-                container[key] = {**_unmark(block), "cache_control": mark}
-            elif slot.caller and not want:
-                container[key] = _unmark(block)
-            else:
-                continue
-            touched_system |= container is sys_list
-        if system_out is not None:
-            out["system"] = sys_list if touched_system or not isinstance(system_out, str) else system_out
 
     # -- tools and usage ---------------------------------------------------------------
 
@@ -355,81 +239,6 @@ class AnthropicMessages:
             cache_write_tokens=write,
         )
 
-
-def _assistant_blocks(m: Mapping[str, Any]) -> Any:
-    native = m.get("native")
-    calls = m.get("tool_calls") or ()
-    if native is not None:
-        ids = [b.get("id") for b in native if isinstance(b, Mapping) and b.get("type") == "tool_use"]
-        if ids == [c.get("id") for c in calls]:
-            return list(native)
-        keep = [b for b in native if not (isinstance(b, Mapping) and b.get("type") == "tool_use")]
-    else:
-        content = m.get("content")
-        if isinstance(content, str) or content is None:
-            if not calls:
-                return content if content is not None else ""
-            keep = [text_part(content)] if content else []
-        else:
-            keep = list(content)
-    for c in calls:
-        fn = c.get("function") or {}
-        keep.append({"type": "tool_use", "id": c.get("id"), "name": fn.get("name"),
-                     "input": _args(fn.get("arguments"))})
-    return keep
-
-
-def _args(raw: Any) -> Any:
-    if isinstance(raw, Mapping):
-        return raw
-    try:
-        value = orjson.loads(raw or "{}")
-    except (TypeError, ValueError):
-        return {"arguments": raw}
-    return value if isinstance(value, Mapping) else {"arguments": value}
-
-
-def _result_block(m: Mapping[str, Any]) -> Mapping[str, Any]:
-    native = m.get("native")
-    if native is not None and native.get("tool_use_id") == m.get("tool_call_id"):
-        return native
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.get("tool_call_id"), "content": m.get("content")}
-    if block["content"] is None:
-        block["content"] = ""
-    if m.get("is_error"):
-        block["is_error"] = True
-    return block
-
-
-def _markable(block: Any) -> bool:
-    if not isinstance(block, Mapping):
-        return False
-    btype = block.get("type")
-    if btype in UNMARKABLE:
-        return False
-    return not (btype == "text" and not block.get("text"))
-
-
-def _ttl(block: Any) -> str | None:
-    mark = block.get("cache_control") if isinstance(block, Mapping) else None
-    return mark.get("ttl") if isinstance(mark, Mapping) else None
-
-
-def _has_mark(block: Any) -> bool:
-    if not isinstance(block, Mapping):
-        return False
-    if "cache_control" in block:
-        return True
-    inner = block.get("content")
-    return isinstance(inner, list) and any(isinstance(b, Mapping) and "cache_control" in b for b in inner)
-
-
-def _unmark(block: Mapping[str, Any]) -> Mapping[str, Any]:
-    out = strip_key(block, "cache_control")
-    inner = out.get("content")
-    if isinstance(inner, list) and any(isinstance(b, Mapping) and "cache_control" in b for b in inner):
-        out = {**out, "content": [strip_key(b, "cache_control") if isinstance(b, Mapping) else b for b in inner]}
-    return out
 
 
 FORMAT = register_format(AnthropicMessages())

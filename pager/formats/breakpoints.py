@@ -33,14 +33,16 @@ longer-lived marks first, so those live an hour too.
 
 from __future__ import annotations
 
-from typing import Sequence
+import bisect
+from typing import Callable, Sequence
 
 import attrs
 
 from pager.core.describe import brief
 from pager.errors import ConfigError
 
-__all__ = ["LOOKBACK_BLOCKS", "MAX_BREAKPOINTS", "MODES", "Slot", "boundary", "check_mode", "place"]
+__all__ = ["LOOKBACK_BLOCKS", "MAX_BREAKPOINTS", "MODES", "Columns", "Slot", "boundary", "check_mode", "columns", "place",
+           "place_columns"]
 
 MAX_BREAKPOINTS = 4
 LOOKBACK_BLOCKS = 20
@@ -67,9 +69,35 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def _markable_at_or_before(slots: Sequence[Slot], i: int) -> int | None:
+@attrs.frozen(slots=True)
+class Columns:
+    """The slots of a prompt as ``place_columns`` reads them, without a ``Slot`` per block.
+
+    ``markable[i]``: slot ``i`` may carry a mark; ``caller``: the slots the
+    caller marked, ascending; ``first_at_least(count)``: the first slot whose
+    source is ``count`` or more (``n`` when none). A format that keeps its
+    slots between calls answers these without walking the prompt.
+    """
+
+    n: int
+    markable: Sequence[bool]
+    caller: Sequence[int]
+    first_at_least: Callable[[int], int]
+
+
+def columns(slots: Sequence[Slot]) -> Columns:
+    """Return ``slots`` as ``Columns`` (the boundaries by bisection on the running maximum of the sources)."""
+    top: list[int] = []
+    for s in slots:
+        top.append(max(top[-1], s.source) if top else s.source)
+    return Columns(n=len(slots), markable=[s.markable for s in slots],
+                   caller=[i for i, s in enumerate(slots) if s.caller],
+                   first_at_least=lambda count: bisect.bisect_left(top, count))
+
+
+def _markable_at_or_before(markable: Sequence[bool], i: int) -> int | None:
     while i >= 0:
-        if slots[i].markable:
+        if markable[i]:
             return i
         i -= 1
     return None
@@ -77,12 +105,11 @@ def _markable_at_or_before(slots: Sequence[Slot], i: int) -> int | None:
 
 def boundary(slots: Sequence[Slot], count: int) -> int | None:
     """Return the last markable slot whose prefix comes only from neutral messages ``< count``."""
-    end = len(slots)
-    for i, s in enumerate(slots):
-        if s.source >= count:
-            end = i
-            break
-    return _markable_at_or_before(slots, end - 1)
+    return _boundary(columns(slots), count)
+
+
+def _boundary(cols: Columns, count: int) -> int | None:
+    return _markable_at_or_before(cols.markable, cols.first_at_least(count) - 1)
 
 
 def place(
@@ -100,18 +127,32 @@ def place(
     ``l1``, ``stable`` and ``previous`` are counts of neutral messages (the
     prefix ends after that many).
     """
+    return place_columns(columns(slots), l1=l1, stable=stable, previous=previous, mode=mode, limit=limit,
+                         lookback=lookback)
+
+
+def place_columns(
+    cols: Columns,
+    *,
+    l1: int,
+    stable: int,
+    previous: int | None,
+    mode: str = "pager",
+    limit: int = MAX_BREAKPOINTS,
+    lookback: int = LOOKBACK_BLOCKS,
+) -> list[int]:
+    """``place`` on ``Columns``: the work is the marks', not the prompt's."""
     check_mode(mode)
     chosen: set[int] = set()
     if mode != "pager":
-        caller = [i for i, s in enumerate(slots) if s.caller]
-        chosen.update(caller[-limit:])
+        chosen.update(cols.caller[-limit:])
         if mode == "caller":
             return sorted(chosen)
-    wanted = [_markable_at_or_before(slots, len(slots) - 1)]
+    wanted = [_markable_at_or_before(cols.markable, cols.n - 1)]
     if previous is not None:
-        wanted.append(boundary(slots, previous))
-    wanted.append(boundary(slots, l1))
-    wanted.append(boundary(slots, stable))
+        wanted.append(_boundary(cols, previous))
+    wanted.append(_boundary(cols, l1))
+    wanted.append(_boundary(cols, stable))
     for w in wanted:
         if len(chosen) >= limit:
             break
@@ -123,7 +164,7 @@ def place(
         if not gaps:
             break
         _gap, later = max(gaps)
-        spot = _markable_at_or_before(slots, later - lookback)
+        spot = _markable_at_or_before(cols.markable, later - lookback)
         if spot is None or spot in chosen:
             break
         chosen.add(spot)

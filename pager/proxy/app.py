@@ -46,6 +46,7 @@ from starlette.routing import Mount, Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
+from pager.proxy import gcpolicy
 from pager.proxy.bodies import BodyCache, reuse_known
 from pager.proxy.clients import passthrough_kind, serve_refusals
 from pager.proxy.dialects import (DIALECTS, UPSTREAMS, Dialect, base_url, check_upstreams,
@@ -53,6 +54,7 @@ from pager.proxy.dialects import (DIALECTS, UPSTREAMS, Dialect, base_url, check_
 from pager.proxy.limits import DEFAULT_MAX_BODY, Refused, read_body, session_refusal
 from pager.proxy.replies import error_body, stream_error_event
 from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_for
+from pager.proxy.timings import Phases, TimingLog, timed
 
 __all__ = ["ProxyConfig", "create_app"]
 
@@ -87,6 +89,7 @@ class ProxyConfig:
     max_body: int = DEFAULT_MAX_BODY  # bytes; a bigger body gets a 413 before it is read (pager.proxy.limits)
     session_header_required: bool = False  # a request without x-pager-session gets a 400
     upstreams: Mapping[str, str] = attrs.field(factory=dict, validator=check_upstreams)  # name -> base URL
+    timings: str | None = None  # a file: one JSON line per model call with its phases (pager.proxy.timings)
 
     def upstream(self, which: str) -> str:
         """Return the base URL of upstream ``which`` (``upstreams`` first, then the two named fields)."""
@@ -130,6 +133,7 @@ class _Proxy:
         self.viewer: Any = None
         self._observing: dict[str, asyncio.Task[None]] = {}  # each session's usage still being recorded
         self._scanning: asyncio.Task[None] | None = None  # item boundaries of a body parsed whole (bodies)
+        self.timings = TimingLog(config.timings) if config.timings else None
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -137,6 +141,9 @@ class _Proxy:
         limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
         await self.pool.warm()  # imports, tokenizer, store and index: not on the first request
+        gcpolicy.after_startup()  # in `pager proxy`'s own process: what it holds now is never walked again
+        if self.timings is not None:
+            self.timings.open()
         try:
             yield
         finally:
@@ -146,20 +153,27 @@ class _Proxy:
             await self.client.aclose()
             await self.pool.aclose()
             self.viewer.close()
+            if self.timings is not None:
+                self.timings.close()
 
     # -- model calls ----------------------------------------------------------------------
 
     async def model_call(self, request: Request) -> Response:
         t0 = time.perf_counter()
+        ph = self.timings.begin() if self.timings is not None else None
         dialect = DIALECTS[request.url.path]
         refused = session_refusal(request.headers, SESSION_HEADER, self.config.session_header_required)
         body = refused or await read_body(request, self.config.max_body)
         if isinstance(body, Refused):
             return self._error(dialect, body.status, body.message)
+        if ph is not None:
+            ph.mark("read")
         try:
             req = self.bodies.parse(body, dialect.history_key, request.url.path)
         except orjson.JSONDecodeError as exc:
             return self._error(dialect, 400, f"request body is not valid JSON: {exc}")
+        if ph is not None:
+            ph.mark("parse")
         if not isinstance(req, dict):
             return self._error(dialect, 400, "request body must be a JSON object")
         if dialect.format not in formats():
@@ -188,7 +202,16 @@ class _Proxy:
             req[key] = reuse_known(self.pool.last.get(name), req.get(key))
             expose = self.config.tools and bool(req.get("tools"))
             try:
-                out = await p.aassemble(req, format=dialect.format, expose_tools=expose, reread_only=not expose)
+                if ph is None:
+                    out = await p.aassemble(req, format=dialect.format, expose_tools=expose, reread_only=not expose)
+                else:
+                    ph.mark("session")
+                    out = await p.run(timed, ph, p.pager.assemble, req, format=dialect.format, expose_tools=expose,
+                                      reread_only=not expose)
+                    ph.mark("assembled")
+                    report = p.pager.last_report
+                    ph.info.update(format=dialect.format, session=name, stream=stream, bytes_in=len(body),
+                                   assemble_ms=getattr(report, "elapsed_ms", None), round=getattr(report, "round", None))
             except (InputError, BudgetError) as exc:
                 return self._error(dialect, 400, f"pager cannot page this request: {exc}")
             except PagerError as exc:  # the store or the index failed: not the client's fault
@@ -203,15 +226,19 @@ class _Proxy:
             url = self._url(dialect, request)
             headers = _upstream_headers(request.headers)
             if stream:
-                resp = await self._send(url, out, headers, stream=True, style=dialect.error_style)
+                resp = await self._send(url, out, headers, stream=True, style=dialect.error_style, ph=ph)
                 if isinstance(resp, Response):
                     return resp
                 if resp.status_code >= 400:
                     return await self._passthrough_error(resp)
                 released = True  # the stream releases the session when it ends
-                gen = self._stream(p, name, dialect, url, headers, out, resp, added, client_usage, t0)
+                gen = self._stream(p, name, dialect, url, headers, out, resp, added, client_usage, t0, ph)
                 return StreamingResponse(gen, status_code=resp.status_code, headers=_client_headers(resp.headers))
-            return await self._complete(p, name, dialect, url, headers, out, added, t0)
+            answer = await self._complete(p, name, dialect, url, headers, out, added, t0, ph)
+            if ph is not None:
+                ph.info["status"] = answer.status_code
+                self.timings.end(ph)  # type: ignore[union-attr]
+            return answer
         finally:
             if not released:
                 self.pool.release(name)
@@ -248,22 +275,28 @@ class _Proxy:
         return StreamingResponse(relay(), status_code=resp.status_code, headers=_client_headers(resp.headers))
 
     async def _send(self, url: str, payload: Mapping[str, Any] | bytes, headers: Mapping[str, str], *, stream: bool,
-                    style: str = "openai") -> httpx.Response | Response:
+                    style: str = "openai", ph: Phases | None = None) -> httpx.Response | Response:
         assert self.client is not None
         content = payload if isinstance(payload, bytes) else orjson.dumps(payload)
         req = self.client.build_request("POST", url, content=content, headers={**headers, "content-type": "application/json"})
+        if ph is not None and "serialised" not in ph.marks:  # the first round's
+            ph.mark("serialised")
+            ph.info["bytes_out"] = len(content)
         try:
-            return await self.client.send(req, stream=stream)
+            resp = await self.client.send(req, stream=stream)
+            if ph is not None and "headers" not in ph.marks:
+                ph.mark("headers")
+            return resp
         except httpx.TimeoutException:
             return self._error_style(style, 504, f"upstream {url} timed out after {self.config.timeout:g}s")
         except httpx.TransportError as exc:
             return self._error_style(style, 502, f"upstream {url} unreachable: {type(exc).__name__}")
 
     async def _complete(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
-                        out: dict[str, Any], added: frozenset[str], t0: float) -> Response:
+                        out: dict[str, Any], added: frozenset[str], t0: float, ph: Phases | None = None) -> Response:
         rounds = 0
         while True:
-            resp = await self._send(url, out, headers, stream=False, style=dialect.error_style)
+            resp = await self._send(url, out, headers, stream=False, style=dialect.error_style, ph=ph)
             if isinstance(resp, Response):
                 return resp
             if resp.status_code >= 400:
@@ -291,7 +324,7 @@ class _Proxy:
 
     async def _stream(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
                       out: dict[str, Any], resp: httpx.Response, added: frozenset[str], client_usage: bool,
-                      t0: float) -> AsyncIterator[bytes]:
+                      t0: float, ph: Phases | None = None) -> AsyncIterator[bytes]:
         round_no = offset = 0
         try:
             while True:
@@ -302,6 +335,8 @@ class _Proxy:
                     # one write for what one read completed: the same bytes, fewer sends through the ASGI stack
                     relay = b"".join([piece for event in events for piece in turn.feed(event)])
                     if relay:
+                        if ph is not None and "first" not in ph.marks:
+                            ph.mark("first")
                         yield relay
                 if buf.strip():
                     for piece in turn.feed(buf):
@@ -341,6 +376,9 @@ class _Proxy:
         finally:
             await resp.aclose()
             self.pool.release(name)
+            if ph is not None and self.timings is not None:
+                ph.info["status"] = resp.status_code
+                self.timings.end(ph)
 
     def _observe_later(self, p: Any, name: str, dialect: Dialect, response: Any) -> None:
         """Record a turn's usage after its answer is relayed: off the client's path.

@@ -170,8 +170,17 @@ class BodyCache:
         if not ends or not body.startswith(view[:start]):
             return 0
         lo, hi, off = 0, len(ends), start
-        if body.startswith(view[off:ends[-1]], off):
-            return hi
+        # the common cases first: every item kept, or all but the newest one or two (a client that marks its
+        # newest block for caching, Claude Code, moves the mark off it on the next call). The item alone is
+        # compared first, so the whole head is compared (memory-bound: ~0.5 ms a 2 MB body) about once
+        for keep in range(hi, max(0, hi - 1 - FORK_ITEMS), -1):
+            at = ends[keep - 2] if keep >= 2 else off
+            if body.startswith(view[at:ends[keep - 1]], at):
+                if body.startswith(view[off:at], off):
+                    return keep
+                hi = keep - 2  # something before it differs
+                break
+            hi = keep - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if body.startswith(view[off:ends[mid - 1]], off):

@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 
 from pager.errors import ConfigError
+from pager.proxy import gcpolicy
 
 __all__ = ["ServerThread", "check_bind", "serve"]
 
@@ -44,14 +45,24 @@ def check_bind(host: str, allow_remote: bool) -> None:
 
 
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8787, *, allow_remote: bool = False,
-          graceful: float = 30.0, log_level: str = "info") -> None:
-    """Serve ``app`` until interrupted (blocking)."""
+          graceful: float = 30.0, log_level: str = "info", tune_gc: bool = True) -> None:
+    """Serve ``app`` until interrupted (blocking).
+
+    ``tune_gc``: this process is the proxy's own, so its garbage collector
+    runs ``pager.proxy.gcpolicy`` (full collections walk only what is new).
+    """
     check_bind(host, allow_remote)
     config = uvicorn.Config(
         app, host=host, port=port, log_level=log_level, access_log=False,
         timeout_graceful_shutdown=graceful, lifespan="on",
     )
-    uvicorn.Server(config).run()
+    if tune_gc:
+        gcpolicy.install()
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        if tune_gc:
+            gcpolicy.uninstall()
 
 
 class ServerThread:

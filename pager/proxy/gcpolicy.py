@@ -1,0 +1,128 @@
+"""The proxy process's garbage collection: a full collection examines only what is new since the last one.
+
+Theory of operation
+-------------------
+CPython's full (generation 2) collection walks every tracked object of the
+process. In a proxy that holds long sessions that is the imports, each
+session's history columns, memos and parsed request items: measured in
+``bench/proxy_overhead.py`` (issue 23), 45-100 ms of CPU per full collection,
+run on whichever request's thread allocated at that moment, and the largest
+part of that run's p99. Yet almost everything a full collection walks is the
+same long-lived state it walked last time, and found alive.
+
+So, in a process that ``install``s this policy (``pager proxy`` does;
+``create_app`` alone, embedded in someone else's process, does not):
+
+- once the server has started (imports, tokenizer, store, index opened)
+  the heap is collected and frozen (``gc.freeze``): the permanent generation,
+  which no collection walks;
+- after every full collection, what survived it is frozen too: everything in
+  the heap just proved reachable, so nothing unreachable is frozen, and the
+  next full collection walks only what was allocated since;
+- objects still die as usual by reference counting, frozen or not; what a
+  frozen object can no longer be is part of *cyclic* garbage found by the
+  collector. So when the frozen part has grown by half since the last
+  collection that walked everything, the next full collection walks
+  everything again (``gc.unfreeze`` first): cycles that died among frozen
+  objects (a closed session's, say) are freed then. The memory such cycles
+  can hold is bounded by half the live heap, and that collection costs what
+  every full collection cost before.
+
+The young generations keep Python's thresholds (700, 10): collecting every
+10 000 allocations instead took the same CPU in all (about 1 ms a request) in
+pauses seven times longer (a young collection up to 15 ms, a middle one
+41 ms, against 2 and 6), which is what a p99 feels.
+
+The collector's thresholds are process state: ``uninstall`` puts back what
+was there (and leaves frozen what is frozen).
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+__all__ = ["GcPolicy", "after_startup", "install", "installed", "uninstall"]
+
+REGROW = 0.5  # the frozen part may grow by this fraction before a full collection walks everything again
+
+
+class GcPolicy:
+    """See the module docstring. ``sweeps``: full collections that walked everything (unfrozen first)."""
+
+    def __init__(self, threshold0: int | None = None, regrow: float = REGROW) -> None:
+        self.threshold0 = threshold0
+        self.regrow = regrow
+        self.examined = 0  # the frozen count right after the last collection that walked everything
+        self.sweeps = 0
+        self.fulls = 0
+        self._sweeping = False
+        self._saved: tuple[int, int, int] | None = None
+
+    def install(self) -> None:
+        self._saved = gc.get_threshold()
+        t0, t1, t2 = self._saved
+        gc.set_threshold(self.threshold0 or t0, t1, t2)  # None: Python's (see the module docstring)
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+
+    def uninstall(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+        if self._saved is not None:
+            gc.set_threshold(*self._saved)
+            self._saved = None
+        # what is frozen stays so: it may be someone else's too (a test run freezes its imports), and
+        # frozen objects still die by reference count
+
+    def after_startup(self) -> None:
+        """Collect and freeze what the server holds once it has started."""
+        gc.collect()  # walks everything; the callback freezes what survived
+        self.examined = gc.get_freeze_count()
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            if gc.get_freeze_count() > self.examined * (1.0 + self.regrow):
+                gc.unfreeze()  # this collection walks everything, frozen or not
+                self._sweeping = True
+            return
+        self.fulls += 1
+        gc.freeze()  # every object left was just found reachable
+        if self._sweeping:
+            self._sweeping = False
+            self.sweeps += 1
+            self.examined = gc.get_freeze_count()
+
+
+_policy: GcPolicy | None = None
+
+
+def install(policy: GcPolicy | None = None) -> GcPolicy:
+    """Install ``policy`` (a default one when None) for this process; return it."""
+    global _policy
+    if _policy is not None:
+        _policy.uninstall()
+    _policy = policy or GcPolicy()
+    _policy.install()
+    return _policy
+
+
+def installed() -> GcPolicy | None:
+    """Return the installed policy, if any."""
+    return _policy
+
+
+def uninstall() -> None:
+    """Put the collector's thresholds and callbacks back as they were."""
+    global _policy
+    if _policy is not None:
+        _policy.uninstall()
+        _policy = None
+
+
+def after_startup() -> None:
+    """Freeze the started server's heap when a policy is installed (the proxy's lifespan calls this)."""
+    if _policy is not None:
+        _policy.after_startup()

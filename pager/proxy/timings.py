@@ -1,0 +1,118 @@
+"""Where a proxied model call's time goes: ``pager proxy --timings FILE``, one JSON line per call.
+
+Each line holds the call's format, session, whether it streamed, its status,
+the request and upstream body sizes, pager's own ``assemble`` time, and its
+phases as milliseconds since the request reached the proxy's handler:
+
+``read``        the body read off the socket
+``parse``       the body parsed (``pager.proxy.bodies``)
+``session``     its session acquired, the previous call's usage recorded
+``worker``      a worker thread started ``assemble`` (the hop off the event loop)
+``worked``      ``assemble`` returned in the worker (``worker_cpu_ms``: the CPU time it took)
+``assembled``   the event loop has the result back (the hop back)
+``serialised``  the upstream body encoded
+``headers``     the upstream's response headers arrived
+``first``       (streams) the first event relayed to the client
+``done``        the answer handed to the server (streams: the last event relayed)
+
+and the garbage collector's share of that time: ``gc_ms``, every pause in
+any thread while the call was in flight, and ``gc_full``, how many of them
+were full (generation 2) collections. Nothing is recorded without
+``--timings``; with it, the cost is a clock read per phase and a line per call.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from typing import IO, Any, Callable
+
+import orjson
+
+__all__ = ["GcClock", "Phases", "TimingLog", "timed"]
+
+
+class GcClock:
+    """The time this process has spent in garbage collection, and its full collections, while installed."""
+
+    def __init__(self) -> None:
+        self.ms = 0.0
+        self.full = 0
+        self._t = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        # collections never overlap (one holds the GIL throughout): one start time is enough
+        if phase == "start":
+            self._t = time.perf_counter()
+            return
+        self.ms += (time.perf_counter() - self._t) * 1000.0
+        if info.get("generation") == 2:
+            self.full += 1
+
+    def install(self) -> None:
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+
+    def remove(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+
+class Phases:
+    """One call's phase marks (see the module docstring)."""
+
+    __slots__ = ("t0", "marks", "gc_ms", "gc_full", "info")
+
+    def __init__(self, clock: GcClock) -> None:
+        self.t0 = time.perf_counter()
+        self.marks: dict[str, float] = {}
+        self.gc_ms = clock.ms
+        self.gc_full = clock.full
+        self.info: dict[str, Any] = {}
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = round((time.perf_counter() - self.t0) * 1000.0, 3)
+
+
+def timed(phases: Phases, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn`` (in a worker thread), marking ``worker`` and ``worked`` around it."""
+    phases.mark("worker")
+    cpu = time.thread_time()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        phases.mark("worked")
+        phases.info["worker_cpu_ms"] = round((time.thread_time() - cpu) * 1000.0, 3)
+
+
+class TimingLog:
+    """The ``--timings`` file: ``begin`` a call's ``Phases``, ``end`` writes its line."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.clock = GcClock()
+        self._file: IO[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        self._file = open(self.path, "ab")
+        self.clock.install()
+
+    def close(self) -> None:
+        self.clock.remove()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def begin(self) -> Phases:
+        return Phases(self.clock)
+
+    def end(self, phases: Phases) -> None:
+        phases.mark("done")
+        line = {**phases.info, "phases": phases.marks, "gc_ms": round(self.clock.ms - phases.gc_ms, 3),
+                "gc_full": self.clock.full - phases.gc_full}
+        with self._lock:
+            if self._file is not None:
+                self._file.write(orjson.dumps(line) + b"\n")
+                self._file.flush()

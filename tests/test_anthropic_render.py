@@ -1,0 +1,243 @@
+"""Anthropic rendering in O(new) (issue 23): the turn memo and the column breakpoints equal a from-scratch render.
+
+``pager.formats.anthropic_render`` resumes the last call's merge at a
+checkpoint inside the head of the same message objects, and places cache
+marks on kept columns. Whatever the caller does between calls (append, edit
+an old message, drop the tail, insert pager's messages or a late system
+message, move the caller's marks), the prompt must be the very bytes a fresh
+format renders, in every ``cache_marks`` mode; and the recorder must not hash
+a message again once it matched its row by hash (a moved cache mark).
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pager
+from pager.formats import breakpoints as bp
+from pager.formats.anthropic_messages import AnthropicMessages
+from pager.formats.base import RenderHints
+
+MODES = ("pager", "merge", "caller")
+
+
+def _conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
+    """An Anthropic history: thinking, text, tool calls, results (some errors), caller marks here and there."""
+    def maybe_mark(block: dict[str, Any]) -> dict[str, Any]:
+        r = rng.random()
+        if r < 0.08:
+            return {**block, "cache_control": {"type": "ephemeral"}}
+        if r < 0.12:
+            return {**block, "cache_control": {"type": "ephemeral", "ttl": "1h"}}
+        return block
+
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "fix the failing test in src/app.py"}]
+    for t in range(turns):
+        blocks: list[dict[str, Any]] = []
+        if rng.random() < 0.5:
+            blocks.append({"type": "thinking", "thinking": f"plan {t}", "signature": f"sig{t}"})
+        if rng.random() < 0.7:
+            blocks.append(maybe_mark({"type": "text", "text": f"step {t}" if rng.random() < 0.9 else ""}))
+        calls = [f"tu{t}_{j}" for j in range(rng.randrange(0, 3))]
+        blocks += [{"type": "tool_use", "id": c, "name": "read", "input": {"path": f"src/{c}.py"}} for c in calls]
+        if not blocks:
+            blocks = [{"type": "text", "text": f"ok {t}"}]
+        msgs.append({"role": "assistant", "content": blocks if rng.random() < 0.9 or calls else f"plain {t}"})
+        results = [maybe_mark({"type": "tool_result", "tool_use_id": c, "content": f"out {c}\n" * 3,
+                               **({"is_error": True} if rng.random() < 0.2 else {})}) for c in reversed(calls)]
+        extra = [maybe_mark({"type": "text", "text": f"and then {t}"})] if rng.random() < 0.4 or not results else []
+        user = results + extra
+        msgs.append({"role": "user", "content": user if len(user) > 1 or rng.random() < 0.6 else
+                     (user[0]["text"] if "text" in user[0] else user)})
+    return msgs
+
+
+def _steps(seed: int) -> list[tuple[list[Any], RenderHints]]:
+    """Prompts of neutral messages the way the scheduler hands them over between and across rounds."""
+    rng = random.Random(seed)
+    system: Any = "You are careful." if rng.random() < 0.5 else [
+        {"type": "text", "text": "You are careful."}, {"type": "text", "text": "Be brief.",
+                                                       **({"cache_control": {"type": "ephemeral"}} if rng.random() < 0.5 else {})}]
+    req = {"model": "claude", "max_tokens": 64, "system": system, "messages": _conversation(rng, 14)}
+    full = list(AnthropicMessages().to_messages(req).messages)
+    cur = full[: rng.randrange(2, 8)]
+    out = []
+    for _ in range(12):
+        r = rng.random()
+        if r < 0.45:  # the turn's new messages
+            k = len(cur)
+            cur = cur + full[k: k + rng.randrange(1, 5)]
+        elif r < 0.6 and len(cur) > 2:  # a stub, or an edited user message: a new object in the head
+            i = rng.randrange(1, len(cur))
+            m = cur[i]
+            if m["role"] == "tool":
+                new = {"role": "tool", "tool_call_id": m["tool_call_id"], "content": f"[stub {i}]"}
+            else:
+                new = {**m, "content": f"edited {i}", "native": None} if m["role"] == "user" else dict(m)
+            cur = cur[:i] + [new] + cur[i + 1:]
+        elif r < 0.7 and len(cur) > 3:  # the tail dropped (a rollover, a retry)
+            cur = cur[: rng.randrange(2, len(cur))]
+        elif r < 0.85:  # pager's own message (the card, a recalled page) or a late system message
+            i = rng.randrange(1, len(cur) + 1)
+            new = ({"role": "user", "content": f"## Task state {i}"} if rng.random() < 0.7 else
+                   {"role": "system", "content": f"late {i}"})
+            cur = cur[:i] + [new] + cur[i:]
+        else:  # the same prompt again, as a new list
+            cur = list(cur)
+        n = len(cur)
+        hints = RenderHints(l1=rng.randrange(0, n + 1), stable=rng.randrange(0, n + 1),
+                            previous=rng.choice([None, rng.randrange(0, n + 1)]))
+        out.append((cur, hints))
+    return out
+
+
+def _tools(rng: random.Random) -> list[Any] | None:
+    if rng.random() < 0.3:
+        return None
+    tools: list[Any] = [{"name": "read", "description": "read", "input_schema": {"type": "object"}}]
+    if rng.random() < 0.3:
+        tools.append({"name": "grep", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}})
+    return tools
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 100_000))
+def test_memoised_render_equals_a_fresh_one(seed: int) -> None:
+    rng = random.Random(seed)
+    kept = AnthropicMessages()
+    request = {"model": "claude", "max_tokens": 64, "tools": [{"name": "t", "input_schema": {}}]}
+    for messages, hints in _steps(seed):
+        tools = _tools(rng)
+        for mode in MODES:
+            got = kept.render(request, messages, tools=tools, hints=hints, cache_marks=mode)
+            want = AnthropicMessages().render(request, messages, tools=tools, hints=hints, cache_marks=mode)
+            assert orjson.dumps(got) == orjson.dumps(want), mode
+            # the caller may change what it is given: nothing it does reaches the next call's prompt
+            for turn in got["messages"]:
+                if isinstance(turn["content"], list):
+                    turn["content"].append({"type": "text", "text": "added by the caller"})
+                turn["role"] = "changed"
+
+
+def test_the_memo_resumes_inside_the_head() -> None:
+    """A prompt that grows by a turn merges from the checkpoint before its tail, not from the start."""
+    import pager.formats.anthropic_render as ar
+
+    req = {"model": "claude", "max_tokens": 64, "system": "s", "messages": _conversation(random.Random(3), 30)}
+    full = list(AnthropicMessages().to_messages(req).messages)
+    memo = ar.TurnMemo()
+    ar.merge(full[:-6], memo)
+    _done, start = memo.start(full)
+    assert len(full) - 10 <= start <= len(full) - 6
+    assert full[start]["role"] == "assistant"
+    _done, start = memo.start([dict(full[0])] + full[1:])  # another first message: another conversation
+    assert start == 0
+
+
+# -- breakpoints on columns ------------------------------------------------------------------------
+
+
+def _place_reference(slots: list[bp.Slot], *, l1: int, stable: int, previous: int | None, mode: str) -> list[int]:
+    """The placement as it was written before the columns (main at afcda09), walking every slot."""
+    def before(i: int) -> int | None:
+        while i >= 0:
+            if slots[i].markable:
+                return i
+            i -= 1
+        return None
+
+    def boundary(count: int) -> int | None:
+        end = len(slots)
+        for i, s in enumerate(slots):
+            if s.source >= count:
+                end = i
+                break
+        return before(end - 1)
+
+    chosen: set[int] = set()
+    if mode != "pager":
+        chosen.update([i for i, s in enumerate(slots) if s.caller][-4:])
+        if mode == "caller":
+            return sorted(chosen)
+    wanted = [before(len(slots) - 1)] + ([boundary(previous)] if previous is not None else [])
+    for w in wanted + [boundary(l1), boundary(stable)]:
+        if len(chosen) >= 4:
+            break
+        if w is not None:
+            chosen.add(w)
+    while chosen and len(chosen) < 4:
+        marks = sorted(chosen)
+        gaps = [(b - a, b) for a, b in zip([-1, *marks], marks) if b - a > bp.LOOKBACK_BLOCKS]
+        if not gaps:
+            break
+        spot = before(max(gaps)[1] - bp.LOOKBACK_BLOCKS)
+        if spot is None or spot in chosen:
+            break
+        chosen.add(spot)
+    return sorted(chosen)
+
+
+_slot = st.builds(bp.Slot, st.integers(-1, 40), st.booleans(), st.booleans())
+
+
+@settings(max_examples=400, deadline=None)
+@given(slots=st.lists(_slot, max_size=90), l1=st.integers(0, 42), stable=st.integers(0, 42),
+       previous=st.one_of(st.none(), st.integers(0, 42)), mode=st.sampled_from(MODES))
+def test_place_on_columns_equals_the_walk(slots: list[bp.Slot], l1: int, stable: int, previous: int | None,
+                                          mode: str) -> None:
+    # sources out of order too: a late system message's blocks sit before the turns
+    assert bp.place(slots, l1=l1, stable=stable, previous=previous, mode=mode) == _place_reference(
+        slots, l1=l1, stable=stable, previous=previous, mode=mode)
+
+
+# -- the recorder and a moved cache mark ------------------------------------------------------------
+
+
+def test_a_message_resent_without_its_mark_is_matched_by_identity_afterwards() -> None:
+    """Claude Code marks its newest block; next call that message comes back unmarked, a new object.
+
+    It matches its row by hash once; from then on it is the row's object, so
+    the call after does not hash it (and everything after it) again.
+    """
+    msgs = _conversation(random.Random(5), 12)
+    req = {"model": "claude", "max_tokens": 64, "system": "s", "messages": msgs[:-2]}
+    last = req["messages"][-1]
+    marked = {**last, "content": [{**b, "cache_control": {"type": "ephemeral"}} for b in last["content"]]} \
+        if isinstance(last["content"], list) else {**last, "content": [{"type": "text", "text": last["content"],
+                                                                        "cache_control": {"type": "ephemeral"}}]}
+    with tempfile.TemporaryDirectory() as d:
+        p = pager.open(d, "s", context_window=200_000)
+        try:
+            p.assemble({**req, "messages": msgs[:-3] + [marked]}, format="anthropic-messages")
+            second = {**req, "messages": msgs[:-1]}  # the marked message unmarked, and one more
+            p.assemble(second, format="anthropic-messages")
+            third = {**req, "messages": msgs}
+            fmt = p._format(third, "anthropic-messages")
+            recorded = len(fmt.to_messages(second).messages)
+            neutral = fmt.to_messages(third).messages
+            assert len(neutral) > recorded
+            assert p._recorder.same_prefix(neutral) == recorded  # all but the newest message's
+        finally:
+            p.close()
+
+
+def test_the_head_memo_reads_contents_of_dicts_and_of_other_mappings() -> None:
+    """``HeadMemo`` checks each head message's ``content`` object (C speed for dicts, the slow way otherwise)."""
+    from collections import UserDict
+
+    from pager.formats._convert import HeadMemo
+
+    for make in (dict, UserDict):
+        msgs = [make(role="user", content=[{"type": "text", "text": f"m{i}"}]) for i in range(6)]
+        msgs[2] = make(role="assistant")  # no content at all
+        memo = HeadMemo()
+        memo.put(msgs, list(range(6)), list(range(7)))
+        assert memo.head(msgs + [make(role="user", content="new")])[0] == 6
+        msgs[4]["content"] = [{"type": "text", "text": "replaced"}]  # the same message, a new content object
+        assert memo.head(msgs)[0] == 4
