@@ -124,15 +124,7 @@ def test_streamable_http_server(tmp_path):
         tools.close()
 
 
-def _run_pager(*argv: str) -> Any:
-    import subprocess
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "pager", *argv], capture_output=True, text=True, env=env,
-                          cwd=str(ROOT), timeout=120)
-
-
-def test_mcp_and_reindex_serve_a_postgresql_store(pg_dsn):
+def test_mcp_and_reindex_serve_a_postgresql_store(pg_dsn, capsys):
     """``pager mcp postgresql://...`` over stdio, and ``pager reindex postgresql://...``: the Store protocol."""
     harness = pager.open(pg_dsn, session="s1", context_window=32_000, owner="alice")
     try:
@@ -168,10 +160,15 @@ def test_mcp_and_reindex_serve_a_postgresql_store(pg_dsn):
         nxt = harness.assemble({"model": "m", "messages": _history() + [{"role": "user", "content": "next?"}]})
         assert any("relink with -lzebra" in str(m.get("content")) for m in nxt["messages"])  # in the store
 
-        done = _run_pager("reindex", pg_dsn)
-        assert done.returncode == 0, done.stderr
+        # the CLI in this process (what a subprocess adds is an interpreter start and pager's imports)
+        from pager.cli import main
+
+        capsys.readouterr()
+        returncode = main(["reindex", pg_dsn])
+        done = capsys.readouterr()
+        assert returncode == 0, done.err
         pages = harness.store.count_pages()
-        assert done.stdout.strip().endswith(f": {pages} pages") and "postgresql://" in done.stdout
+        assert done.out.strip().endswith(f": {pages} pages") and "postgresql://" in done.out
         assert [h.kind for h in harness.search("ZEBRA_42 linker", k=1)] == ["tool"]  # recallable after it
     finally:
         harness.close()

@@ -94,9 +94,19 @@ class _Project:
                     "seed": rng.randrange(1 << 30),
                 }
         self.tests = {f"tests/test_{Path(p).stem}.py": p for p in self.files}
+        # a file's text depends only on its path and version (its own generator, seeded from
+        # both): a session reads one ~6 times, each ~1 ms of random draws
+        self._sources: dict[tuple[str, int], tuple[str, dict[str, int]]] = {}
 
     def source(self, path: str) -> tuple[str, dict[str, int]]:
         """Return a file's text at its current version and the line of each function."""
+        key = (path, self.files[path]["version"])
+        if key not in self._sources:
+            self._sources[key] = self._source(path)
+        text, where = self._sources[key]
+        return text, dict(where)
+
+    def _source(self, path: str) -> tuple[str, dict[str, int]]:
         f = self.files[path]
         rng = random.Random(f["seed"] * 31 + f["version"])
         mod = path[4:-3].replace("/", ".")
