@@ -227,6 +227,16 @@ class SessionMirror:
         self.prev_out = None
         self.generation += 1
 
+    def save_snapshot(self) -> bool:
+        """Keep a snapshot of the mirror in the store, if it keeps them (``SQLiteStore.save_snapshot``).
+
+        Outside ``writing``, in a transaction of its own, after the last
+        write: the store skips it when another writer moved the session on.
+        A reopen then reads one blob instead of every page row.
+        """
+        save = getattr(self.store, "save_snapshot", None)
+        return bool(save(self.session, self.version, self.history)) if save is not None else False
+
     def save(self, events: Sequence[tuple[str, Any]] = ()) -> None:
         """Save the state row and ``events`` (inside ``writing``)."""
         self.store.save_state(self.session, self.state.row(self.scheduler))

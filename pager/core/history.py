@@ -266,7 +266,7 @@ class History:
         view.branch = self.branch
         for name in _ROW_COLUMNS:
             col = getattr(self, name)
-            setattr(view, name, type(col)(list.__getitem__(col, slice(0, n))))
+            setattr(view, name, col[:n])  # a list, or a TermColumn on the same table (a prefix keeps it)
         view.calls = dict(self.calls)
         view._reindex_maps()
         view.call_rows = {cid: r for cid, r in self.call_rows.items() if r < n}
@@ -458,10 +458,14 @@ class History:
         self.branch = branch
         base, n = len(self.page), len(cols)
         ids = list(cols.id)
-        terms = list(cols.terms)  # as stored: a tuple (or frozenset) per page, read as a frozenset (TermColumn)
-        missing = [i for i, t in enumerate(terms) if t is None]
-        for i in missing:
-            terms[i] = _page_terms(message_text(message_of(ids[i])), cols.path[i], extract_limit)
+        table = cols.term_table if not base and len(cols.term_table or ()) == n else None
+        terms: Any = None
+        missing: list[int] = []
+        if table is None:
+            terms = list(cols.terms)  # as stored: a tuple (or frozenset) per page, read as a frozenset (TermColumn)
+            missing = [i for i, t in enumerate(terms) if t is None]
+            for i in missing:
+                terms[i] = _page_terms(message_text(message_of(ids[i])), cols.path[i], extract_limit)
         self.page.extend(ids)
         self.hash.extend(cols.hash)
         self.kind.extend(cols.kind)
@@ -474,7 +478,10 @@ class History:
         self.stale.extend(map(bool, cols.stale))
         self.last_ref.extend(cols.last_ref)
         self.ref_count.extend(cols.ref_count)
-        self.terms.extend(terms)
+        if table is not None:  # numbered by the store: each row read from the table when asked for
+            self.terms = TermColumn([None] * n, table)
+        else:
+            self.terms.extend(terms)
         self.answers.extend(cols.call_id)
         self.labels.extend(map(tuple, cols.labels))
         self.tool_name.extend(cols.tool_name)
@@ -517,18 +524,17 @@ class History:
                     self.first_user = r
                 task = task_of(self.labels[r])
                 if task is not None:
-                    task_terms.setdefault(task, set()).update(terms[r - base])
+                    task_terms.setdefault(task, set()).update(self.terms[r])
         for task, words in task_terms.items():
             self.task_terms[task] = self.task_terms.get(task, frozenset()) | words
         if last_calls is not None:
             for call in tool_calls(message_of(self.page[last_calls])):
                 self.calls[call.id] = (call.name, call.arguments)
         if not base and not len(self.term_index):
-            self.term_index = LoadedTermIndex(self.term_index.max_df, ids, terms,
-                                              None if missing else cols.term_table)
+            self.term_index = LoadedTermIndex(self.term_index.max_df, ids, terms, table)
         else:
-            for pid, t in zip(ids, terms):
-                self.term_index.add_page(pid, t)
+            for r, pid in enumerate(ids, base):
+                self.term_index.add_page(pid, self.terms[r])
         for i in range(n - 1, -1, -1):
             if cols.digest[i] is not None:
                 self.digest = (base + i + 1, cols.digest[i])

@@ -32,11 +32,13 @@ import orjson
 
 from pager.errors import SchemaError, StoreError
 from pager.stateio import PRIVATE_DIR, open_private, refuse_symlinks
-from pager.storage.sqlite_terms import VOCAB_SCHEMA, TermVocab, decode, fill_term_ids
+from pager.storage.sqlite_terms import (
+    VOCAB_SCHEMA, VOCAB_SNAPSHOT_SCHEMA, TermVocab, decode, fill_term_ids, save_vocab_snapshot)
 from pager.storage.acked import ACKED_NAME, AckedMark, LostWrites, check_acked, mark_acked
+from pager.core import snapshot
 from pager.core.aside import ASIDE_KINDS
 from pager.core.pages import PageColumns, page_record
-from pager.core.termload import IdTerms, TermTable
+from pager.core.termload import TermTable
 from pager.core.pools import PoolAcl
 from pager.storage.base import (
     Branch,
@@ -50,7 +52,7 @@ from pager.storage.base import (
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "SQLiteStore", "Store"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DB_NAME = "pager.db"
 _BUSY_RETRIES = 50
 
@@ -86,6 +88,29 @@ CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY, session TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
     created REAL NOT NULL);
 """
+# Snapshots (schema 5, ``pager.core.snapshot``): each session's head branch as one blob, written at close,
+# what a reopen reads instead of every page row. Derived data: validated on open against the branch's page
+# ids; the pages whose statistics changed since are listed in ``snapshot_dirty`` (by a trigger, whoever
+# changes them) and read from their rows, and so are the pages recorded after it. Any other change to a
+# page's columns drops the session's snapshot.
+_SNAPSHOT_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS snapshots (session TEXT PRIMARY KEY, branch INTEGER NOT NULL, rows INTEGER NOT NULL,"
+    " data BLOB NOT NULL, created REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS snapshot_dirty (session TEXT NOT NULL, page INTEGER NOT NULL,"
+    " PRIMARY KEY (session, page)) WITHOUT ROWID",
+    VOCAB_SNAPSHOT_SCHEMA,
+    # the running digests of a session, read when a snapshot is written (one page in each record has one)
+    "CREATE INDEX IF NOT EXISTS pages_digest ON pages(session) WHERE digest IS NOT NULL",
+    "CREATE TRIGGER IF NOT EXISTS pages_stats_dirty AFTER UPDATE OF stale, last_ref, ref_count ON pages"
+    " BEGIN INSERT OR IGNORE INTO snapshot_dirty VALUES (NEW.session, NEW.id); END",
+    "CREATE TRIGGER IF NOT EXISTS pages_changed AFTER UPDATE OF id, session, hash, kind, role, step, tokens,"
+    " stub_tokens, call_id, call_ids, tool_name, path, labels, handle, terms, term_ids, digest ON pages"
+    " BEGIN DELETE FROM snapshots WHERE session IN (OLD.session, NEW.session); END",
+    "CREATE TRIGGER IF NOT EXISTS pages_deleted AFTER DELETE ON pages"
+    " BEGIN DELETE FROM snapshots WHERE session = OLD.session; END",
+    "CREATE TRIGGER IF NOT EXISTS vocab_changed AFTER UPDATE ON vocab BEGIN DELETE FROM vocab_snapshot; END",
+    "CREATE TRIGGER IF NOT EXISTS vocab_deleted AFTER DELETE ON vocab BEGIN DELETE FROM vocab_snapshot; END",
+)
 
 # Columns of a page row as loaded (message bytes excluded: they are read on demand).
 PAGE_COLUMNS = (
@@ -107,6 +132,8 @@ _MIGRATIONS = {
     # pages read NULL: a reopen matches them message by message, as before
     # and each page's terms as numbers into the store's vocab (pager.storage.sqlite_terms), filled at open
     3: ("ALTER TABLE pages ADD COLUMN digest TEXT", "ALTER TABLE pages ADD COLUMN term_ids BLOB", VOCAB_SCHEMA),
+    # snapshots of each session's columns (a reopen reads one blob, not every row): tables, triggers, an index
+    4: _SNAPSHOT_SCHEMA,
 }
 
 
@@ -178,6 +205,8 @@ class SQLiteStore:
                 for stmt in _SCHEMA.strip().split(";"):
                     if stmt.strip():
                         self._db.execute(stmt)
+                for stmt in _SNAPSHOT_SCHEMA:
+                    self._db.execute(stmt)
                 self._db.execute(
                     "INSERT OR REPLACE INTO settings VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
                 )
@@ -356,35 +385,161 @@ class SQLiteStore:
     def branch_columns(self, branch: int) -> PageColumns:
         """Return the pages of ``branch`` in order, as columns (``load_pages`` of its ids, without the objects).
 
-        One query; the label and call lists repeat, so each distinct one is
-        decoded once. The terms come as the store's numbers
+        From the session's snapshot (``pager.core.snapshot``) when it has a
+        sound one for a prefix of this branch, and from the rows for the
+        pages it does not cover or whose statistics changed since; from the
+        rows alone otherwise. The terms come as the store's numbers
         (``sqlite_terms``) with a ``TermTable``: no string per term. Pages
         without numbers (none once migrated) are read from their JSON.
         """
+        with self._reading():
+            got = self._snapshot_columns(branch)
+            if got is not None:
+                return got
+            cols, blobs, texts = self._branch_rows(branch, 0)
+            if not cols["id"]:
+                return PageColumns.of([])
+            self._vocab.refresh(self._db)
+            vocab = self._vocab
+            if None not in blobs:
+                lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4
+                table = TermTable(vocab.words, vocab.ids, decode(blobs), lens)
+                return PageColumns(**cols, terms=table.rows(), term_table=table)
+            loads, intern = orjson.loads, sys.intern
+            cols["terms"] = [tuple(map(intern, loads(t))) if t is not None else
+                             (tuple(map(vocab.words.__getitem__, decode((b,)).tolist())) if b is not None else None)
+                             for t, b in zip(texts, blobs)]
+            return PageColumns(**cols)
+
+    def _branch_rows(self, branch: int, start: int) -> tuple[dict[str, Any], list[Any], list[Any]]:
+        """Return the rows of ``branch`` from seq ``start`` on: the columns, the term number blobs, the term JSON.
+
+        One query; the label and call lists repeat, so each distinct one is
+        decoded once.
+        """
         rows = self._db.execute(
             f"SELECT {_BRANCH_COLS}, p.term_ids, CASE WHEN p.term_ids IS NULL THEN p.terms END "
-            "FROM branch_pages b JOIN pages p ON p.id = b.page WHERE b.branch=? ORDER BY b.seq", (branch,)).fetchall()
+            "FROM branch_pages b JOIN pages p ON p.id = b.page WHERE b.branch=? AND b.seq>=? ORDER BY b.seq",
+            (branch, start)).fetchall()
         if not rows:
-            return PageColumns.of([])
-        cols = dict(zip((*_BRANCH_FIELDS, "term_ids", "terms"), zip(*rows)))
+            return {name: [] for name in _BRANCH_FIELDS}, [], []
+        cols = dict(zip((*_BRANCH_FIELDS, "term_ids", "terms"), map(list, zip(*rows))))
+        del rows
         for name in ("call_ids", "labels"):
             memo: dict[str, tuple[str, ...]] = {}
             for text in set(cols[name]):
                 memo[text] = tuple(orjson.loads(text or "[]"))
             cols[name] = list(map(memo.__getitem__, cols[name]))
-        blobs = cols.pop("term_ids")
-        texts = cols.pop("terms")
-        self._vocab.refresh(self._db)
+        return cols, cols.pop("term_ids"), cols.pop("terms")
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Read in one read transaction (one consistent view across statements), unless one is open."""
+        if self._depth or self._db.in_transaction:
+            yield
+            return
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
+    def _snapshot_columns(self, branch: int) -> PageColumns | None:
+        """Return the branch's columns from its session's snapshot and the rows it does not cover (None: none)."""
+        db = self._db
+        row = db.execute("SELECT s.session, s.data FROM branches b JOIN snapshots s ON s.session = b.session "
+                         "WHERE b.id=?", (branch,)).fetchone()
+        if row is None:
+            return None
+        session, data = row
+        try:
+            snap = snapshot.decode(data)
+        except snapshot.SnapshotError:
+            return None
+        del data, row
+        pages = np.asarray(orjson.loads(db.execute(
+            "SELECT json_group_array(page) FROM (SELECT page FROM branch_pages WHERE branch=? ORDER BY seq)",
+            (branch,)).fetchone()[0]), dtype=np.int64)
+        m = min(len(pages), snap.rows)
+        ids = np.asarray(snap.columns["id"][:m], dtype=np.int64)
+        differ = np.flatnonzero(pages[:m] != ids)
+        k = int(differ[0]) if len(differ) else m  # the branch and the snapshot share their first k pages
+        if k == 0:
+            return None
+        snap = snap.cut(k)
         vocab = self._vocab
-        if None not in blobs:
-            lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4
-            table = TermTable(vocab.words, vocab.ids, decode(blobs), lens)
-            return PageColumns(**cols, terms=table.rows(), term_table=table)
-        loads, intern = orjson.loads, sys.intern
-        cols["terms"] = [tuple(map(intern, loads(t))) if t is not None else
-                         (tuple(IdTerms(decode((b,)), vocab.words)) if b is not None else None)
-                         for t, b in zip(texts, blobs)]
-        return PageColumns(**cols)
+        vocab.refresh(db)
+        if snap.words > len(vocab.words):
+            return None  # numbers the store does not have: not this store's snapshot
+        cols = snap.columns
+        dirty = [r[0] for r in db.execute("SELECT page FROM snapshot_dirty WHERE session=?", (session,))]
+        if dirty:
+            row_of = {p: i for i, p in enumerate(cols["id"])}
+            stale, last_ref, ref_count = cols["stale"], cols["last_ref"], cols["ref_count"]
+            for i in range(0, len(dirty), 900):
+                chunk = [p for p in dirty[i : i + 900] if p in row_of]
+                marks = ",".join("?" * len(chunk))
+                for pid, st, lr, rc in db.execute(
+                        f"SELECT id, stale, last_ref, ref_count FROM pages WHERE id IN ({marks})", chunk):
+                    r = row_of[pid]
+                    stale[r], last_ref[r], ref_count[r] = bool(st), lr, rc
+        tid, lens = snap.tid, snap.lens
+        if len(pages) > k:
+            tail, blobs, _texts = self._branch_rows(branch, k)
+            if None in blobs or len(blobs) != len(pages) - k:
+                return None  # pages without term numbers (a store not yet migrated): the rows alone
+            for name in _BRANCH_FIELDS:
+                cols[name].extend(tail[name])
+            tid = np.concatenate([tid, decode(blobs)])
+            lens = np.concatenate([lens, np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4])
+            vocab.refresh(db)
+        table = TermTable(vocab.words, vocab.ids, tid, lens)
+        return PageColumns(**{name: cols[name] for name in _BRANCH_FIELDS}, terms=table.rows(), term_table=table)
+
+    def save_snapshot(self, session: str, version: int, history: Any) -> bool:
+        """Keep the snapshot of ``history`` (the session's mirror, at session ``version``); return whether it did.
+
+        Called at close. Skipped when the store moved on since the mirror
+        (another writer: the version differs) or the mirror is not the head
+        branch's pages. The statistics of pages changed since the last
+        snapshot (``snapshot_dirty``) are taken from their rows.
+        """
+        with self.transaction() as db:
+            if self.lock_session(session) != version:
+                return False
+            head = db.execute("SELECT head_branch FROM sessions WHERE name=?", (session,)).fetchone()
+            if head is None or int(head[0]) != history.branch or not len(history.page):
+                return False
+            pages = orjson.loads(db.execute(
+                "SELECT json_group_array(page) FROM (SELECT page FROM branch_pages WHERE branch=? ORDER BY seq)",
+                (history.branch,)).fetchone()[0])
+            if pages != history.page:
+                return False
+            self._vocab.refresh(db)
+            digests = dict(db.execute("SELECT id, digest FROM pages WHERE session=? AND digest IS NOT NULL",
+                                      (session,)))
+            blob = snapshot.history_snapshot(history, self._vocab.ids, len(self._vocab.words), digests,
+                                             self._dirty_stats(db, session))
+            db.execute("DELETE FROM snapshots WHERE session=?", (session,))
+            if blob is None:
+                return False
+            save_vocab_snapshot(db)
+            db.execute("INSERT INTO snapshots VALUES (?, ?, ?, ?, ?)",
+                       (session, history.branch, len(history.page), blob, time.time()))
+            db.execute("DELETE FROM snapshot_dirty WHERE session=?", (session,))
+        return True
+
+    def _dirty_stats(self, db: sqlite3.Connection, session: str) -> dict[int, tuple[int, int, int]]:
+        """Return the statistics (stale, last_ref, ref_count) of the session's pages changed since its snapshot."""
+        dirty = [r[0] for r in db.execute("SELECT page FROM snapshot_dirty WHERE session=?", (session,))]
+        out: dict[int, tuple[int, int, int]] = {}
+        for i in range(0, len(dirty), 900):
+            chunk = dirty[i : i + 900]
+            marks = ",".join("?" * len(chunk))
+            for pid, st, lr, rc in db.execute(
+                    f"SELECT id, stale, last_ref, ref_count FROM pages WHERE id IN ({marks})", chunk):
+                out[pid] = (st, lr, rc)
+        return out
 
     def page_by_handle(self, session: str, handle: str) -> int | None:
         """Return the newest page id with ``handle`` in ``session`` (None when unknown)."""
