@@ -27,6 +27,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import orjson
 
+from pager.core.termload import postings
+
 __all__ = ["FORMAT", "SnapshotError", "Snapshot", "decode", "encode", "history_snapshot"]
 
 FORMAT = 1
@@ -53,26 +55,32 @@ class Snapshot:
     numbering the snapshot refers to (every number is below it).
     """
 
-    __slots__ = ("rows", "words", "columns", "tid", "lens")
+    __slots__ = ("rows", "words", "columns", "tid", "lens", "posted")
 
     def __init__(self, rows: int, words: int, columns: dict[str, list[Any]], tid: np.ndarray,
-                 lens: np.ndarray) -> None:
+                 lens: np.ndarray, posted: np.ndarray | None) -> None:
         self.rows = rows
         self.words = words
         self.columns = columns
         self.tid = tid
         self.lens = lens
+        self.posted = posted  # the pages' ids by term (``pager.core.termload.postings``): no sort at a reopen
 
     def cut(self, k: int) -> "Snapshot":
-        """Return the first ``k`` rows (a branch that shares only that prefix)."""
+        """Return the first ``k`` rows (a branch that shares only that prefix; its postings are made anew)."""
         if k >= self.rows:
             return self
         end = int(self.lens[:k].sum())
-        return Snapshot(k, self.words, {n: c[:k] for n, c in self.columns.items()}, self.tid[:end], self.lens[:k])
+        return Snapshot(k, self.words, {n: c[:k] for n, c in self.columns.items()}, self.tid[:end], self.lens[:k],
+                        None)
 
 
-def encode(columns: Mapping[str, Sequence[Any]], tid: np.ndarray, lens: np.ndarray, words: int) -> bytes:
-    """Return the blob of ``columns`` (the ``PageColumns`` fields) with the terms as numbers ``tid``/``lens``."""
+def encode(columns: Mapping[str, Sequence[Any]], tid: np.ndarray, lens: np.ndarray, words: int,
+           posted: np.ndarray | None = None) -> bytes:
+    """Return the blob of ``columns`` (the ``PageColumns`` fields) with the terms as numbers ``tid``/``lens``.
+
+    ``posted``: their ``postings`` (made here when not given).
+    """
     rows = len(columns["id"])
     parts: list[tuple[str, bytes]] = []
     for name in _INTS:
@@ -93,6 +101,10 @@ def encode(columns: Mapping[str, Sequence[Any]], tid: np.ndarray, lens: np.ndarr
     parts.append(("digest", orjson.dumps([d for _, d in digests])))
     parts.append(("lens", np.asarray(lens, dtype=_I32).tobytes()))
     parts.append(("tid", np.asarray(tid, dtype=_I32).tobytes()))
+    if posted is None:
+        posted = postings(columns["id"], np.asarray(tid, dtype=np.int64), np.asarray(lens, dtype=np.int64))
+    if not len(posted) or int(np.max(posted)) < 2**31:  # else a reopen sorts them (ids past 32 bits)
+        parts.append(("posted", np.asarray(posted, dtype=_I32).tobytes()))
     offset, index = 0, []
     for name, data in parts:
         index.append([name, offset, len(data)])
@@ -138,8 +150,7 @@ def decode(blob: bytes | memoryview) -> Snapshot:
             flat = _list(part[name], int(lens.sum()) if rows else 0)
             if rows and lens.min() < 0:
                 raise SnapshotError(f"column {name}: a negative length")
-            items = iter(flat)
-            cols[name] = list(map(tuple, map(itertools.islice, itertools.repeat(items), lens.tolist())))
+            cols[name] = _tuples(flat, lens)
         where = _array(part["digest.rows"], _I32, None).tolist()
         hexes = orjson.loads(part["digest"])
         if len(hexes) != len(where) or any(not 0 <= i < rows for i in where):
@@ -154,11 +165,29 @@ def decode(blob: bytes | memoryview) -> Snapshot:
             raise SnapshotError("the terms do not add up")
         if len(tid) and (tid.min() < 1 or tid.max() >= words):
             raise SnapshotError("a term number outside the numbering")
+        posted = _array(part["posted"], _I32, len(tid)) if "posted" in part else None
+        if posted is not None and len(posted) and (posted.min() < min(cols["id"]) or posted.max() > max(cols["id"])):
+            raise SnapshotError("postings of other pages")
     except SnapshotError:
         raise
     except (KeyError, TypeError, ValueError, IndexError) as exc:  # orjson.JSONDecodeError is a ValueError
         raise SnapshotError(f"a malformed snapshot: {exc}") from None
-    return Snapshot(rows, words, cols, tid.astype(np.int32), lens.astype(np.int64))
+    return Snapshot(rows, words, cols, tid.astype(np.int32), lens.astype(np.int64),
+                    None if posted is None else posted.copy())
+
+
+def _tuples(flat: list[Any], lens: np.ndarray) -> list[tuple[Any, ...]]:
+    """Return ``flat`` cut into tuples of ``lens`` items (most rows hold none or one: made in C)."""
+    out: list[tuple[Any, ...]] = [()] * len(lens)
+    rows = np.flatnonzero(lens).tolist()
+    if len(flat) == len(rows):  # one item each
+        values: Any = zip(flat)
+    else:
+        ends = np.cumsum(lens)
+        values = (tuple(flat[a:b]) for a, b in zip((ends - lens)[rows].tolist(), ends[rows].tolist()))
+    for r, v in zip(rows, values):
+        out[r] = v
+    return out
 
 
 def _array(data: memoryview, dtype: np.dtype, rows: int | None) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 
 from pager.core.terms import TermIndex
 
-__all__ = ["LoadedTermIndex", "TermColumn", "TermRows", "TermTable"]
+__all__ = ["LoadedTermIndex", "TermColumn", "TermRows", "TermTable", "postings"]
 
 
 class TermTable:
@@ -34,15 +34,17 @@ class TermTable:
     made (a frozenset) when asked for: a reopen makes no object per page.
     """
 
-    __slots__ = ("words", "ids", "tid", "lens", "size", "_ends")
+    __slots__ = ("words", "ids", "tid", "lens", "size", "posted", "_ends")
 
-    def __init__(self, words: Sequence[str | None], ids: Any, tid: np.ndarray, lens: np.ndarray) -> None:
+    def __init__(self, words: Sequence[str | None], ids: Any, tid: np.ndarray, lens: np.ndarray,
+                 posted: np.ndarray | None = None) -> None:
         self.words = words
         self.ids = ids
         self.tid = tid
         self.lens = lens
         self.size = len(words)
-        self._ends: list[int] | None = None
+        self.posted = posted  # ``postings`` of these pages, when the store kept it (a snapshot)
+        self._ends: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.lens)
@@ -51,7 +53,8 @@ class TermTable:
         """Return page ``r``'s term numbers (a view)."""
         ends = self._ends
         if ends is None:
-            ends = self._ends = [0, *np.cumsum(self.lens).tolist()]
+            ends = self._ends = np.zeros(len(self.lens) + 1, dtype=np.int64)
+            np.cumsum(self.lens, out=ends[1:])
         return self.tid[ends[r] : ends[r + 1]]
 
     def row(self, r: int) -> frozenset[str]:
@@ -156,6 +159,29 @@ class _Postings(dict):  # type: ignore[type-arg]
         return dict.__contains__(self, term) or self._made(term) is not None  # type: ignore[arg-type]
 
 
+def postings(ids: Sequence[int], tid: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Return the page ids of ``ids`` (page ``i`` holding the ``lens[i]`` numbers next in ``tid``), by term, then id.
+
+    Term ``t``'s pages are the run ``start[t]:start[t + 1]`` of the result,
+    ``start`` the running count of the terms' occurrences.
+    """
+    pages = np.repeat(np.asarray(ids, dtype=np.int64), lens)
+    if len(pages) and 0 <= pages.min() and pages.max() < 2**32:
+        # one sort of (term, page id) keys: each term's run in id order, as a stable sort by term would
+        # leave ascending ids (and a lexsort any others); numpy's int64 sort is the fastest it has
+        key = np.asarray(tid, dtype=np.int64) << 32
+        key |= pages
+        del pages
+        key.sort()
+        key &= 0xFFFFFFFF
+        posted = key
+    else:  # ids a 32-bit key cannot hold (a store that numbers pages otherwise)
+        posted = pages[np.lexsort((pages, tid))]
+    if not len(posted) or posted.max() < 2**31:
+        posted = posted.astype(np.int32)  # half the memory; ids read back as Python ints
+    return posted
+
+
 class LoadedTermIndex(TermIndex):
     """A ``TermIndex`` that starts from loaded pages' terms, indexed in bulk (see the module docstring)."""
 
@@ -178,23 +204,11 @@ class LoadedTermIndex(TermIndex):
             size = len(vocab)
             tid = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
             del flat
-        pages = np.repeat(np.asarray(ids, dtype=np.int64), lens)
         start = np.zeros(size + 1, dtype=np.int64)
         np.cumsum(np.bincount(tid, minlength=size), out=start[1:])
-        if len(pages) and 0 <= pages.min() and pages.max() < 2**32:
-            # one sort of (term, page id) keys: each term's run in id order, as a stable sort by term would
-            # leave ascending ids (and a lexsort any others); numpy's int64 sort is the fastest it has
-            key = np.asarray(tid, dtype=np.int64) << 32
-            key |= pages
-            del pages
-            key.sort()
-            key &= 0xFFFFFFFF
-            posted = key.astype(np.int32 if len(key) == 0 or key[-1] < 2**31 else np.int64)
-            del key
-        else:  # ids a 32-bit key cannot hold (a store that numbers pages otherwise)
-            posted = pages[np.lexsort((pages, tid))]
-        if len(posted) and posted.dtype == np.int64 and posted.max() < 2**31:
-            posted = posted.astype(np.int32)  # half the memory; ids read back as Python ints
+        posted = table.posted if table is not None and table.posted is not None else None
+        if posted is None or len(posted) != len(tid):
+            posted = postings(ids, tid, lens)
         self._postings = _Postings(vocab, start, posted)
 
     def __len__(self) -> int:

@@ -493,7 +493,7 @@ class SQLiteStore:
             tid = np.concatenate([tid, decode(blobs)])
             lens = np.concatenate([lens, np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4])
             vocab.refresh(db)
-        table = TermTable(vocab.words, vocab.ids, tid, lens)
+        table = TermTable(vocab.words, vocab.ids, tid, lens, snap.posted if len(pages) == k else None)
         return PageColumns(**{name: cols[name] for name in _BRANCH_FIELDS}, terms=table.rows(), term_table=table)
 
     def save_snapshot(self, session: str, version: int, history: Any) -> bool:
