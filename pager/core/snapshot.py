@@ -89,8 +89,8 @@ def encode(columns: Mapping[str, Sequence[Any]], tid: np.ndarray, lens: np.ndarr
     for name in _TEXTS:
         parts.append((name, orjson.dumps(list(columns[name]))))
     for name in _CODED:
-        values: dict[Any, int] = {}
-        codes = np.fromiter((values.setdefault(v, len(values)) for v in columns[name]), dtype=_I32, count=rows)
+        values = {v: i for i, v in enumerate(dict.fromkeys(columns[name]))}
+        codes = np.fromiter(map(values.__getitem__, columns[name]), dtype=_I32, count=rows)
         parts.append((name, codes.tobytes()))
         parts.append((name + ".values", orjson.dumps(list(values))))
     for name in _LISTS:  # the lists one after the other, and the length of each (no list object per row)
@@ -222,20 +222,27 @@ def history_snapshot(
     tuple ``prepare`` stored).
     """
     n = len(h.page)
-    chunks: list[Any] = []
-    get = numbers.get
     col = h.terms
-    for r in range(n):
+    table = getattr(col, "table", None)
+    # the rows loaded with the store's numbers come first: their numbers as one run of the table
+    m = min(n, len(table)) if table is not None else 0
+    while m and list.__getitem__(col, slice(0, m)).count(None) != m:
+        m = 0  # not the leading rows (never so today): number every row
+    head = table.tid[: int(table.lens[:m].sum())] if m else np.zeros(0, np.int32)
+    chunks: list[Any] = [np.asarray(head, dtype=np.int32)]
+    lens = [np.asarray(table.lens[:m], dtype=np.int64)] if m else []
+    get = numbers.get
+    rest: list[int] = []
+    for r in range(m, n):
         value = list.__getitem__(col, r)
-        if value is None:  # a loaded row: its numbers as the store gave them
-            chunks.append(col.numbers(r))
-        else:
-            ids = list(map(get, value))
-            if None in ids:
-                return None
-            chunks.append(np.asarray(ids, dtype=np.int32))
-    lens = np.fromiter(map(len, chunks), dtype=np.int64, count=n)
-    tid = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
+        ids = col.numbers(r) if value is None else list(map(get, value))
+        if value is not None and None in ids:
+            return None
+        chunks.append(np.asarray(ids, dtype=np.int32))
+        rest.append(len(ids))
+    lens.append(np.asarray(rest, dtype=np.int64))
+    tid = np.concatenate(chunks)
+    lens_all = np.concatenate(lens)
     if len(tid) and (int(tid.max()) >= words or int(tid.min()) < 1):
         return None
     stale, last_ref, ref_count = list(h.stale), list(h.last_ref), list(h.ref_count)
@@ -250,4 +257,4 @@ def history_snapshot(
         "path": h.path, "stale": stale, "labels": h.labels, "last_ref": last_ref, "ref_count": ref_count,
         "handle": h.handle, "digest": [digests.get(p) for p in h.page],
     }
-    return encode(columns, tid, lens, words)
+    return encode(columns, tid, lens_all, words)

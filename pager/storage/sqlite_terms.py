@@ -168,18 +168,26 @@ VOCAB_SNAPSHOT_SCHEMA = ("CREATE TABLE IF NOT EXISTS vocab_snapshot (id INTEGER 
 _LINES, _JSON = b"L", b"J"  # the words joined by newlines, or (one of them holds a newline) a JSON list
 
 
+def _pack(body: bytes) -> bytes:
+    return hashlib.sha256(body).digest() + body
+
+
 def _pack_words(words: list[str]) -> bytes:
     if any("\n" in w for w in words):
-        body = _JSON + orjson.dumps(words)
-    else:
-        body = _LINES + "\n".join(words).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(body).digest() + body
+        return _pack(_JSON + orjson.dumps(words))
+    return _pack(_LINES + "\n".join(words).encode("utf-8", "surrogatepass"))
+
+
+def _sound(data: bytes) -> bytes | None:
+    """Return the body of a vocabulary snapshot whose checksum holds, else None."""
+    body = data[32:]
+    return body if len(data) > 32 and hashlib.sha256(body).digest() == data[:32] else None
 
 
 def _unpack_words(data: bytes, count: int) -> list[str] | None:
     """Return the words of a vocabulary snapshot (None when it is not sound: then ``refresh`` reads them all)."""
-    digest, body = data[:32], data[32:]
-    if len(data) < 33 or hashlib.sha256(body).digest() != digest:
+    body = _sound(data)
+    if body is None:
         return None
     try:
         if body[:1] == _LINES:
@@ -200,13 +208,19 @@ def save_vocab_snapshot(db: sqlite3.Connection) -> None:
     another process numbered); skipped while the numbers are not dense.
     """
     row = db.execute("SELECT words, data FROM vocab_snapshot WHERE id=1").fetchone()
-    old = _unpack_words(row[1], int(row[0])) if row is not None else None
-    have = [] if old is None else old
-    got = db.execute("SELECT count(*), min(id), max(id) FROM vocab WHERE id >= ?", (len(have) + 1,)).fetchone()
+    body = _sound(row[1]) if row is not None else None
+    have = int(row[0]) - 1 if body is not None else 0
+    got = db.execute("SELECT count(*), min(id), max(id) FROM vocab WHERE id > ?", (have,)).fetchone()
     count, low, high = int(got[0]), got[1], got[2]
-    if not count or low != len(have) + 1 or high != low + count - 1:
+    if not count or low != have + 1 or high != low + count - 1:
         return  # nothing new, or a gap in the numbers: the snapshot stays as it is
     new = orjson.loads(db.execute("SELECT json_group_array(term) FROM (SELECT term FROM vocab WHERE id >= ? "
                                   "ORDER BY id)", (low,)).fetchone()[0])
-    words = have + new
-    db.execute("INSERT OR REPLACE INTO vocab_snapshot VALUES (1, ?, ?)", (len(words) + 1, _pack_words(words)))
+    if body is not None and have and body[:1] == _LINES and not any("\n" in w for w in new):
+        data = _pack(body + b"\n" + "\n".join(new).encode("utf-8", "surrogatepass"))  # appended, not re-read
+    else:
+        old = _unpack_words(row[1], have + 1) if body is not None else []
+        if old is None:
+            return
+        data = _pack_words(old + new)
+    db.execute("INSERT OR REPLACE INTO vocab_snapshot VALUES (1, ?, ?)", (have + count + 1, data))
