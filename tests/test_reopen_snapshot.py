@@ -375,3 +375,25 @@ def test_the_chunked_digest_is_the_digest_of_each_message_in_canonical_form():
             got = digest_messages(msgs, n)
             assert got is not None and got.rows == n
             assert got.hexdigest() == _running(msgs[:n]), (extra, n)
+
+
+def test_a_rolled_back_transaction_after_reading_the_vocabulary_snapshot(tmp_path):
+    from pager.testing import new_page
+
+    path, msgs, ends = _recorded(tmp_path, 2, steps=20)
+    db = _db(path)
+    known = [t for (t,) in db.execute("SELECT term FROM vocab ORDER BY id LIMIT 3")]
+    db.close()
+    store = SQLiteStore(path)
+    head = store.ensure_session("s")
+    n = len(branch_columns(store, head).id)  # reads the vocabulary snapshot, outside any write
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.record("s", head, None, n, [new_page(900, terms=(known[0], "fresh_word_one"))])
+            raise RuntimeError("the call failed")
+    _, ids = store.record("s", head, None, n, [new_page(901, terms=(known[1], "fresh_word_two", known[2]))])
+    other = SQLiteStore(path)  # another process's view, read from the table
+    for s in (store, other):
+        assert set(branch_columns(s, head).terms[-1]) == {known[1], "fresh_word_two", known[2]}
+    other.close()
+    store.close()

@@ -75,6 +75,7 @@ class TermVocab:
         self.words: list[str | None] = [None]  # numbers start at 1 (SQLite's first rowid)
         self.ids: dict[str, int] = _Numbers()
         self._committed = 1
+        self._covered = 0  # words 1 .. covered-1 came from the vocabulary snapshot
 
     def load(self, db: sqlite3.Connection) -> None:
         """Start from the store's vocabulary snapshot, if it has a sound one and nothing was read yet."""
@@ -88,7 +89,7 @@ class TermVocab:
         if not words:
             return
         self.words.extend(words)
-        covered = len(self.words)
+        covered = self._covered = len(self.words)
         ids = self.ids
         if isinstance(ids, _Numbers):
             def lookup(term: str) -> int | None:
@@ -135,9 +136,13 @@ class TermVocab:
             if term is not None:
                 self.ids.pop(term, None)
         del self.words[self._committed :]
-        if isinstance(self.ids, _Numbers):  # words read from the snapshot are forgotten too: read them anew
-            self.ids._lookup = None
-            self.ids._absent.clear()
+        if self._committed < self._covered:  # read from the snapshot in the rolled-back transaction: anew
+            self._covered = 0
+            del self.words[1:]
+            self.ids.clear()
+            if isinstance(self.ids, _Numbers):
+                self.ids._lookup = None
+                self.ids._absent.clear()
 
 
 def decode(blobs: Iterable[bytes]) -> np.ndarray:
