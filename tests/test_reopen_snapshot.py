@@ -382,18 +382,23 @@ def test_a_rolled_back_transaction_after_reading_the_vocabulary_snapshot(tmp_pat
 
     path, msgs, ends = _recorded(tmp_path, 2, steps=20)
     db = _db(path)
-    known = [t for (t,) in db.execute("SELECT term FROM vocab ORDER BY id LIMIT 3")]
+    known = [t for (t,) in db.execute("SELECT term FROM vocab ORDER BY id LIMIT 5")]
     db.close()
-    store = SQLiteStore(path)
-    head = store.ensure_session("s")
-    n = len(branch_columns(store, head).id)  # reads the vocabulary snapshot, outside any write
-    with pytest.raises(RuntimeError):
-        with store.transaction():
-            store.record("s", head, None, n, [new_page(900, terms=(known[0], "fresh_word_one"))])
-            raise RuntimeError("the call failed")
-    _, ids = store.record("s", head, None, n, [new_page(901, terms=(known[1], "fresh_word_two", known[2]))])
-    other = SQLiteStore(path)  # another process's view, read from the table
-    for s in (store, other):
-        assert set(branch_columns(s, head).terms[-1]) == {known[1], "fresh_word_two", known[2]}
-    other.close()
-    store.close()
+    for committed_first in (False, True):
+        store = SQLiteStore(path)
+        head = store.ensure_session("s")
+        n = len(branch_columns(store, head).id)  # reads the vocabulary snapshot, outside any write
+        if committed_first:  # a write committed since: the snapshot's words count as committed
+            store.record("s", head, None, n, [new_page(899, terms=(known[3],))])
+            n += 1
+        with pytest.raises(RuntimeError):
+            with store.transaction():
+                store.record("s", head, None, n, [new_page(900, terms=(known[0], "fresh_word_one"))])
+                raise RuntimeError("the call failed")
+        # words of the snapshot never asked for yet, a new one: numbered and read back as the table has them
+        store.record("s", head, None, n, [new_page(901, terms=(known[1], f"fresh_{committed_first}", known[4]))])
+        other = SQLiteStore(path)  # another process's view, read from the table
+        for s in (store, other):
+            assert set(branch_columns(s, head).terms[-1]) == {known[1], f"fresh_{committed_first}", known[4]}
+        other.close()
+        store.close()
