@@ -402,3 +402,31 @@ def test_a_rolled_back_transaction_after_reading_the_vocabulary_snapshot(tmp_pat
             assert set(branch_columns(s, head).terms[-1]) == {known[1], f"fresh_{committed_first}", known[4]}
         other.close()
         store.close()
+
+
+def test_a_growing_session_keeps_a_snapshot_of_at_least_half_its_rows_without_closing(tmp_path, monkeypatch,
+                                                                                       row_loads):
+    import pager.session as session_mod
+
+    monkeypatch.setattr(session_mod, "SNAPSHOT_ROWS", 40)
+    _h, msgs = generate_session(12, 60)
+    ends = _ends(msgs)
+    live = pager.open(tmp_path / "store", session="s", **OPTS)
+    written = []
+    for k in ends:
+        live.assemble({"messages": _fresh(msgs[:k])})
+        got = _snapshots(tmp_path / "store")
+        if got and got[0][2] not in written:
+            written.append(got[0][2])
+    assert written and written[0] >= 40  # the first once the history reached 40 rows, then at each doubling
+    assert all(b >= 2 * a for a, b in zip(written, written[1:]))
+    assert 2 * written[-1] > len(live.history)
+    shutil.copytree(tmp_path / "store", tmp_path / "crashed")  # never closed
+    row_loads[0] = 0
+    a = pager.open(tmp_path / "crashed", session="s")
+    assert row_loads[0] == len(a.history) - written[-1]
+    _same_mirror(a.history, pager.open(_without_snapshot(tmp_path / "crashed", tmp_path / "ref"),
+                                       session="s").history)
+    _same_mirror(a.history, live.history, live=True)
+    a.close()
+    live.close()
