@@ -68,9 +68,9 @@ def _closed(tmp_path: Any, msgs: list[dict[str, Any]], cut: int) -> tuple[str, s
 def _drop_snapshots(db: sqlite3.Connection) -> None:
     """Take a store back to the layout of schema 4 (pager before snapshots)."""
     for kind, name in db.execute("SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'index', 'table') "
-                                 "AND name IN ('pages_stats_dirty', 'pages_changed', 'pages_deleted', "
+                                 "AND name IN ('pages_stats_moved', 'pages_changed', 'pages_deleted', "
                                  "'vocab_changed', 'vocab_deleted', 'pages_digest', 'snapshots', "
-                                 "'snapshot_dirty', 'vocab_snapshot')").fetchall():
+                                 "'snapshot_moved', 'vocab_snapshot')").fetchall():
         db.execute(f"DROP {kind.upper()} IF EXISTS {name}")
     db.execute("UPDATE settings SET value='4' WHERE key='schema_version'")
 

@@ -142,7 +142,7 @@ def test_a_snapshot_behind_the_store_reads_the_newer_rows_and_the_changed_statis
         live.assemble({"messages": _fresh(msgs[:k])})
     shutil.copytree(path, tmp_path / "crashed")  # the committed state, WAL included, as a kill -9 leaves it
     db = _db(tmp_path / "crashed")
-    dirty = db.execute("SELECT COUNT(*) FROM snapshot_dirty").fetchone()[0]
+    dirty = db.execute("SELECT COUNT(*) FROM snapshot_moved").fetchone()[0]
     db.close()
     assert dirty > 0  # later messages referred back to pages the snapshot holds: their statistics changed
     ref = _without_snapshot(tmp_path / "crashed", tmp_path / "ref")
@@ -251,8 +251,8 @@ def test_a_schema_4_store_migrates_and_its_close_writes_the_first_snapshot(tmp_p
     db = _db(path)
     with db:
         for kind, name in db.execute(
-                "SELECT type, name FROM sqlite_master WHERE name IN ('pages_stats_dirty', 'pages_changed', "
-                "'pages_deleted', 'vocab_changed', 'vocab_deleted', 'pages_digest', 'snapshots', 'snapshot_dirty', "
+                "SELECT type, name FROM sqlite_master WHERE name IN ('pages_stats_moved', 'pages_changed', "
+                "'pages_deleted', 'vocab_changed', 'vocab_deleted', 'pages_digest', 'snapshots', 'snapshot_moved', "
                 "'vocab_snapshot')").fetchall():
             db.execute(f"DROP {kind.upper()} IF EXISTS {name}")
         db.execute("UPDATE settings SET value='4' WHERE key='schema_version'")

@@ -208,15 +208,15 @@ def _list(data: memoryview, rows: int) -> list[Any]:
 
 def history_snapshot(
     h: Any, numbers: Mapping[str, int], words: int, digests: Mapping[int, str],
-    stats: Mapping[int, tuple[int, int, int]],
+    stats: tuple[Sequence[bool], Sequence[int], Sequence[int]] | None = None,
 ) -> bytes | None:
     """Return the snapshot of mirror ``h`` (``pager.core.history.History``), or None when it cannot be made.
 
     ``numbers`` maps a term to its number in the store's numbering (a term
     without one: no snapshot), ``words`` is the size of that numbering,
     ``digests`` the running digests stored with the pages (page id -> hex),
-    ``stats`` the statistics (stale, last_ref, ref_count) to take from the
-    store rather than the mirror (page id -> values). The terms of loaded
+    ``stats`` the statistics columns (stale, last_ref, ref_count) to take
+    rather than the mirror's. The terms of loaded
     rows are numbers already; the others are numbered here, in the order
     the store numbered them (a recorded page's frozenset is the one whose
     tuple ``prepare`` stored).
@@ -245,12 +245,9 @@ def history_snapshot(
     lens_all = np.concatenate(lens)
     if len(tid) and (int(tid.max()) >= words or int(tid.min()) < 1):
         return None
-    stale, last_ref, ref_count = list(h.stale), list(h.last_ref), list(h.ref_count)
-    if stats:
-        for r, pid in enumerate(h.page):
-            got = stats.get(pid)
-            if got is not None:
-                stale[r], last_ref[r], ref_count[r] = bool(got[0]), got[1], got[2]
+    stale, last_ref, ref_count = stats if stats is not None else (h.stale, h.last_ref, h.ref_count)
+    if not len(stale) == len(last_ref) == len(ref_count) == n:
+        return None
     columns = {
         "id": h.page, "hash": h.hash, "kind": h.kind, "role": h.role, "step": h.step, "tokens": h.tokens,
         "stub_tokens": h.stub_tokens, "call_id": h.answers, "call_ids": h.call_ids, "tool_name": h.tool_name,

@@ -90,19 +90,19 @@ CREATE TABLE IF NOT EXISTS events (
 """
 # Snapshots (schema 5, ``pager.core.snapshot``): each session's head branch as one blob, written at close,
 # what a reopen reads instead of every page row. Derived data: validated on open against the branch's page
-# ids; the pages whose statistics changed since are listed in ``snapshot_dirty`` (by a trigger, whoever
+# ids; a session whose pages' statistics changed since is listed in ``snapshot_moved`` (by a trigger, whoever
 # changes them) and read from their rows, and so are the pages recorded after it. Any other change to a
 # page's columns drops the session's snapshot.
 _SNAPSHOT_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS snapshots (session TEXT PRIMARY KEY, branch INTEGER NOT NULL, rows INTEGER NOT NULL,"
     " data BLOB NOT NULL, created REAL NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS snapshot_dirty (session TEXT NOT NULL, page INTEGER NOT NULL,"
-    " PRIMARY KEY (session, page)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS snapshot_moved (session TEXT PRIMARY KEY) WITHOUT ROWID",
     VOCAB_SNAPSHOT_SCHEMA,
     # the running digests of a session, read when a snapshot is written (one page in each record has one)
     "CREATE INDEX IF NOT EXISTS pages_digest ON pages(session) WHERE digest IS NOT NULL",
-    "CREATE TRIGGER IF NOT EXISTS pages_stats_dirty AFTER UPDATE OF stale, last_ref, ref_count ON pages"
-    " BEGIN INSERT OR IGNORE INTO snapshot_dirty VALUES (NEW.session, NEW.id); END",
+    # one row a session, written once: a call's statistics cost a lookup each, not a write (~4 us a page)
+    "CREATE TRIGGER IF NOT EXISTS pages_stats_moved AFTER UPDATE OF stale, last_ref, ref_count ON pages"
+    " BEGIN INSERT OR IGNORE INTO snapshot_moved VALUES (NEW.session); END",
     "CREATE TRIGGER IF NOT EXISTS pages_changed AFTER UPDATE OF id, session, hash, kind, role, step, tokens,"
     " stub_tokens, call_id, call_ids, tool_name, path, labels, handle, terms, term_ids, digest ON pages"
     " BEGIN DELETE FROM snapshots WHERE session IN (OLD.session, NEW.session); END",
@@ -472,17 +472,9 @@ class SQLiteStore:
         if snap.words > len(vocab.words):
             return None  # numbers the store does not have: not this store's snapshot
         cols = snap.columns
-        dirty = [r[0] for r in db.execute("SELECT page FROM snapshot_dirty WHERE session=?", (session,))]
-        if dirty:
-            row_of = {p: i for i, p in enumerate(cols["id"])}
-            stale, last_ref, ref_count = cols["stale"], cols["last_ref"], cols["ref_count"]
-            for i in range(0, len(dirty), 900):
-                chunk = [p for p in dirty[i : i + 900] if p in row_of]
-                marks = ",".join("?" * len(chunk))
-                for pid, st, lr, rc in db.execute(
-                        f"SELECT id, stale, last_ref, ref_count FROM pages WHERE id IN ({marks})", chunk):
-                    r = row_of[pid]
-                    stale[r], last_ref[r], ref_count[r] = bool(st), lr, rc
+        if db.execute("SELECT 1 FROM snapshot_moved WHERE session=?", (session,)).fetchone():
+            # statistics changed since (a process that died without closing): those of every page it covers
+            cols["stale"], cols["last_ref"], cols["ref_count"] = self._branch_stats(branch, k)
         tid, lens = snap.tid, snap.lens
         if len(pages) > k:
             tail, blobs, _texts = self._branch_rows(branch, k)
@@ -501,8 +493,8 @@ class SQLiteStore:
 
         Called at close. Skipped when the store moved on since the mirror
         (another writer: the version differs) or the mirror is not the head
-        branch's pages. The statistics of pages changed since the last
-        snapshot (``snapshot_dirty``) are taken from their rows.
+        branch's pages. When statistics changed since the last snapshot
+        (``snapshot_moved``), they are taken from the rows.
         """
         with self.transaction() as db:
             if self.lock_session(session) != version:
@@ -518,28 +510,28 @@ class SQLiteStore:
             self._vocab.refresh(db)
             digests = dict(db.execute("SELECT id, digest FROM pages WHERE session=? AND digest IS NOT NULL",
                                       (session,)))
-            blob = snapshot.history_snapshot(history, self._vocab.ids, len(self._vocab.words), digests,
-                                             self._dirty_stats(db, session))
+            moved = db.execute("SELECT 1 FROM snapshot_moved WHERE session=?", (session,)).fetchone()
+            # statistics changed since the last snapshot: the rows' own, not the mirror's (the same, unless a
+            # writer other than a Pager changed them)
+            stats = self._branch_stats(history.branch, len(pages)) if moved else None
+            blob = snapshot.history_snapshot(history, self._vocab.ids, len(self._vocab.words), digests, stats)
             db.execute("DELETE FROM snapshots WHERE session=?", (session,))
             if blob is None:
                 return False
             save_vocab_snapshot(db)
             db.execute("INSERT INTO snapshots VALUES (?, ?, ?, ?, ?)",
                        (session, history.branch, len(history.page), blob, time.time()))
-            db.execute("DELETE FROM snapshot_dirty WHERE session=?", (session,))
+            db.execute("DELETE FROM snapshot_moved WHERE session=?", (session,))
         return True
 
-    def _dirty_stats(self, db: sqlite3.Connection, session: str) -> dict[int, tuple[int, int, int]]:
-        """Return the statistics (stale, last_ref, ref_count) of the session's pages changed since its snapshot."""
-        dirty = [r[0] for r in db.execute("SELECT page FROM snapshot_dirty WHERE session=?", (session,))]
-        out: dict[int, tuple[int, int, int]] = {}
-        for i in range(0, len(dirty), 900):
-            chunk = dirty[i : i + 900]
-            marks = ",".join("?" * len(chunk))
-            for pid, st, lr, rc in db.execute(
-                    f"SELECT id, stale, last_ref, ref_count FROM pages WHERE id IN ({marks})", chunk):
-                out[pid] = (st, lr, rc)
-        return out
+    def _branch_stats(self, branch: int, rows: int) -> tuple[list[bool], list[int], list[int]]:
+        """Return the statistics (stale, last_ref, ref_count) of the branch's first ``rows`` pages, from their rows."""
+        got = self._db.execute(
+            "SELECT json_group_array(s), json_group_array(l), json_group_array(r) FROM (SELECT p.stale AS s, "
+            "p.last_ref AS l, p.ref_count AS r FROM branch_pages b JOIN pages p ON p.id = b.page "
+            "WHERE b.branch=? AND b.seq<? ORDER BY b.seq)", (branch, rows)).fetchone()
+        stale, last_ref, ref_count = (orjson.loads(g) for g in got)
+        return list(map(bool, stale)), last_ref, ref_count
 
     def page_by_handle(self, session: str, handle: str) -> int | None:
         """Return the newest page id with ``handle`` in ``session`` (None when unknown)."""
