@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import orjson
 
+from pager.errors import StoreError
+
 __all__ = ["VOCAB_SCHEMA", "TermVocab", "fill_term_ids", "save_vocab_snapshot"]
 
 VOCAB_SCHEMA = "CREATE TABLE IF NOT EXISTS vocab (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE)"
@@ -93,7 +95,10 @@ class TermVocab:
         ids = self.ids
         if isinstance(ids, _Numbers):
             def lookup(term: str) -> int | None:
-                got = db.execute("SELECT id FROM vocab WHERE term=? AND id<?", (term, covered)).fetchone()
+                try:
+                    got = db.execute("SELECT id FROM vocab WHERE term=? AND id<?", (term, covered)).fetchone()
+                except sqlite3.Error as exc:  # the store was closed under a mirror still in use
+                    raise StoreError(f"cannot read the store's term numbers: {exc}") from exc
                 return int(got[0]) if got else None
             ids._lookup = lookup
 
