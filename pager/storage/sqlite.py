@@ -32,10 +32,9 @@ import orjson
 
 from pager.errors import SchemaError, StoreError
 from pager.stateio import PRIVATE_DIR, open_private, refuse_symlinks
-from pager.storage.sqlite_terms import (
-    VOCAB_SCHEMA, VOCAB_SNAPSHOT_SCHEMA, TermVocab, decode, fill_term_ids, save_vocab_snapshot)
+from pager.storage.sqlite_snapshot import SNAPSHOT_SCHEMA, read_snapshot, write_snapshot
+from pager.storage.sqlite_terms import VOCAB_SCHEMA, TermVocab, decode, fill_term_ids
 from pager.storage.acked import ACKED_NAME, AckedMark, LostWrites, check_acked, mark_acked
-from pager.core import snapshot
 from pager.core.aside import ASIDE_KINDS
 from pager.core.pages import PageColumns, page_record
 from pager.core.termload import TermTable
@@ -88,29 +87,6 @@ CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY, session TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
     created REAL NOT NULL);
 """
-# Snapshots (schema 5, ``pager.core.snapshot``): each session's head branch as one blob, written at close,
-# what a reopen reads instead of every page row. Derived data: validated on open against the branch's page
-# ids; a session whose pages' statistics changed since is listed in ``snapshot_moved`` (by a trigger, whoever
-# changes them) and read from their rows, and so are the pages recorded after it. Any other change to a
-# page's columns drops the session's snapshot.
-_SNAPSHOT_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS snapshots (session TEXT PRIMARY KEY, branch INTEGER NOT NULL, rows INTEGER NOT NULL,"
-    " data BLOB NOT NULL, created REAL NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS snapshot_moved (session TEXT PRIMARY KEY) WITHOUT ROWID",
-    VOCAB_SNAPSHOT_SCHEMA,
-    # the running digests of a session, read when a snapshot is written (one page in each record has one)
-    "CREATE INDEX IF NOT EXISTS pages_digest ON pages(session) WHERE digest IS NOT NULL",
-    # one row a session, written once: a call's statistics cost a lookup each, not a write (~4 us a page)
-    "CREATE TRIGGER IF NOT EXISTS pages_stats_moved AFTER UPDATE OF stale, last_ref, ref_count ON pages"
-    " BEGIN INSERT OR IGNORE INTO snapshot_moved VALUES (NEW.session); END",
-    "CREATE TRIGGER IF NOT EXISTS pages_changed AFTER UPDATE OF id, session, hash, kind, role, step, tokens,"
-    " stub_tokens, call_id, call_ids, tool_name, path, labels, handle, terms, term_ids, digest ON pages"
-    " BEGIN DELETE FROM snapshots WHERE session IN (OLD.session, NEW.session); END",
-    "CREATE TRIGGER IF NOT EXISTS pages_deleted AFTER DELETE ON pages"
-    " BEGIN DELETE FROM snapshots WHERE session = OLD.session; END",
-    "CREATE TRIGGER IF NOT EXISTS vocab_changed AFTER UPDATE ON vocab BEGIN DELETE FROM vocab_snapshot; END",
-    "CREATE TRIGGER IF NOT EXISTS vocab_deleted AFTER DELETE ON vocab BEGIN DELETE FROM vocab_snapshot; END",
-)
 
 # Columns of a page row as loaded (message bytes excluded: they are read on demand).
 PAGE_COLUMNS = (
@@ -133,7 +109,7 @@ _MIGRATIONS = {
     # and each page's terms as numbers into the store's vocab (pager.storage.sqlite_terms), filled at open
     3: ("ALTER TABLE pages ADD COLUMN digest TEXT", "ALTER TABLE pages ADD COLUMN term_ids BLOB", VOCAB_SCHEMA),
     # snapshots of each session's columns (a reopen reads one blob, not every row): tables, triggers, an index
-    4: _SNAPSHOT_SCHEMA,
+    4: SNAPSHOT_SCHEMA,
 }
 
 
@@ -205,7 +181,7 @@ class SQLiteStore:
                 for stmt in _SCHEMA.strip().split(";"):
                     if stmt.strip():
                         self._db.execute(stmt)
-                for stmt in _SNAPSHOT_SCHEMA:
+                for stmt in SNAPSHOT_SCHEMA:
                     self._db.execute(stmt)
                 self._db.execute(
                     "INSERT OR REPLACE INTO settings VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
@@ -446,92 +422,19 @@ class SQLiteStore:
 
     def _snapshot_columns(self, branch: int) -> PageColumns | None:
         """Return the branch's columns from its session's snapshot and the rows it does not cover (None: none)."""
-        db = self._db
-        row = db.execute("SELECT s.session, s.data FROM branches b JOIN snapshots s ON s.session = b.session "
-                         "WHERE b.id=?", (branch,)).fetchone()
-        if row is None:
-            return None
-        session, data = row
-        try:
-            snap = snapshot.decode(data)
-        except snapshot.SnapshotError:
-            return None
-        del data, row
-        pages = np.asarray(orjson.loads(db.execute(
-            "SELECT json_group_array(page) FROM (SELECT page FROM branch_pages WHERE branch=? ORDER BY seq)",
-            (branch,)).fetchone()[0]), dtype=np.int64)
-        m = min(len(pages), snap.rows)
-        ids = np.asarray(snap.columns["id"][:m], dtype=np.int64)
-        differ = np.flatnonzero(pages[:m] != ids)
-        k = int(differ[0]) if len(differ) else m  # the branch and the snapshot share their first k pages
-        if k == 0:
-            return None
-        snap = snap.cut(k)
-        vocab = self._vocab
-        vocab.refresh(db)
-        if snap.words > len(vocab.words):
-            return None  # numbers the store does not have: not this store's snapshot
-        cols = snap.columns
-        if db.execute("SELECT 1 FROM snapshot_moved WHERE session=?", (session,)).fetchone():
-            # statistics changed since (a process that died without closing): those of every page it covers
-            cols["stale"], cols["last_ref"], cols["ref_count"] = self._branch_stats(branch, k)
-        tid, lens = snap.tid, snap.lens
-        if len(pages) > k:
-            tail, blobs, _texts = self._branch_rows(branch, k)
-            if None in blobs or len(blobs) != len(pages) - k:
-                return None  # pages without term numbers (a store not yet migrated): the rows alone
-            for name in _BRANCH_FIELDS:
-                cols[name].extend(tail[name])
-            tid = np.concatenate([tid, decode(blobs)])
-            lens = np.concatenate([lens, np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4])
-            vocab.refresh(db)
-        table = TermTable(vocab.words, vocab.ids, tid, lens, snap.posted if len(pages) == k else None)
-        return PageColumns(**{name: cols[name] for name in _BRANCH_FIELDS}, terms=table.rows(), term_table=table)
+        return read_snapshot(self._db, self._vocab, branch, self._branch_rows)
 
     def save_snapshot(self, session: str, version: int, history: Any) -> bool:
         """Keep the snapshot of ``history`` (the session's mirror, at session ``version``); return whether it did.
 
-        Called at close. Skipped when the store moved on since the mirror
-        (another writer: the version differs) or the mirror is not the head
-        branch's pages. When statistics changed since the last snapshot
-        (``snapshot_moved``), they are taken from the rows.
+        Called at close (``SessionMirror.save_snapshot``); skipped when the
+        store moved on since the mirror (another writer: the version
+        differs). See ``sqlite_snapshot.write_snapshot``.
         """
         with self.transaction() as db:
             if self.lock_session(session) != version:
                 return False
-            head = db.execute("SELECT head_branch FROM sessions WHERE name=?", (session,)).fetchone()
-            if head is None or int(head[0]) != history.branch or not len(history.page):
-                return False
-            pages = orjson.loads(db.execute(
-                "SELECT json_group_array(page) FROM (SELECT page FROM branch_pages WHERE branch=? ORDER BY seq)",
-                (history.branch,)).fetchone()[0])
-            if pages != history.page:
-                return False
-            self._vocab.refresh(db)
-            digests = dict(db.execute("SELECT id, digest FROM pages WHERE session=? AND digest IS NOT NULL",
-                                      (session,)))
-            moved = db.execute("SELECT 1 FROM snapshot_moved WHERE session=?", (session,)).fetchone()
-            # statistics changed since the last snapshot: the rows' own, not the mirror's (the same, unless a
-            # writer other than a Pager changed them)
-            stats = self._branch_stats(history.branch, len(pages)) if moved else None
-            blob = snapshot.history_snapshot(history, self._vocab.ids, len(self._vocab.words), digests, stats)
-            db.execute("DELETE FROM snapshots WHERE session=?", (session,))
-            if blob is None:
-                return False
-            save_vocab_snapshot(db)
-            db.execute("INSERT INTO snapshots VALUES (?, ?, ?, ?, ?)",
-                       (session, history.branch, len(history.page), blob, time.time()))
-            db.execute("DELETE FROM snapshot_moved WHERE session=?", (session,))
-        return True
-
-    def _branch_stats(self, branch: int, rows: int) -> tuple[list[bool], list[int], list[int]]:
-        """Return the statistics (stale, last_ref, ref_count) of the branch's first ``rows`` pages, from their rows."""
-        got = self._db.execute(
-            "SELECT json_group_array(s), json_group_array(l), json_group_array(r) FROM (SELECT p.stale AS s, "
-            "p.last_ref AS l, p.ref_count AS r FROM branch_pages b JOIN pages p ON p.id = b.page "
-            "WHERE b.branch=? AND b.seq<? ORDER BY b.seq)", (branch, rows)).fetchone()
-        stale, last_ref, ref_count = (orjson.loads(g) for g in got)
-        return list(map(bool, stale)), last_ref, ref_count
+            return write_snapshot(db, self._vocab, session, history)
 
     def page_by_handle(self, session: str, handle: str) -> int | None:
         """Return the newest page id with ``handle`` in ``session`` (None when unknown)."""
