@@ -603,6 +603,7 @@ class Pager:
                 # counters changed by expand/search since the last assemble
                 with self._writing():
                     self._mirror.save()
+                self._mirror.save_snapshot()  # a reopen reads it instead of every page row (issue 23)
             except PagerError:
                 pass  # the counters are statistics: a store that cannot take them must not block close
             finally:

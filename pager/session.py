@@ -34,7 +34,7 @@ from pager.core.describe import encode_problem
 from pager.core.heat import HeatPolicy, get_policy
 from pager.core.history import History
 from pager.core.terms import extract_terms
-from pager.errors import ConfigError
+from pager.errors import ConfigError, PagerError
 from pager.options import Options, load_config
 from pager.schedulers.base import Scheduler
 from pager.storage.base import Store, branch_columns
@@ -42,6 +42,8 @@ from pager.storage.base import Store, branch_columns
 __all__ = ["SessionMirror", "SessionState", "check_session_name", "open_store", "resolve_options"]
 
 MEMORY = ":memory:"
+# rows before a session's history is snapshotted other than at close (``SessionMirror.save_snapshot``)
+SNAPSHOT_ROWS = 4096
 
 
 def open_store(where: str | os.PathLike[str] | Store, *, must_exist: bool = False) -> Store:
@@ -188,6 +190,7 @@ class SessionMirror:
         branch = self.store.ensure_session(self.session)
         self.history = History(self.session, self.counter)
         self.history.load(branch_columns(self.store, branch), branch, lambda pid: self.store.message(pid)[1])
+        self.snapshot_rows = len(self.history)  # what the store's snapshot covers, at most
         self._load_state()
         self.version = version
 
@@ -230,6 +233,11 @@ class SessionMirror:
         except BaseException:
             self.reload()
             raise
+        if len(self.history) >= max(SNAPSHOT_ROWS, 2 * self.snapshot_rows):
+            try:  # after the commit, in a transaction of its own: a failure here loses nothing
+                self.save_snapshot()
+            except PagerError:
+                pass
 
     def refresh(self) -> None:
         """Catch up with another writer: reload what changed (the whole mirror only if pages did)."""
@@ -245,6 +253,21 @@ class SessionMirror:
         self.load()
         self.prev_out = None
         self.generation += 1
+
+    def save_snapshot(self) -> bool:
+        """Keep a snapshot of the mirror in the store, if it keeps them (``SQLiteStore.save_snapshot``).
+
+        Outside ``writing``, in a transaction of its own, after the last
+        write: the store skips it when another writer moved the session on.
+        A reopen then reads one blob instead of every page row. Called at
+        close, and after a write once the history has doubled since the
+        last one (at least ``SNAPSHOT_ROWS`` rows): a process that dies
+        without closing leaves one covering at least half its rows, and the
+        writes cost O(1) a row, amortised.
+        """
+        save = getattr(self.store, "save_snapshot", None)
+        self.snapshot_rows = len(self.history)
+        return bool(save(self.session, self.version, self.history)) if save is not None else False
 
     def save(self, events: Sequence[tuple[str, Any]] = ()) -> None:
         """Save the state row and ``events`` (inside ``writing``)."""

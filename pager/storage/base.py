@@ -28,8 +28,12 @@ Contract, in brief:
   ``PagerError`` tree (``StoreError`` and its subclasses) at the store.
 - ``branch_columns(branch)``, optional: the branch's pages as ``PageColumns``
   (what ``load_pages`` of its ids gives, as columns). A reopen uses it when a
-  store has it (``SQLiteStore``: one query, no object per page) and builds
-  the columns from ``load_pages`` otherwise (``branch_columns`` below).
+  store has it (``SQLiteStore``: the snapshot its last close kept, and one
+  query for the pages it does not cover; no object per page) and builds the
+  columns from ``load_pages`` otherwise (``branch_columns`` below).
+- ``save_snapshot(session, version, history)``, optional: keep a snapshot
+  of the session's mirror, at close, for the next reopen (derived data: the
+  store validates it on open and falls back to its rows).
 - ``open_index()`` returns the recall index that belongs to this store (the
   index is derived data: it can be dropped and rebuilt from ``iter_pages``).
 """

@@ -32,11 +32,12 @@ import orjson
 
 from pager.errors import SchemaError, StoreError
 from pager.stateio import PRIVATE_DIR, open_private, refuse_symlinks
+from pager.storage.sqlite_snapshot import SNAPSHOT_SCHEMA, read_snapshot, write_snapshot
 from pager.storage.sqlite_terms import VOCAB_SCHEMA, TermVocab, decode, fill_term_ids
 from pager.storage.acked import ACKED_NAME, AckedMark, LostWrites, check_acked, mark_acked
 from pager.core.aside import ASIDE_KINDS
 from pager.core.pages import PageColumns, page_record
-from pager.core.termload import IdTerms, TermTable
+from pager.core.termload import TermTable
 from pager.core.pools import PoolAcl
 from pager.storage.base import (
     Branch,
@@ -50,7 +51,7 @@ from pager.storage.base import (
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "SQLiteStore", "Store"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DB_NAME = "pager.db"
 _BUSY_RETRIES = 50
 
@@ -107,6 +108,8 @@ _MIGRATIONS = {
     # pages read NULL: a reopen matches them message by message, as before
     # and each page's terms as numbers into the store's vocab (pager.storage.sqlite_terms), filled at open
     3: ("ALTER TABLE pages ADD COLUMN digest TEXT", "ALTER TABLE pages ADD COLUMN term_ids BLOB", VOCAB_SCHEMA),
+    # snapshots of each session's columns (a reopen reads one blob, not every row): tables, triggers, an index
+    4: SNAPSHOT_SCHEMA,
 }
 
 
@@ -179,6 +182,8 @@ class SQLiteStore:
                 for stmt in _SCHEMA.strip().split(";"):
                     if stmt.strip():
                         self._db.execute(stmt)
+                for stmt in SNAPSHOT_SCHEMA:
+                    self._db.execute(stmt)
                 self._db.execute(
                     "INSERT OR REPLACE INTO settings VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
                 )
@@ -364,35 +369,80 @@ class SQLiteStore:
     def branch_columns(self, branch: int) -> PageColumns:
         """Return the pages of ``branch`` in order, as columns (``load_pages`` of its ids, without the objects).
 
-        One query; the label and call lists repeat, so each distinct one is
-        decoded once. The terms come as the store's numbers
+        From the session's snapshot (``pager.core.snapshot``) when it has a
+        sound one for a prefix of this branch, and from the rows for the
+        pages it does not cover or whose statistics changed since; from the
+        rows alone otherwise. The terms come as the store's numbers
         (``sqlite_terms``) with a ``TermTable``: no string per term. Pages
         without numbers (none once migrated) are read from their JSON.
         """
+        with self._reading():
+            got = self._snapshot_columns(branch)
+            if got is not None:
+                return got
+            cols, blobs, texts = self._branch_rows(branch, 0)
+            if not cols["id"]:
+                return PageColumns.of([])
+            self._vocab.refresh(self._db)
+            vocab = self._vocab
+            if None not in blobs:
+                lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4
+                table = TermTable(vocab.words, vocab.ids, decode(blobs), lens)
+                return PageColumns(**cols, terms=table.rows(), term_table=table)
+            loads, intern = orjson.loads, sys.intern
+            cols["terms"] = [tuple(map(intern, loads(t))) if t is not None else
+                             (tuple(map(vocab.words.__getitem__, decode((b,)).tolist())) if b is not None else None)
+                             for t, b in zip(texts, blobs)]
+            return PageColumns(**cols)
+
+    def _branch_rows(self, branch: int, start: int) -> tuple[dict[str, Any], list[Any], list[Any]]:
+        """Return the rows of ``branch`` from seq ``start`` on: the columns, the term number blobs, the term JSON.
+
+        One query; the label and call lists repeat, so each distinct one is
+        decoded once.
+        """
         rows = self._db.execute(
             f"SELECT {_BRANCH_COLS}, p.term_ids, CASE WHEN p.term_ids IS NULL THEN p.terms END "
-            "FROM branch_pages b JOIN pages p ON p.id = b.page WHERE b.branch=? ORDER BY b.seq", (branch,)).fetchall()
+            "FROM branch_pages b JOIN pages p ON p.id = b.page WHERE b.branch=? AND b.seq>=? ORDER BY b.seq",
+            (branch, start)).fetchall()
         if not rows:
-            return PageColumns.of([])
-        cols = dict(zip((*_BRANCH_FIELDS, "term_ids", "terms"), zip(*rows)))
+            return {name: [] for name in _BRANCH_FIELDS}, [], []
+        cols = dict(zip((*_BRANCH_FIELDS, "term_ids", "terms"), map(list, zip(*rows))))
+        del rows
         for name in ("call_ids", "labels"):
             memo: dict[str, tuple[str, ...]] = {}
             for text in set(cols[name]):
                 memo[text] = tuple(orjson.loads(text or "[]"))
             cols[name] = list(map(memo.__getitem__, cols[name]))
-        blobs = cols.pop("term_ids")
-        texts = cols.pop("terms")
-        self._vocab.refresh(self._db)
-        vocab = self._vocab
-        if None not in blobs:
-            lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4
-            table = TermTable(vocab.words, vocab.ids, decode(blobs), lens)
-            return PageColumns(**cols, terms=table.rows(), term_table=table)
-        loads, intern = orjson.loads, sys.intern
-        cols["terms"] = [tuple(map(intern, loads(t))) if t is not None else
-                         (tuple(IdTerms(decode((b,)), vocab.words)) if b is not None else None)
-                         for t, b in zip(texts, blobs)]
-        return PageColumns(**cols)
+        return cols, cols.pop("term_ids"), cols.pop("terms")
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Read in one read transaction (one consistent view across statements), unless one is open."""
+        if self._depth or self._db.in_transaction:
+            yield
+            return
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
+    def _snapshot_columns(self, branch: int) -> PageColumns | None:
+        """Return the branch's columns from its session's snapshot and the rows it does not cover (None: none)."""
+        return read_snapshot(self._db, self._vocab, branch, self._branch_rows)
+
+    def save_snapshot(self, session: str, version: int, history: Any) -> bool:
+        """Keep the snapshot of ``history`` (the session's mirror, at session ``version``); return whether it did.
+
+        Called at close (``SessionMirror.save_snapshot``); skipped when the
+        store moved on since the mirror (another writer: the version
+        differs). See ``sqlite_snapshot.write_snapshot``.
+        """
+        with self.transaction() as db:
+            if self.lock_session(session) != version:
+                return False
+            return write_snapshot(db, self._vocab, session, history)
 
     def page_by_handle(self, session: str, handle: str) -> int | None:
         """Return the newest page id with ``handle`` in ``session`` (None when unknown)."""
