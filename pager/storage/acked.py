@@ -59,6 +59,17 @@ MAX_SESSIONS = 256
 MAX_RANGES = 512
 
 
+def _read_data(fd: int) -> Any:
+    """Return the file's JSON value ({} when empty or torn: the next commit writes it whole again)."""
+    raw = b""
+    while chunk := os.read(fd, 1 << 16):
+        raw += chunk
+    try:
+        return orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        return {}
+
+
 @attrs.frozen(slots=True)
 class LostSession:
     """One session's lost writes: versions (writes of any kind) and pages (messages, notes, pins)."""
@@ -105,16 +116,7 @@ class AckedMark:
             fcntl.flock(fd, fcntl.LOCK_EX)
             st = os.fstat(fd)
             key = (st.st_ino, st.st_size, st.st_mtime_ns)
-            if self._last is not None and self._last[0] == key:
-                data = self._last[1]
-            else:
-                raw = b""
-                while chunk := os.read(fd, 1 << 16):
-                    raw += chunk
-                try:
-                    data = orjson.loads(raw) if raw else {}
-                except orjson.JSONDecodeError:
-                    data = {}  # a torn write: start again from what the next commit says
+            data = self._last[1] if self._last is not None and self._last[0] == key else _read_data(fd)
             new = fn(data if isinstance(data, dict) else {})
             if new is not None:
                 self._last = (_write(fd, orjson.dumps(new)), new)
@@ -154,16 +156,7 @@ class AckedMark:
                     pieces = mine[1]
                 else:
                     last = self._last
-                    if last is not None and last[0] == key:
-                        data = last[1]
-                    else:
-                        raw = b""
-                        while chunk := os.read(fd, 1 << 16):
-                            raw += chunk
-                        try:
-                            data = orjson.loads(raw) if raw else {}
-                        except orjson.JSONDecodeError:
-                            data = {}  # a torn write: start again from what this commit says
+                    data = last[1] if last is not None and last[0] == key else _read_data(fd)
                     pieces = _Pieces.of(data if isinstance(data, dict) else {})
                 self._mine = None  # until the file holds what ``pieces`` says
                 pieces.merge(max_page, versions, ranges)
