@@ -62,8 +62,11 @@ def _imports() -> dict[str, set[str]]:
                     up = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
                     base = ".".join(up + ([base] if base else []))
                 subs = [f"{base}.{a.name}" for a in node.names]
-                # `from pager import tools` imports the submodule, not the package's re-exports
-                targets = subs if all(s in modules for s in subs) else [base, *subs]
+                # `from pager import tools` imports the submodule, not the package's re-exports; but
+                # from inside that package it is the package again (`from pager.proxy import x` in
+                # pager/proxy/app.py: the package's __init__ imports app)
+                inside = name.startswith(base + ".") and base != "pager"
+                targets = subs if all(s in modules for s in subs) and not inside else [base, *subs]
             for t in targets:
                 if t in modules and t != name:
                     deps.add(t)

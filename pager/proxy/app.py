@@ -46,7 +46,7 @@ from starlette.routing import Mount, Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
-from pager.proxy import gcpolicy
+from pager.proxy.gcpolicy import after_startup
 from pager.proxy.bodies import BodyCache, reuse_known
 from pager.proxy.clients import passthrough_kind, serve_refusals
 from pager.proxy.dialects import (DIALECTS, UPSTREAMS, Dialect, base_url, check_upstreams,
@@ -141,7 +141,7 @@ class _Proxy:
         limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
         await self.pool.warm()  # imports, tokenizer, store and index: not on the first request
-        gcpolicy.after_startup()  # in `pager proxy`'s own process: what it holds now is never walked again
+        after_startup()  # in `pager proxy`'s own process: what it holds now is never walked again
         if self.timings is not None:
             self.timings.open()
         try:

@@ -17,7 +17,7 @@ from typing import Any
 import uvicorn
 
 from pager.errors import ConfigError
-from pager.proxy import gcpolicy
+from pager.proxy.gcpolicy import install as install_gc_policy, uninstall as uninstall_gc_policy
 
 __all__ = ["ServerThread", "check_bind", "serve"]
 
@@ -57,12 +57,12 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8787, *, allow_remote: 
         timeout_graceful_shutdown=graceful, lifespan="on",
     )
     if tune_gc:
-        gcpolicy.install()
+        install_gc_policy()
     try:
         uvicorn.Server(config).run()
     finally:
         if tune_gc:
-            gcpolicy.uninstall()
+            uninstall_gc_policy()
 
 
 class ServerThread:
