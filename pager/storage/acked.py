@@ -268,11 +268,23 @@ def _versions(db: sqlite3.Connection, names: list[str]) -> dict[str, int]:
     return out
 
 
-def mark_acked(db: sqlite3.Connection, mark: AckedMark, touched: Mapping[str, tuple[int, int] | None]) -> None:
-    """Record what a commit that wrote ``touched`` (session -> its new page id range) acknowledged."""
+def mark_acked(db: sqlite3.Connection, mark: AckedMark, touched: Mapping[str, tuple[int, int] | None],
+               known: Mapping[str, int] | None = None, top: int | None = None) -> None:
+    """Record what a commit that wrote ``touched`` (session -> its new page id range) acknowledged.
+
+    ``known``: the versions the commit left, as the writer kept them (a
+    session missing from it is read); ``top``: the highest page id it knows
+    committed (the store's own last id; 0 when it added none: the mark keeps
+    the highest it has). Without them both are read after the commit; the
+    mark may then name a later writer's commit too, which is committed as well.
+    """
     try:
-        versions = _versions(db, list(touched))
-        top = int(db.execute("SELECT MAX(id) FROM pages").fetchone()[0] or 0)
+        versions = {n: known[n] for n in touched if n in known} if known is not None else {}
+        missing = [n for n in touched if n not in versions]
+        if missing:
+            versions.update(_versions(db, missing))
+        if top is None:
+            top = int(db.execute("SELECT MAX(id) FROM pages").fetchone()[0] or 0)
     except sqlite3.Error:
         return  # the commit stands; the mark only lags (it never runs ahead of the database)
     mark.record(top, versions, {n: span for n, span in touched.items() if span})

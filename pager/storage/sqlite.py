@@ -158,6 +158,12 @@ class SQLiteStore:
             self._touched: dict[str, tuple[int, int] | None] = {}  # sessions this transaction wrote
             self._vocab = TermVocab()  # the store's term numbers, as far as this process has read them
             self._demoted_saved: dict[str, Any] = {}  # session -> the demoted list save_state last wrote (committed)
+            # What this connection knows of the store without reading it again (see ``_check_seen``): valid
+            # while ``PRAGMA data_version`` is ``_seen`` (no other connection committed since), kept up to
+            # date by this connection's own writes, forgotten on a rollback.
+            self._seen: int | None = None
+            self._versions: dict[str, int] = {}  # session -> its version (read or written in a write transaction)
+            self._acls: dict[str, PoolAcl] | None = None  # the pools table
             self._acked = AckedMark(self.path)
             self.lost_writes: LostWrites | None = None
             with self.transaction():
@@ -225,12 +231,12 @@ class SQLiteStore:
         self._tx_thread = threading.get_ident()
         self._touched.clear()
         try:
+            self._vocab.begin(self._check_seen())
             yield self._db
         except BaseException as exc:
             self._depth = 0
             self._touched.clear()
-            self._vocab.rolled_back()
-            self._demoted_saved.clear()  # what this transaction wrote is gone: write it again next time
+            self._rolled_back()
             self._db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.DatabaseError):
                 raise StoreError(f"store {self.path}: {exc}") from exc
@@ -241,12 +247,37 @@ class SQLiteStore:
                 self._db.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 self._touched.clear()
-                self._vocab.rolled_back()
-                self._demoted_saved.clear()
+                self._rolled_back()
                 raise StoreError(f"store {self.path}: commit failed: {exc}") from exc
             self._vocab.committed()
             if self._touched:
                 self._mark_acked()
+
+    def _rolled_back(self) -> None:
+        """Forget what this transaction wrote and every cache it may have changed (the rows are as before)."""
+        self._vocab.rolled_back()
+        self._demoted_saved.clear()  # what this transaction wrote is gone: write it again next time
+        self._seen = None
+        self._versions.clear()
+        self._acls = None
+
+    def _check_seen(self) -> int:
+        """Read ``PRAGMA data_version``; forget what this connection knew if another connection committed since.
+
+        Other processes (and other connections of this one) write the same
+        store. SQLite changes a connection's ``data_version`` whenever another
+        connection commits, never for its own commits, so while it stays the
+        same the session versions and the pool ACLs this connection read or
+        wrote are still the store's: a steady call reads neither again
+        (issue 23). Called after ``BEGIN IMMEDIATE``, when no one else can
+        commit until this transaction ends, and before a read outside one.
+        """
+        version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
+        if version != self._seen:
+            self._versions.clear()
+            self._acls = None
+            self._seen = version
+        return version
 
     # -- what was acknowledged (pager.storage.acked) ----------------------------------------
 
@@ -260,7 +291,10 @@ class SQLiteStore:
     def _mark_acked(self) -> None:
         """Record, after the commit, what it acknowledged (outside the WAL, so a lost WAL shows)."""
         touched, self._touched = self._touched, {}
-        mark_acked(self._db, self._acked, touched)
+        # each session's version as this transaction left it, and (when it added pages) the store's highest
+        # page id: the write lock was held, so its own last id. Nothing read back after the commit.
+        top = max((span[1] for span in touched.values() if span), default=0)
+        mark_acked(self._db, self._acked, touched, dict(self._versions), top)
 
     def _check_acked(self) -> None:
         """Warn when the database no longer holds writes it acknowledged (a lost or cut WAL)."""
@@ -313,6 +347,7 @@ class SQLiteStore:
             )
             branch = int(cur.lastrowid or 0)
             db.execute("INSERT INTO sessions VALUES (?, ?, ?, NULL, 0)", (session, branch, now))
+            self._versions[session] = 0
         return branch
 
     def branches(self, session: str) -> list[Branch]:
@@ -331,13 +366,31 @@ class SQLiteStore:
         """Return the session's version; inside a transaction, no other writer changes it until commit.
 
         ``BEGIN IMMEDIATE`` already holds SQLite's write lock for the whole
-        transaction, so reading is enough here.
+        transaction, so reading is enough here. Inside one, a version this
+        connection read or wrote since another connection last committed
+        (``_check_seen``) is not read again.
         """
+        mine = self._depth and self._tx_thread == threading.get_ident()
+        if mine:
+            got = self._versions.get(session)
+            if got is not None:
+                return got
         row = self._db.execute("SELECT version FROM sessions WHERE name=?", (session,)).fetchone()
-        return int(row[0]) if row else 0
+        version = int(row[0]) if row else 0
+        if mine and row:
+            self._versions[session] = version
+        return version
 
     def _bump(self, db: sqlite3.Connection, session: str) -> None:
-        db.execute("UPDATE sessions SET version=version+1 WHERE name=?", (session,))
+        self._wrote_version(session, db.execute(
+            "UPDATE sessions SET version=version+1 WHERE name=? RETURNING version", (session,)).fetchall())
+
+    def _wrote_version(self, session: str, rows: list[Any]) -> None:
+        """Keep the version an ``UPDATE ... RETURNING version`` of ``session`` left (none: no such session)."""
+        if rows:
+            self._versions[session] = int(rows[0][0])
+        else:
+            self._versions.pop(session, None)
         self._touch(session)
 
     def load_state(self, session: str) -> Any:
@@ -576,10 +629,22 @@ class SQLiteStore:
                 "INSERT OR REPLACE INTO pools VALUES (?, ?, ?, ?)",
                 (pool, orjson.dumps(sorted(readers)).decode(), orjson.dumps(sorted(writers)).decode(), time.time()),
             )
+            self._acls = None
 
     def pool_acls(self) -> dict[str, PoolAcl]:
-        return {n: PoolAcl(orjson.loads(r), orjson.loads(w))
-                for n, r, w in self._db.execute("SELECT name, readers, writers FROM pools")}
+        """Return every pool's ACL: read once while no other connection commits (``_check_seen``).
+
+        A grant by another process is seen by the next call that reads
+        them: outside a transaction, or in the next write transaction.
+        """
+        if not (self._depth and self._tx_thread == threading.get_ident()):
+            self._check_seen()  # outside our transaction: a statement of its own, before the read
+        acls = self._acls
+        if acls is None:
+            acls = {n: PoolAcl(orjson.loads(r), orjson.loads(w))
+                    for n, r, w in self._db.execute("SELECT name, readers, writers FROM pools")}
+            self._acls = acls
+        return dict(acls)
 
     def update_stats(self, stats: Sequence[StatUpdate]) -> None:
         """Store what later messages changed of pages: last reference, reference count, staleness."""
@@ -613,8 +678,9 @@ class SQLiteStore:
             else:
                 db.execute("DELETE FROM settings WHERE key=?", (_DEMOTED_KEY + session,))
                 self._demoted_saved.pop(session, None)
-            db.execute("UPDATE sessions SET state=?, version=version+1 WHERE name=?", (orjson.dumps(state), session))
-            self._touch(session)
+            self._wrote_version(session, db.execute(
+                "UPDATE sessions SET state=?, version=version+1 WHERE name=? RETURNING version",
+                (orjson.dumps(state), session)).fetchall())
 
     # -- notes, pins, events --------------------------------------------------------------
 

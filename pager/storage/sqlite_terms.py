@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from itertools import repeat
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -79,6 +80,22 @@ class TermVocab:
         self._committed = 1
         self._fresh = False  # read inside the write transaction under way: no other writer can add a number
         self._covered = 0  # words 1 .. covered-1 came from the vocabulary snapshot
+        # the connection's ``PRAGMA data_version`` when this copy was last read whole inside a write transaction,
+        # and the one the transaction under way began at (``begin``): while the two agree no other connection
+        # committed since, so no other writer numbered a term this copy lacks
+        self._known: int | None = None
+        self._began: int | None = None
+
+    def begin(self, data_version: int | None) -> None:
+        """Say a write transaction began at the connection's ``data_version`` (the store calls it after BEGIN).
+
+        When no other connection committed since this copy was last read
+        whole, the transaction need not read the table again: only this
+        process numbered terms since, and it kept them (issue 23: a read per
+        call with a new term, about every other call).
+        """
+        self._began = data_version
+        self._fresh = data_version is not None and data_version == self._known
 
     def load(self, db: sqlite3.Connection) -> None:
         """Start from the store's vocabulary snapshot, if it has a sound one and nothing was read yet."""
@@ -133,10 +150,17 @@ class TermVocab:
         with new terms became one, and one read per call).
         """
         ids = self.ids
+        # the numbers this copy holds, looked up in C (``dict.get`` skips ``_Numbers``' own lookups): only a
+        # term it lacks (new, or covered by the vocabulary snapshot) takes the slow path below
+        nums = list(map(dict.get, repeat(ids), terms))
+        if None not in nums:
+            return np.array(nums, dtype=_INT32).tobytes()
         if any(t not in ids for t in terms):
             if not self._fresh:
                 self.refresh(db)
                 self._fresh = db.in_transaction  # committed() or rolled_back() ends it with the transaction
+                if self._fresh:
+                    self._known = self._began
             new = [t for t in dict.fromkeys(terms) if t not in ids]
             if new:
                 words = self.words
@@ -150,16 +174,19 @@ class TermVocab:
     def committed(self) -> None:
         self._committed = len(self.words)
         self._fresh = False
+        self._began = None
 
     def rolled_back(self) -> None:
         """Forget the numbers this transaction added: rolled back, another writer may reuse them."""
         self._fresh = False
+        self._began = None
         for term in self.words[self._committed :]:
             if term is not None:
                 self.ids.pop(term, None)
         del self.words[self._committed :]
         if self._committed < self._covered:  # read from the snapshot in the rolled-back transaction: anew
             self._covered = 0
+            self._known = None  # read anew, whole
             del self.words[1:]
             self.ids.clear()
             if isinstance(self.ids, _Numbers):
