@@ -172,3 +172,49 @@ def test_data_version_moves_for_another_connection_only(tmp_path):
     a.execute("COMMIT")
     a.close()
     b.close()
+
+
+def test_page_ids_follow_another_connections_pages(two):
+    a, b = two
+    a.ensure_session("s")
+    first = a.record_aside("s", 0, [_page("p1")])  # a knows the highest id now
+    theirs = b.record_aside("s", 0, [_page("p2"), _page("p3")])
+    mine = a.record_aside("s", 0, [_page("p4")])  # numbered after b's, not over them
+    assert theirs == [first[0] + 1, first[0] + 2] and mine == [first[0] + 3]
+    assert a.max_page_id() == mine[0] and a.load_pages(mine)[0].hash == "p4"
+
+
+def test_the_ids_of_a_rolled_back_insert_are_given_again(two):
+    a, _b = two
+    a.ensure_session("s")
+    (first,) = a.record_aside("s", 0, [_page("p1")])
+    with pytest.raises(RuntimeError):
+        with a.transaction():
+            assert a.record_aside("s", 0, [_page("gone")]) == [first + 1]
+            raise RuntimeError("rolled back")
+    assert a.record_aside("s", 0, [_page("p2")]) == [first + 1]  # what SQLite gives: no gap
+
+
+def test_version_raises_are_written_by_the_commit_and_counted_inside_the_transaction(two):
+    a, b = two
+    a.ensure_session("s")
+
+    def version(store: SQLiteStore) -> int:
+        return int(store._db.execute("SELECT version FROM sessions WHERE name='s'").fetchone()[0])
+
+    start = version(b)
+    with a.transaction():
+        a.record("s", a.ensure_session("s"), None, 0, [_page("p1")])  # a raise with no state row after it
+        a.add_note("s", "n", 0)
+        assert a.lock_session("s") == start + 2
+    assert version(b) == start + 2  # another connection sees both
+    c = SQLiteStore(a.path)  # a connection that knows no version yet, inside a transaction with a raise
+    try:
+        with c.transaction():
+            c.add_pin("s", "p")
+            assert c.lock_session("s") == start + 3
+            c.save_state("s", {"x": 1})
+            assert c.lock_session("s") == start + 4
+        assert version(b) == start + 4 and b.load_state("s") == {"x": 1}
+    finally:
+        c.close()

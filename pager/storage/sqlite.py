@@ -23,6 +23,7 @@ import sqlite3
 import sys
 import threading
 import time
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -164,6 +165,8 @@ class SQLiteStore:
             self._seen: int | None = None
             self._versions: dict[str, int] = {}  # session -> its version (read or written in a write transaction)
             self._acls: dict[str, PoolAcl] | None = None  # the pools table
+            self._top: int | None = None  # the highest page id
+            self._raises: dict[str, int] = {}  # session -> the version raises of this transaction not yet written
             self._acked = AckedMark(self.path)
             self.lost_writes: LostWrites | None = None
             with self.transaction():
@@ -233,6 +236,7 @@ class SQLiteStore:
         try:
             self._vocab.begin(self._check_seen())
             yield self._db
+            self._write_raises()
         except BaseException as exc:
             self._depth = 0
             self._touched.clear()
@@ -255,11 +259,13 @@ class SQLiteStore:
 
     def _rolled_back(self) -> None:
         """Forget what this transaction wrote and every cache it may have changed (the rows are as before)."""
+        self._raises.clear()
         self._vocab.rolled_back()
         self._demoted_saved.clear()  # what this transaction wrote is gone: write it again next time
         self._seen = None
         self._versions.clear()
         self._acls = None
+        self._top = None
 
     def _check_seen(self) -> int:
         """Read ``PRAGMA data_version``; forget what this connection knew if another connection committed since.
@@ -276,6 +282,7 @@ class SQLiteStore:
         if version != self._seen:
             self._versions.clear()
             self._acls = None
+            self._top = None
             self._seen = version
         return version
 
@@ -378,23 +385,37 @@ class SQLiteStore:
         row = self._db.execute("SELECT version FROM sessions WHERE name=?", (session,)).fetchone()
         version = int(row[0]) if row else 0
         if mine and row:
+            version += self._raises.get(session, 0)  # this transaction's raises not yet written (``_bump``)
             self._versions[session] = version
         return version
 
     def _bump(self, db: sqlite3.Connection, session: str) -> None:
-        db.execute("UPDATE sessions SET version=version+1 WHERE name=?", (session,))
-        self._raised(session)
+        """Raise the session's version: written with the transaction's state row, or just before its commit.
 
-    def _raised(self, session: str) -> None:
-        """Count this transaction's raise of the session's version in what this connection knows of it.
+        A steady call records pages and then saves the state, two raises:
+        one ``UPDATE`` of the session row instead of two (``save_state``,
+        ``_write_raises``). Nothing reads the row's version inside the
+        transaction but ``lock_session``, which counts the raises not yet
+        written; nobody outside sees it before the commit.
+        """
+        self._raises[session] = self._raises.get(session, 0) + 1
+        self._raised(session, 1)
 
-        Under the write lock nobody else raises it, so a known version is one
-        more now; an unknown one stays unknown (read when asked). Not
-        ``UPDATE ... RETURNING``: measured slower than the update alone.
+    def _write_raises(self) -> None:
+        """Write the version raises ``save_state`` did not carry (inside the transaction, before its commit)."""
+        raises, self._raises = self._raises, {}
+        for session, n in raises.items():
+            self._db.execute("UPDATE sessions SET version=version+? WHERE name=?", (n, session))
+
+    def _raised(self, session: str, n: int) -> None:
+        """Count a raise of the session's version by ``n`` in what this connection knows of it.
+
+        Under the write lock nobody else raises it, so a known version is
+        ``n`` more now; an unknown one stays unknown (read when asked).
         """
         known = self._versions.get(session)
         if known is not None:
-            self._versions[session] = known + 1
+            self._versions[session] = known + n
         self._touch(session)
 
     def load_state(self, session: str) -> Any:
@@ -566,10 +587,9 @@ class SQLiteStore:
                     (branch, parent, fork_seq),
                 )
                 db.execute("UPDATE sessions SET head_branch=? WHERE name=?", (branch, session))
-            for offset, p in enumerate(pages):
-                pid = _insert_page(db, session, start_seq + offset, p, self._vocab)
-                ids.append(pid)
-                db.execute("INSERT INTO branch_pages VALUES (?, ?, ?)", (branch, start_seq + offset, pid))
+            seqs = range(start_seq, start_seq + len(pages))
+            ids = self._insert_pages(db, session, seqs, pages)
+            db.executemany("INSERT INTO branch_pages VALUES (?, ?, ?)", zip(repeat(branch), seqs, ids))
             self._touch(session, ids)
         return branch, ids
 
@@ -577,9 +597,28 @@ class SQLiteStore:
         """Record pages outside every branch (pins, notes, handoffs); return their ids."""
         with self.transaction() as db:
             self._bump(db, session)
-            ids = [_insert_page(db, session, seq, p, self._vocab) for p in pages]
+            ids = self._insert_pages(db, session, [seq] * len(pages), pages)
             self._touch(session, ids)
             return ids
+
+    def _insert_pages(self, db: sqlite3.Connection, session: str, seqs: Sequence[int],
+                      pages: Sequence[NewPage]) -> list[int]:
+        """Insert ``pages`` (inside a write transaction) in one statement; return their ids.
+
+        The ids are the ones SQLite would give (the highest plus one, in
+        order: the write lock is held), numbered here so that one
+        ``executemany`` inserts them all; the highest is read once, then
+        kept while no other connection commits (``_check_seen``).
+        """
+        if not pages:
+            return []
+        top = self._top
+        if top is None:
+            top = int(db.execute("SELECT MAX(id) FROM pages").fetchone()[0] or 0)
+        term_ids = self._vocab.encode_many(db, [p.terms for p in pages])
+        db.executemany(_INSERT_PAGE, _page_rows(top + 1, session, seqs, pages, term_ids))
+        self._top = top + len(pages)
+        return list(range(top + 1, top + 1 + len(pages)))
 
     def aside_pages(self, session: str) -> list[int]:
         """Return the ids of the session's pins, notes and handoffs kept as pages, oldest first."""
@@ -682,8 +721,10 @@ class SQLiteStore:
             else:
                 db.execute("DELETE FROM settings WHERE key=?", (_DEMOTED_KEY + session,))
                 self._demoted_saved.pop(session, None)
-            db.execute("UPDATE sessions SET state=?, version=version+1 WHERE name=?", (orjson.dumps(state), session))
-            self._raised(session)
+            raises = 1 + self._raises.pop(session, 0)  # this one and those of the transaction not yet written
+            db.execute("UPDATE sessions SET state=?, version=version+? WHERE name=?",
+                       (orjson.dumps(state), raises, session))
+            self._raised(session, 1)
 
     # -- notes, pins, events --------------------------------------------------------------
 
@@ -754,17 +795,24 @@ for _name, _method in list(vars(SQLiteStore).items()):
         setattr(SQLiteStore, _name, _translated(_method))
 
 
-def _insert_page(db: sqlite3.Connection, session: str, seq: int, p: NewPage, vocab: TermVocab) -> int:
-    cur = db.execute(
-        "INSERT INTO pages (session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
-        " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
-        " message, owner, terms, pool, created, digest, term_ids)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+_INSERT_PAGE = (
+    "INSERT INTO pages (id, session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
+    " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
+    " message, owner, terms, pool, created, digest, term_ids)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+
+
+def _page_rows(first: int, session: str, seqs: Sequence[int], pages: Sequence[NewPage],
+               term_ids: Sequence[bytes]) -> list[tuple[Any, ...]]:
+    """Return the rows of ``pages`` for ``_INSERT_PAGE``, numbered from ``first``."""
+    dumps, now = orjson.dumps, time.time()
+    return [
         (
-            session, p.hash, p.kind, p.role, seq, p.step, p.tokens, p.stub_tokens, p.chars, p.call_id,
-            orjson.dumps(list(p.call_ids)).decode(), p.tool_name, p.path, 0, orjson.dumps(list(p.labels)).decode(),
-            p.step, 0, p.scope, p.handle, p.message, p.owner, orjson.dumps(list(p.terms)).decode(), p.pool,
-            time.time(), p.digest, vocab.encode(db, p.terms),
-        ),
-    )
-    return int(cur.lastrowid or 0)
+            first + k, session, p.hash, p.kind, p.role, seq, p.step, p.tokens, p.stub_tokens, p.chars, p.call_id,
+            dumps(list(p.call_ids)).decode(), p.tool_name, p.path, 0, dumps(list(p.labels)).decode(),
+            p.step, 0, p.scope, p.handle, p.message, p.owner, dumps(list(p.terms)).decode(), p.pool,
+            now, p.digest, tid,
+        )
+        for k, (seq, p, tid) in enumerate(zip(seqs, pages, term_ids))
+    ]

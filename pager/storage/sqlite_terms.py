@@ -140,36 +140,57 @@ class TermVocab:
         self.ids.update(zip(terms, numbers))
 
     def encode(self, db: sqlite3.Connection, terms: Sequence[str]) -> bytes:
-        """Return ``terms`` as numbers (int32 bytes), numbering the new ones (inside the caller's write transaction).
+        """Return ``terms`` as numbers (int32 bytes), numbering the new ones (inside the caller's write transaction)."""
+        return self.encode_many(db, [terms])[0]
 
-        The table is read once per transaction, the first time a term is new:
-        the transaction holds SQLite's write lock (``BEGIN IMMEDIATE``), so no
+    def encode_many(self, db: sqlite3.Connection, pages: Sequence[Sequence[str]]) -> list[bytes]:
+        """Return each page's ``terms`` as numbers (int32 bytes), numbering the new ones of all pages at once.
+
+        Inside the caller's write transaction. The table is read once per
+        transaction, the first time a term is new (and not even then when no
+        other connection committed since it was last read: ``begin``): the
+        transaction holds SQLite's write lock (``BEGIN IMMEDIATE``), so no
         other writer adds a number until it ends, and new terms take the
-        numbers SQLite would give them (the highest plus one, in order),
-        written with them, not read back (issue 23: three statements a page
-        with new terms became one, and one read per call).
+        numbers SQLite would give them (the highest plus one, in order of
+        first appearance), written in one statement, not read back (issue 23).
         """
         ids = self.ids
-        # the numbers this copy holds, looked up in C (``dict.get`` skips ``_Numbers``' own lookups): only a
-        # term it lacks (new, or covered by the vocabulary snapshot) takes the slow path below
-        nums = list(map(dict.get, repeat(ids), terms))
-        if None not in nums:
-            return np.array(nums, dtype=_INT32).tobytes()
-        if any(t not in ids for t in terms):
-            if not self._fresh:
-                self.refresh(db)
-                self._fresh = db.in_transaction  # committed() or rolled_back() ends it with the transaction
-                if self._fresh:
-                    self._known = self._began
-            new = [t for t in dict.fromkeys(terms) if t not in ids]
-            if new:
-                words = self.words
-                first = len(words)  # refresh pads gaps: the highest number in the table is first - 1
-                numbered = list(zip(range(first, first + len(new)), new))
-                db.executemany("INSERT INTO vocab (id, term) VALUES (?, ?)", numbered)
-                words.extend(new)
-                ids.update((t, i) for i, t in numbered)
-        return np.fromiter(map(ids.__getitem__, terms), dtype=_INT32, count=len(terms)).tobytes()
+        out: list[bytes] = []
+        lacking: list[int] = []
+        for terms in pages:
+            # looked up in C (``dict.get`` skips ``_Numbers``' own lookups): only a page with a term this copy
+            # lacks (new, or covered by the vocabulary snapshot) takes the slow path below
+            nums = list(map(dict.get, repeat(ids), terms))
+            if None in nums:
+                lacking.append(len(out))
+                out.append(b"")
+            else:
+                out.append(np.array(nums, dtype=_INT32).tobytes())
+        if lacking:
+            self._number(db, [t for i in lacking for t in pages[i]])
+            for i in lacking:
+                terms = pages[i]
+                out[i] = np.fromiter(map(ids.__getitem__, terms), dtype=_INT32, count=len(terms)).tobytes()
+        return out
+
+    def _number(self, db: sqlite3.Connection, terms: Sequence[str]) -> None:
+        """Give the terms without a number the next ones, in order (reading the table first, once a transaction)."""
+        ids = self.ids
+        if not any(t not in ids for t in terms):
+            return
+        if not self._fresh:
+            self.refresh(db)
+            self._fresh = db.in_transaction  # committed() or rolled_back() ends it with the transaction
+            if self._fresh:
+                self._known = self._began
+        new = [t for t in dict.fromkeys(terms) if t not in ids]
+        if new:
+            words = self.words
+            first = len(words)  # refresh pads gaps: the highest number in the table is first - 1
+            numbered = list(zip(range(first, first + len(new)), new))
+            db.executemany("INSERT INTO vocab (id, term) VALUES (?, ?)", numbered)
+            words.extend(new)
+            ids.update((t, i) for i, t in numbered)
 
     def committed(self) -> None:
         self._committed = len(self.words)
