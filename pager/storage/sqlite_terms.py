@@ -156,34 +156,37 @@ class TermVocab:
         """
         ids = self.ids
         out: list[bytes] = []
-        lacking: list[int] = []
+        lacking: list[tuple[int, list[int | None]]] = []
         for terms in pages:
-            # looked up in C (``dict.get`` skips ``_Numbers``' own lookups): only a page with a term this copy
-            # lacks (new, or covered by the vocabulary snapshot) takes the slow path below
+            # looked up in C (``dict.get`` skips ``_Numbers``' own lookups): only the terms this copy lacks
+            # (new, or covered by the vocabulary snapshot) take the slow path below
             nums = list(map(dict.get, repeat(ids), terms))
             if None in nums:
-                lacking.append(len(out))
+                lacking.append((len(out), nums))
                 out.append(b"")
             else:
                 out.append(np.array(nums, dtype=_INT32).tobytes())
         if lacking:
-            self._number(db, [t for i in lacking for t in pages[i]])
-            for i in lacking:
+            self._number(db, list(dict.fromkeys(
+                t for i, nums in lacking for t, n in zip(pages[i], nums) if n is None)))
+            for i, _nums in lacking:
                 terms = pages[i]
                 out[i] = np.fromiter(map(ids.__getitem__, terms), dtype=_INT32, count=len(terms)).tobytes()
         return out
 
-    def _number(self, db: sqlite3.Connection, terms: Sequence[str]) -> None:
-        """Give the terms without a number the next ones, in order (reading the table first, once a transaction)."""
+    def _number(self, db: sqlite3.Connection, absent: Sequence[str]) -> None:
+        """Give the terms of ``absent`` (distinct) without a number the next ones, in order.
+
+        Reads the table first, once a transaction (see ``encode_many``).
+        """
         ids = self.ids
-        if not any(t not in ids for t in terms):
-            return
-        if not self._fresh:
+        new = [t for t in absent if t not in ids]  # ``in`` finds those below the vocabulary snapshot's cover
+        if new and not self._fresh:
             self.refresh(db)
             self._fresh = db.in_transaction  # committed() or rolled_back() ends it with the transaction
             if self._fresh:
                 self._known = self._began
-        new = [t for t in dict.fromkeys(terms) if t not in ids]
+            new = [t for t in new if t not in ids]
         if new:
             words = self.words
             first = len(words)  # refresh pads gaps: the highest number in the table is first - 1
