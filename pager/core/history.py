@@ -317,9 +317,14 @@ class History:
         scope: str = "session",
         owner: str | None = None,
         pool: str | None = None,
+        digest: str | None = None,
     ) -> list[Prepared]:
-        """Return the pages of ``messages[start:]``, ready to record (nothing stored yet)."""
+        """Return the pages of ``messages[start:]``, ready to record (nothing stored yet).
+
+        ``digest``: the branch's running digest after these messages, kept with the last page.
+        """
         records = []
+        last = start + len(classified) - 1
         step = self.clock
         task: int | None = self.task if self.first_user is not None else None
         tasks = dict(self.task_terms)
@@ -346,10 +351,11 @@ class History:
                 message=raws[seq] if raws[seq] is not None else orjson.dumps(msg, option=orjson.OPT_SORT_KEYS),
                 call_id=cls.call_id, call_ids=cls.call_ids, tool_name=cls.tool_name, path=cls.path,
                 labels=(f"task:{task if task is not None else 0}",), scope=scope, owner=owner, pool=pool,
+                terms=tuple(terms), digest=digest if seq == last else None,
             )
             # the compact line is counted when a round first needs it (``fill_compact_tokens``): most calls
             # run no round, and its count is a pure function of the row, whenever it is taken (issue 23)
-            records.append(Prepared(attrs.evolve(page, terms=tuple(terms)), text, terms, -1, cls.edits))
+            records.append(Prepared(page, text, terms, -1, cls.edits))
             if cls.kind == "assistant":
                 step += 1
         return records
