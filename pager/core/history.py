@@ -522,7 +522,9 @@ class History:
             for call in tool_calls(message_of(self.page[last_calls])):
                 self.calls[call.id] = (call.name, call.arguments)
         if not base and not len(self.term_index):
-            self.term_index = LoadedTermIndex(self.term_index.max_df, ids, terms, table)
+            # nothing loaded (a new session): the plain index, whose postings are a dict read in C
+            if n:
+                self.term_index = LoadedTermIndex(self.term_index.max_df, ids, terms, table)
         else:
             for r, pid in enumerate(ids, base):
                 self.term_index.add_page(pid, self.terms[r])
