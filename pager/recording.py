@@ -210,12 +210,9 @@ class Recorder:
         for msg in messages[common:]:
             for call in tool_calls(msg):
                 h.calls[call.id] = (call.name, call.arguments)
-        prepared = h.prepare(messages, common, classified, hashes, raws, scope=self.scope, owner=self.owner,
-                             pool=self.pool)
         run = self._digest(messages, common, raws)
-        if run is not None and prepared:
-            last = prepared[-1]
-            prepared[-1] = attrs.evolve(last, page=attrs.evolve(last.page, digest=run.hexdigest()))
+        prepared = h.prepare(messages, common, classified, hashes, raws, scope=self.scope, owner=self.owner,
+                             pool=self.pool, digest=run.hexdigest() if run is not None else None)
         branch, ids = store.record(self.session, h.branch, fork, common, [p.page for p in prepared])
         h.branch = branch
         self._run = run

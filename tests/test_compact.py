@@ -31,7 +31,10 @@ def test_a_round_writes_an_index_block_and_a_reopened_store_counts_its_lines(tmp
         blocks = _index(out["messages"])
         assert len(blocks) == 1 and "cat src/mod_" in blocks[0]
         assert p.last_report.tokens <= 60_000 - 1_000
+        live = list(p.history.compact_tokens)  # counted by the round
+        assert -1 not in live
     with pager.open(tmp_path, session="c", **opts) as p:
         out = p.assemble({"messages": history})
-        assert -1 not in p.history.compact_tokens
+        p.history.fill_compact_tokens(history)  # what the next round does first: counted when first needed
+        assert p.history.compact_tokens[: len(live)] == live and -1 not in p.history.compact_tokens
         assert _index(out["messages"]) == blocks  # appended to, not rebuilt: the same bytes

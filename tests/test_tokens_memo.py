@@ -32,14 +32,13 @@ def test_prop_a_count_is_the_bpe_count_cold_and_warm(text: str) -> None:
 def test_a_repeated_text_is_encoded_once(monkeypatch) -> None:
     counter = TiktokenCounter()
     calls: list[str] = []
-    real = counter._enc
+    real = counter._bpe  # one BPE pass (by pieces or tiktoken's: tests/test_tokens_pieces.py)
 
-    class Spy:
-        def encode(self, text: str, **kw: object) -> list[int]:
-            calls.append(text)
-            return real.encode(text, **kw)
+    def spy(text: str) -> int:
+        calls.append(text)
+        return real(text)
 
-    monkeypatch.setattr(counter, "_enc", Spy())
+    monkeypatch.setattr(counter, "_bpe", spy)
     body = "def f(x):\n    return x + 1\n" * 200
     assert counter.count(body) == counter.count("".join([body])) == bpe_count(TiktokenCounter(), body)
     assert counter.count("bash") == counter.count("bash")

@@ -98,7 +98,7 @@ class Prepared:
     page: NewPage
     text: str
     terms: frozenset[str]
-    compact_tokens: int = 0  # tokens of the page's compact line (``pager.core.compact``)
+    compact_tokens: int = -1  # tokens of the page's compact line (``pager.core.compact``; -1: not counted yet)
     edits: tuple[str, ...] = ()  # the files the call this result answers edited (their reads go stale)
 
 
@@ -144,6 +144,7 @@ class History:
         self._task_col: tuple[int, int, np.ndarray] | None = None  # (active task, rows, column)
         self._query: frozenset[str] | None = None
         self._compact_missing = 0  # rows whose compact line is not counted yet
+        self._compact_from = 0  # no row before this one is missing its compact line's count
         # the newest stored running digest of the branch as loaded: (rows it covers, hex), or None
         self.digest: tuple[int, str] | None = None
 
@@ -284,6 +285,7 @@ class History:
         self.first_user = None
         self.user_rows = [i for i, kind in enumerate(self.kind) if kind == "user"]
         self._compact_missing = sum(1 for n in self.compact_tokens if n < 0)
+        self._compact_from = next((r for r, n in enumerate(self.compact_tokens) if n < 0), len(self.compact_tokens))
         for i, kind in enumerate(self.kind):
             if kind == "user" and self.first_user is None:
                 self.first_user = i
@@ -315,9 +317,14 @@ class History:
         scope: str = "session",
         owner: str | None = None,
         pool: str | None = None,
+        digest: str | None = None,
     ) -> list[Prepared]:
-        """Return the pages of ``messages[start:]``, ready to record (nothing stored yet)."""
+        """Return the pages of ``messages[start:]``, ready to record (nothing stored yet).
+
+        ``digest``: the branch's running digest after these messages, kept with the last page.
+        """
         records = []
+        last = start + len(classified) - 1
         step = self.clock
         task: int | None = self.task if self.first_user is not None else None
         tasks = dict(self.task_terms)
@@ -344,10 +351,11 @@ class History:
                 message=raws[seq] if raws[seq] is not None else orjson.dumps(msg, option=orjson.OPT_SORT_KEYS),
                 call_id=cls.call_id, call_ids=cls.call_ids, tool_name=cls.tool_name, path=cls.path,
                 labels=(f"task:{task if task is not None else 0}",), scope=scope, owner=owner, pool=pool,
+                terms=tuple(terms), digest=digest if seq == last else None,
             )
-            line = compact_line(msg, cls.kind, handle, step, cls.path)
-            records.append(Prepared(attrs.evolve(page, terms=tuple(terms)), text, terms, self.counter.count(line) + 1,
-                                    cls.edits))
+            # the compact line is counted when a round first needs it (``fill_compact_tokens``): most calls
+            # run no round, and its count is a pure function of the row, whenever it is taken (issue 23)
+            records.append(Prepared(page, text, terms, -1, cls.edits))
             if cls.kind == "assistant":
                 step += 1
         return records
@@ -363,6 +371,8 @@ class History:
                           rec.call_ids)
             self.edits[-1] = prep.edits
             self.compact_tokens.append(prep.compact_tokens)
+            if prep.compact_tokens < 0:
+                self._compact_missing += 1
             if rec.kind == "assistant":
                 for cid in rec.call_ids:
                     self.call_rows[cid] = row
@@ -494,6 +504,7 @@ class History:
         # computed on first use by ``fill_compact_tokens`` (loading reads no message)
         self.compact_tokens.extend([-1] * n)
         self._compact_missing += n
+        self._compact_from = min(self._compact_from, base)
         self._query = None
         self.row_of.update(zip(ids, range(base, base + n)))
         task_of_labels: dict[tuple[str, ...], int] = {}
@@ -511,7 +522,9 @@ class History:
             for call in tool_calls(message_of(self.page[last_calls])):
                 self.calls[call.id] = (call.name, call.arguments)
         if not base and not len(self.term_index):
-            self.term_index = LoadedTermIndex(self.term_index.max_df, ids, terms, table)
+            # nothing loaded (a new session): the plain index, whose postings are a dict read in C
+            if n:
+                self.term_index = LoadedTermIndex(self.term_index.max_df, ids, terms, table)
         else:
             for r, pid in enumerate(ids, base):
                 self.term_index.add_page(pid, self.terms[r])
@@ -602,15 +615,19 @@ class History:
         return int(made_at[-1]) if len(made_at) else -1
 
     def fill_compact_tokens(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Count the compact lines of rows loaded from the store (``messages``: one per row)."""
+        """Count the compact lines not counted yet: of rows loaded from the store, and of rows recorded since
+        the last count (``messages``: the request's, one per row; a row's line depends only on its message,
+        kind, handle, step and path, so the count is the same whichever call takes it)."""
         if not self._compact_missing:
             return
-        for r, n in enumerate(self.compact_tokens):
-            if n < 0:
+        tokens = self.compact_tokens
+        for r in range(self._compact_from, len(tokens)):
+            if tokens[r] < 0:
                 line = compact_line(messages[r], self.kind[r], self.handle[r], self.step[r], self.path[r])
-                self.compact_tokens[r] = self.counter.count(line) + 1
+                tokens[r] = self.counter.count(line) + 1
                 self._columns.dirty.add(r)
         self._compact_missing = 0
+        self._compact_from = len(tokens)
 
     def open_calls_at(self, k: int) -> set[str]:
         """Return the call ids still unanswered just before row ``k`` (validation state)."""

@@ -195,7 +195,7 @@ class TermIndex:
         """
         out: dict[int, int] = {}
         excluded = exclude if isinstance(exclude, (set, frozenset, dict)) else set(exclude)
-        for term in set(terms):
+        for term in terms if isinstance(terms, (set, frozenset)) else set(terms):  # a page's frozenset: no copy
             ids = self._postings.get(term)
             if ids is None or len(ids) > self.max_df:
                 continue

