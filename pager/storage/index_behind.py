@@ -67,27 +67,34 @@ class BehindMixin:
         except BaseException as e:  # delivered by _join, in the thread that next uses the index
             self._bg_failed = (e, upto_page_id)
 
-    def _nothing_beyond(self, readers: tuple[str, ...], refresh: bool) -> bool:
+    def _nothing_beyond(self, readers: tuple[str, ...]) -> bool:
         """Return True when ``beyond_session`` for ``readers`` is False, as the running commit will leave it.
 
         Decided without waiting for (or locking out) the commit under way: the
         committed state said False (its answer is memoized per searcher
         generation), the commit adds no page any of ``readers`` may read (it
-        can only delete or merge others away), it has not failed, and, with
-        ``refresh``, no other writer committed since the searcher was loaded
-        (``meta.json`` as it was; a changed one, ours or theirs, means: wait
-        and look). False whenever it cannot tell: the caller then waits.
+        can only delete or merge others away), it has not failed, and no other
+        writer committed since that state (the commit loads what another writer
+        committed before it took the writer, refresh or not): either the commit
+        holds the writer on this very state, or ``meta.json`` is as it was when
+        the searcher was loaded. False whenever it cannot tell: the caller then
+        waits. Another process's commit landing after this check is one it
+        would also have missed by landing a moment later.
         """
-        if self._bg is None or self._bg_failed is not None:
+        bg = self._bg
+        if bg is None or self._bg_failed is not None:
             return False  # nothing to wait for, or a failure the caller must see: the plain path
-        generation = self.generation  # read first: every check below is about this searcher's state
-        if self._beyond.get((generation, readers)) is not False:
+        keys = self._bg_keys  # set before ``_bg``: these are ``bg``'s pages' (checked again below)
+        # read in this order (``_load_searcher`` writes them in the other): a meta.json seen
+        # before the generation it goes with makes a new one look changed, never the reverse
+        seen = self._seen_meta
+        generation = self.generation
+        if self._beyond.get((generation, readers)) is not False or not keys.isdisjoint(readers):
             return False
-        if not self._bg_keys.isdisjoint(readers):
-            return False
-        if not refresh or self._alone == generation:
-            return True  # the commit holds the writer, on this state: nobody else committed since
-        return self._meta_bytes() == self._seen_meta
+        # the commit holds the writer and built on this state (nobody else commits now), or no
+        # commit landed since this state was loaded
+        quiet = self._alone == generation or self._meta_bytes() == seen
+        return quiet and self._bg is bg  # and no other commit was started meanwhile by another thread
 
     def _join(self) -> None:
         """Wait for a background commit; raise what it failed with, as ``commit`` would have.

@@ -153,7 +153,7 @@ class SearchMixin:
         readers = tuple(reader_keys(session, audiences, cross_session)[1:])  # the first is the session's own
         if not readers:
             return False
-        if self._nothing_beyond(readers, refresh):
+        if self._nothing_beyond(readers):
             return False
 
         def count() -> bool:
@@ -182,7 +182,7 @@ class SearchMixin:
         asked = {readers for _gen, readers in self._beyond}
         self._beyond = {(self.generation, readers): self._count_beyond(readers) for readers in asked}
 
-    def _nothing_beyond(self, readers: tuple[str, ...], refresh: bool) -> bool:  # provided by BehindMixin
+    def _nothing_beyond(self, readers: tuple[str, ...]) -> bool:  # provided by BehindMixin
         raise NotImplementedError
 
     def _run(
