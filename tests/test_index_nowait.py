@@ -263,3 +263,38 @@ def test_a_commit_of_unrelated_pages_moves_the_scores():
         assert [h.page_id for h in ix.search("alpha retry", session="A", k=2)] == [2, 1]
     finally:
         ix.close()
+
+
+def test_a_session_whose_commits_are_never_waited_for_unless_needed_plans_what_a_waiting_one_does(tmp_path):
+    """End to end: every background commit held until a use must wait; prompts and reports as with waited commits."""
+    import orjson
+
+    import pager
+    from pager.lab.synth import generate_session
+
+    _h, msgs = generate_session(5, 100, big_every=5)
+    bounds = [k for k in range(2, len(msgs) + 1) if k == len(msgs) or msgs[k]["role"] == "assistant"]
+    opts = {"session": "s", "context_window": 6000, "log_reports": False}  # pools on: beyond_session is asked
+    answered_at_once = []
+    real = PageIndex._nothing_beyond
+
+    def spied(self: PageIndex, readers: tuple[str, ...]) -> bool:
+        out = real(self, readers)
+        answered_at_once.append(out)
+        return out
+
+    with held_commits() as h:
+        PageIndex._nothing_beyond = spied  # type: ignore[method-assign]
+        try:
+            with pager.open(tmp_path / "behind", **opts) as a, pager.open(tmp_path / "waited", **opts) as b:
+                b._feeder.index.commits_in_background = False  # every commit in the caller's thread
+                for k in bounds:
+                    request = {"model": "m", "messages": msgs[:k]}
+                    assert orjson.dumps(a.assemble(request)) == orjson.dumps(b.assemble(request))
+                    ra, rb = a.last_report.to_dict(), b.last_report.to_dict()
+                    ra.pop("elapsed_ms"), rb.pop("elapsed_ms")
+                    assert ra == rb
+                commits = a._feeder.index.generation
+        finally:
+            PageIndex._nothing_beyond = real  # type: ignore[method-assign]
+    assert commits > 3 and sum(answered_at_once) >= 5, "calls went on while a commit was held"
