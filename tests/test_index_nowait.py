@@ -272,7 +272,7 @@ def test_a_session_whose_commits_are_never_waited_for_unless_needed_plans_what_a
     import pager
     from pager.lab.synth import generate_session
 
-    _h, msgs = generate_session(5, 100, big_every=5)
+    _h, msgs = generate_session(5, 60, big_every=5)
     bounds = [k for k in range(2, len(msgs) + 1) if k == len(msgs) or msgs[k]["role"] == "assistant"]
     opts = {"session": "s", "context_window": 6000, "log_reports": False}  # pools on: beyond_session is asked
     answered_at_once = []
