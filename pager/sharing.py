@@ -119,12 +119,14 @@ class Pools:
         # committed are the newest ones, which are in the prompt anyway
         pools = self.recall_pools
         index = self.feeder.index
+        acls = self.store.pool_acls() if pools else {}  # read once: a round trip on a database server
+        if req.beyond_only and not self._beyond_indexed(index, acls):
+            # only another audience's page could be recalled, and the index holds none (other processes'
+            # commits seen): most calls of a long session, and a commit under way is not waited for
+            return []
         refresh = getattr(index, "refresh", None)  # an index shared between processes has one
         if pools and refresh is not None:
             refresh()  # other processes' commits: their pools' pages are candidates too (a file read when none)
-        acls = self.store.pool_acls() if pools else {}  # read once: a round trip on a database server
-        if req.beyond_only and not self._beyond_indexed(index, acls):
-            return []  # only another audience's page could be recalled, and the index holds none
         row_of = history.row_of
         ranked = search_ids(
             # twice the candidates when pools are read: other sessions' pages must not crowd out our own
@@ -167,7 +169,9 @@ class Pools:
         fn = getattr(index, "beyond_session", None)
         if fn is None:
             return True
-        return bool(fn(session=self.session, audiences=audiences(self.reader, acls), cross_session=True))
+        # refresh: what other processes committed counts, as the search would have seen it
+        return bool(fn(session=self.session, audiences=audiences(self.reader, acls), cross_session=True,
+                       refresh=True))
 
     def _records(self, page_ids: Sequence[int]) -> dict[int, PageRecord]:
         """Return the stored records of ``page_ids`` by id, in one read; a page the store lacks is left out."""

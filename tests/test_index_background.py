@@ -1,9 +1,10 @@
 """The recall index commits in the background and every later use waits for it (issue 23).
 
-``PageIndex.commit(wait=False)`` returns at once; a search, ``add``, another
-commit, ``close`` or a read of the bookkeeping first waits for the commit under
-way, so what each sees is what it saw when the commit ran in the caller's
-thread. A commit that fails raises at the next use, typed as it was.
+``PageIndex.commit(wait=False)`` returns at once; a search, another commit,
+``close`` or a read of the bookkeeping first waits for the commit under way, so
+what each sees is what it saw when the commit ran in the caller's thread;
+``add`` does not wait (its pages go to the next commit). A commit that fails
+raises at the next use that waits, typed as it was.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ def gated(monkeypatch):
     go = threading.Event()
     commit_behind, join = PageIndex._commit_behind, PageIndex._join
 
-    def held(self, upto):
+    def held(self, *args):
         go.wait()
         go.clear()
-        commit_behind(self, upto)
+        commit_behind(self, *args)
 
     def joining(self):
         if self._bg is not None:
@@ -80,7 +81,7 @@ def test_pages_added_after_a_background_commit_wait_for_it_and_come_next(tmp_pat
     ix = PageIndex(tmp_path / "ix")
     ix.add(_docs(1, 10))
     ix.commit(wait=False)
-    ix.add(_docs(11, 5))  # waits, then buffers
+    ix.add(_docs(11, 5))  # does not wait: buffered for the next commit
     assert ix.pending == 5
     ix.commit(wait=False)
     ix.commit(wait=False)  # nothing new: waits for the one before, commits the meta document only

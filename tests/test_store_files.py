@@ -34,6 +34,9 @@ def test_a_new_store_is_created_0700_and_its_files_0600(tmp_path, umask_022):
         for i in range(3):
             p.assemble({"messages": [system("agent"), user(f"remember the token sk-{i}")]})
         p.note("a note")
+        # a background index commit may still be writing its segment (inside the 0700 folder), and
+        # adding a page does not wait for it: its files are 0600 once it landed
+        p._feeder.index.wait()
         names = {n for n in os.listdir(where)}
         assert {"pager.db", "pager.db-wal", "pager.db-shm", "reports.jsonl", "index"} <= names
         assert _mode(where) == 0o700

@@ -103,6 +103,12 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._deletes: set[int] = set()
         self._pending: set[int] = set()  # ids added since the last commit
         self._pending_max = 0
+        self._keys: set[str] = set()  # the audience keys of the buffered pages (``beyond_session``)
+        # ``add`` appends here and never waits: a background commit holds ``_lock`` while it runs, and
+        # the next call's pages need not wait for it (issue 23). Whoever next takes ``_lock`` to read
+        # or commit the buffer moves these into it first (``_drain``), in the order they came.
+        self._inbox: list[tuple[int, tantivy.Document, tuple[str, ...]]] = []
+        self._inbox_lock = threading.Lock()
         self._sources: list[Any] = []  # what rebuilds this index and knows its pages (IndexFeeder binds them)
         self._checked: set[tuple[str, int]] = set()  # committed files whose checksum was found good
         self._healing = False
@@ -116,6 +122,9 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         # a commit under way in the background (``commit(wait=False)``), and how it failed
         self._bg: threading.Thread | None = None
         self._bg_failed: tuple[BaseException, int | None] | None = None
+        self._bg_keys: frozenset[str] = frozenset()  # the audience keys of the pages it commits
+        self._beyond: dict[tuple[int, tuple[str, ...]], bool] = {}  # beyond_session's answers, per generation
+        self._alone: int | None = None  # while a commit holds the writer: the generation it builds on
         if self._path is None:
             self._index = tantivy.Index(_SCHEMA)
             self._start()
@@ -180,25 +189,52 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         """Buffer pages for the next ``commit``; return how many were added.
 
         A page id already indexed (or already added in this batch) replaces
-        the older document instead of duplicating it.
+        the older document instead of duplicating it. Never waits for a
+        background commit: that one commits what was buffered when it was
+        asked for, and these pages come with the next.
         """
-        n = 0
-        self._join()
-        with self._lock:
-            try:
-                for d in docs:
-                    pid = d.page_id
-                    self._buffer[pid] = self._to_doc(d)
-                    self._deletes.discard(pid)
-                    self._pending.add(pid)
-                    if pid > self._pending_max:
-                        self._pending_max = pid
-                    n += 1
-            except BaseException as e:
-                if not is_damage(e):
-                    raise
-                raise RecallIndexError(f"cannot add to the recall index: {e}") from e
-        return n
+        try:
+            made = [(d.page_id, self._to_doc(d), self._keys_of(d)) for d in docs]
+        except BaseException as e:
+            if not is_damage(e):
+                raise
+            raise RecallIndexError(f"cannot add to the recall index: {e}") from e
+        with self._inbox_lock:
+            self._inbox.extend(made)
+        return len(made)
+
+    def _drain(self) -> None:
+        """Move what ``add`` left in the inbox into the buffer (under ``_lock``)."""
+        with self._inbox_lock:
+            came, self._inbox = self._inbox, []
+        for pid, doc, keys in came:
+            self._buffer[pid] = doc
+            self._deletes.discard(pid)
+            self._pending.add(pid)
+            if pid > self._pending_max:
+                self._pending_max = pid
+            self._keys.update(keys)
+
+    def _take(self) -> tuple[dict[int, tantivy.Document], set[int], int, frozenset[str]]:
+        """Return the buffer as a batch to commit and start an empty one (under ``_lock``)."""
+        self._drain()
+        batch = (self._buffer, self._deletes, self._pending_max, frozenset(self._keys))
+        self._buffer, self._deletes, self._pending, self._pending_max, self._keys = {}, set(), set(), 0, set()
+        return batch
+
+    def _discard(self) -> None:
+        """Drop every page added and not committed (the inbox too)."""
+        with self._inbox_lock:
+            self._inbox = []
+        self._buffer.clear()
+        self._deletes.clear()
+        self._pending.clear()
+        self._pending_max = 0
+        self._keys.clear()
+
+    @staticmethod
+    def _keys_of(d: IndexDoc) -> tuple[str, ...]:
+        return tuple(_audience(a) for a in page_audiences(d.scope, d.session, d.owner or None, d.pool))
 
     @staticmethod
     def _to_doc(d: IndexDoc) -> tantivy.Document:
@@ -268,21 +304,26 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             self._join()  # another thread's commit started since: wait for it, commit here
         self._guarded("cannot commit the recall index", lambda: self._commit(upto_page_id))
 
-    def _commit(self, upto_page_id: int | None) -> None:
+    def _commit(self, upto_page_id: int | None, batch: Any = None) -> None:
+        """Commit ``batch`` (``_take``: a background commit's, taken when it was asked for), else the buffer."""
         with self._lock:
+            buffer, deletes, pending_max, _keys = self._take() if batch is None else batch
             w = self._w()
             try:
                 # another process may have committed since we last looked: its ids decide
                 # which of ours replace a document, and its watermark is kept if higher
                 self._refresh()
+                # from here to the release of the writer no other process can commit: a change of
+                # meta.json is ours (this commit, its merges), the searcher's generation says on what
+                self._alone = self.generation
                 their_upto, their_max, _ = self._read_meta()
-                upto = max(self._upto, self._pending_max) if upto_page_id is None else upto_page_id
+                upto = max(self._upto, pending_max) if upto_page_id is None else upto_page_id
                 upto = max(upto, their_upto)
-                max_id = max(self._max_id, their_max, self._pending_max)
+                max_id = max(self._max_id, their_max, pending_max)
                 known = max(self._max_id, their_max)
-                for pid in self._deletes:
+                for pid in deletes:
                     w.delete_documents_by_term("page_id", pid)
-                for pid, doc in self._buffer.items():
+                for pid, doc in buffer.items():
                     if pid <= known:
                         w.delete_documents_by_term("page_id", pid)
                     w.add_document(doc)
@@ -304,21 +345,16 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
                 w = None
                 raise _Damaged(f"cannot commit the recall index: {e}") from e
             finally:
+                self._alone = None  # before the writer's lock is let go
                 self._release()
             if self._path is not None:
                 tighten(self._path)  # the new segment's files: 0600, as the store's
             self._upto, self._max_id, self._has_meta = upto, max_id, True
-            self._buffer.clear()
-            self._deletes.clear()
-            self._pending.clear()
-            self._pending_max = 0
             self._reload()
 
     def _rollback(self) -> None:
-        self._buffer.clear()
-        self._deletes.clear()
-        self._pending.clear()
-        self._pending_max = 0
+        # the batch being committed is dropped (the store re-feeds it on the next open, or a rebuild
+        # does); pages added since it was taken stay buffered for the next commit
         if self._writer is not None:
             try:
                 self._writer.rollback()
@@ -344,7 +380,9 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         not per page.
         """
         self._join()
-        return len(self._pending)
+        with self._lock:
+            self._drain()
+            return len(self._pending)
 
     def indexed_upto(self) -> int:
         """Return the highest store page id committed to the index (0 if none)."""
@@ -355,6 +393,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         """Buffer removal of pages (visible after the next ``commit``)."""
         self._join()
         with self._lock:
+            self._drain()
             for pid in page_ids:
                 self._buffer.pop(pid, None)
                 self._pending.discard(pid)
@@ -382,6 +421,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
                 w.commit()
             except BaseException as e:
                 self._rollback()
+                self._discard()
                 w = None  # as in commit: no writer may outlive the call in a traceback
                 if not is_damage(e):
                     raise
@@ -390,10 +430,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
                 self._release()
             self._upto = self._max_id = 0
             self._has_meta = False
-            self._buffer.clear()
-            self._deletes.clear()
-            self._pending.clear()
-            self._pending_max = 0
+            self._discard()
             self._reload()
 
     def close(self) -> None:
@@ -408,8 +445,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
 
     def _close(self) -> None:
         w, self._writer = self._writer, None
-        self._buffer.clear()
-        self._pending.clear()
+        self._discard()
         if w is not None:
             try:
                 w.rollback()

@@ -69,8 +69,12 @@ class DiskMixin:
     generation: int
     _seen_meta: bytes | None
     _memo: dict[Any, Any]
+    _recount_beyond: Callable[[], None]  # SearchMixin's (after this mixin in PageIndex's bases): beyond_session again
 
     def _start(self) -> None:  # provided by PageIndex
+        raise NotImplementedError
+
+    def _discard(self) -> None:  # provided by PageIndex: drop every page added and not committed
         raise NotImplementedError
 
     def _open_disk(self) -> None:
@@ -126,10 +130,7 @@ class DiskMixin:
                     self._path, why, where)
         self.set_aside += 1
         self._checked.clear()
-        self._buffer.clear()
-        self._deletes.clear()
-        self._pending.clear()
-        self._pending_max = 0
+        self._discard()  # the rebuild reads every page from the store
         try:
             self._open_disk()
         except _Damaged as e:
@@ -157,6 +158,7 @@ class DiskMixin:
         self._seen_meta = meta
         self.generation += 1
         self._memo.clear()
+        self._recount_beyond()
 
     def _meta_bytes(self) -> bytes | None:
         """Return the committed ``meta.json`` (it names every segment and the last opstamp), None in RAM."""

@@ -54,6 +54,8 @@ class SearchMixin:
     _lock: threading.RLock
     _searcher: tantivy.Searcher
     _memo: dict[tuple[object, ...], tuple[list[str], list[tuple[float, int, object]]]]
+    _beyond: dict[tuple[int, tuple[str, ...]], bool]
+    generation: int
     memo_size = MEMO_SIZE  # 0: every query searches (a test compares the two)
 
     def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:  # provided by PageIndex
@@ -136,7 +138,7 @@ class SearchMixin:
         return [(pid, score) for score, pid, _addr in ranked]
 
     def beyond_session(
-        self, *, session: str, audiences: Collection[str] = (), cross_session: bool = False
+        self, *, session: str, audiences: Collection[str] = (), cross_session: bool = False, refresh: bool = False
     ) -> bool:
         """Return whether a query of ``session`` with these audiences may read a page outside its session's audience.
 
@@ -144,16 +146,44 @@ class SearchMixin:
         counted by the bare ``=`` key): False means every hit of such a query
         is a page of ``session``'s own audience. Counts include deleted pages
         not yet merged away, so it may say True when no such page is left.
+        ``refresh``: first see what other writers committed (as ``refresh``).
+        A commit under way in the background is not waited for when it cannot
+        change a False answer (``BehindMixin._nothing_beyond``).
         """
-        readers = reader_keys(session, audiences, cross_session)[1:]  # the first is the session's own
+        readers = tuple(reader_keys(session, audiences, cross_session)[1:])  # the first is the session's own
         if not readers:
+            return False
+        if self._nothing_beyond(readers):
             return False
 
         def count() -> bool:
-            s = self._searcher
-            return any(s.doc_freq(f"key.{r}", "=") for r in readers)
+            if refresh:
+                self._refresh()
+            found = self._beyond.get((self.generation, readers))
+            if found is None:
+                found = self._count_beyond(readers)
+                if len(self._beyond) >= MEMO_SIZE:
+                    self._beyond.clear()
+                self._beyond[(self.generation, readers)] = found  # what this searcher says, for _nothing_beyond
+            return found
 
         return self._guarded("recall query failed", count)
+
+    def _count_beyond(self, readers: tuple[str, ...]) -> bool:
+        s = self._searcher
+        return any(s.doc_freq(f"key.{r}", "=") for r in readers)
+
+    def _recount_beyond(self) -> None:
+        """Answer again, on the searcher just loaded, the ``beyond_session`` questions asked of the last one.
+
+        A few term counts, so that the next call finds its answer for the new
+        state memoized (``_nothing_beyond`` decides only from a memoized answer).
+        """
+        asked = {readers for _gen, readers in self._beyond}
+        self._beyond = {(self.generation, readers): self._count_beyond(readers) for readers in asked}
+
+    def _nothing_beyond(self, readers: tuple[str, ...]) -> bool:  # provided by BehindMixin
+        raise NotImplementedError
 
     def _run(
         self,
