@@ -28,6 +28,7 @@ import asyncio
 import contextvars
 import functools
 import os
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,6 +48,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["AsyncPager", "aopen"]
 
 T = TypeVar("T")
+
+# aassemble_early's ``hold``: a caller that never sets it delays the call's COMMIT by this much, no more
+HOLD_MAX = 1.0
 
 
 class AsyncPager:
@@ -124,7 +128,7 @@ class AsyncPager:
 
     async def aassemble_early(
         self, request: Mapping[str, Any], *, expose_tools: bool | None = None, format: str | None = None,
-        reread_only: bool = False, wrap: Callable[..., Any] | None = None,
+        reread_only: bool = False, wrap: Callable[..., Any] | None = None, hold: threading.Event | None = None,
     ) -> "tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]":
         """``aassemble``, handing the request back before the work it does not depend on; return ``(request, done)``.
 
@@ -140,6 +144,10 @@ class AsyncPager:
         before the request was rendered (``InputError``, ``BudgetError``)
         raises here, as from ``aassemble``. ``wrap``: the call runs as
         ``wrap(fn, *args, **kwargs)`` in the worker (a timer, a profiler).
+        ``hold``: the rest waits until this event is set (at most
+        ``HOLD_MAX`` seconds), so that it does not compete for the
+        interpreter with the caller's sending of the request (set it once
+        the request is written).
         """
         lock = self._session_lock()
         await lock.acquire()
@@ -148,6 +156,8 @@ class AsyncPager:
 
         def ready(out: dict[str, Any]) -> None:  # in the worker, under the Pager's lock, before the COMMIT
             loop.call_soon_threadsafe(_resolve, early, out)
+            if hold is not None:
+                hold.wait(HOLD_MAX)
 
         def settled(f: "asyncio.Future[dict[str, Any]]") -> None:
             lock.release()

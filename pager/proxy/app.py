@@ -34,8 +34,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import threading
 import time
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
 import attrs
 import httpx
@@ -120,6 +121,15 @@ def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
         buf = buf[i + n :]
 
 
+def _tracer(sent: threading.Event) -> Callable[[str, Any], Awaitable[None]]:
+    """An httpcore ``trace`` callback that sets ``sent`` once the request body is written."""
+    async def trace(event: str, _info: Any) -> None:
+        if event == "http11.send_request_body.complete":
+            sent.set()
+
+    return trace
+
+
 async def _joined(done: "asyncio.Future[Any]") -> None:
     """Wait for an ``aassemble_early`` call's rest to run; its failure is ``_finish_later``'s to log."""
     if not done.done():
@@ -202,6 +212,7 @@ class _Proxy:
             log.error("cannot open session %s: %s", name, exc)
             return self._error(dialect, 500, f"pager cannot open session {name!r}: {exc}")
         released = False
+        sent = threading.Event()  # the request is written upstream: the call's rest may run (aassemble_early)
         try:
             await self._settle(name)
             key = dialect.history_key
@@ -210,14 +221,15 @@ class _Proxy:
             expose = self.config.tools and bool(req.get("tools"))
             try:
                 # the request comes back as soon as it is rendered; the COMMIT, checkpoint files and report
-                # line follow in the same worker while it is upstream (pager.aio.AsyncPager.aassemble_early)
+                # line follow in the same worker once it is written upstream (AsyncPager.aassemble_early)
                 if ph is None:
                     out, done = await p.aassemble_early(req, format=dialect.format, expose_tools=expose,
-                                                        reread_only=not expose)
+                                                        reread_only=not expose, hold=sent)
                 else:
                     ph.mark("session")
                     out, done = await p.aassemble_early(req, format=dialect.format, expose_tools=expose,
-                                                        reread_only=not expose, wrap=functools.partial(timed_early, ph))
+                                                        reread_only=not expose, hold=sent,
+                                                        wrap=functools.partial(timed_early, ph))
                     ph.mark("assembled")
                     ph.info.update(format=dialect.format, session=name, stream=stream, bytes_in=len(body))
             except (InputError, BudgetError) as exc:
@@ -235,7 +247,7 @@ class _Proxy:
             url = self._url(dialect, request)
             headers = _upstream_headers(request.headers)
             if stream:
-                resp = await self._send(url, out, headers, stream=True, style=dialect.error_style, ph=ph)
+                resp = await self._send(url, out, headers, stream=True, style=dialect.error_style, ph=ph, sent=sent)
                 if isinstance(resp, Response):
                     return resp
                 if resp.status_code >= 400:
@@ -243,13 +255,14 @@ class _Proxy:
                 released = True  # the stream releases the session when it ends
                 gen = self._stream(p, name, dialect, url, headers, out, resp, added, client_usage, t0, ph, done)
                 return StreamingResponse(gen, status_code=resp.status_code, headers=_client_headers(resp.headers))
-            answer = await self._complete(p, name, dialect, url, headers, out, added, t0, ph)
+            answer = await self._complete(p, name, dialect, url, headers, out, added, t0, ph, sent)
             await _joined(done)  # the answer goes back once the call is recorded: usually long since
             if ph is not None:
                 ph.info["status"] = answer.status_code
                 self.timings.end(ph, done)  # type: ignore[union-attr]
             return answer
         finally:
+            sent.set()  # whatever happened to the request, the call's rest goes on
             if not released:
                 self.pool.release(name)
 
@@ -285,10 +298,14 @@ class _Proxy:
         return StreamingResponse(relay(), status_code=resp.status_code, headers=_client_headers(resp.headers))
 
     async def _send(self, url: str, payload: Mapping[str, Any] | bytes, headers: Mapping[str, str], *, stream: bool,
-                    style: str = "openai", ph: Phases | None = None) -> httpx.Response | Response:
+                    style: str = "openai", ph: Phases | None = None,
+                    sent: threading.Event | None = None) -> httpx.Response | Response:
+        """POST ``payload`` upstream; ``sent`` is set once its body is written (httpcore's ``trace`` extension)."""
         assert self.client is not None
         content = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-        req = self.client.build_request("POST", url, content=content, headers={**headers, "content-type": "application/json"})
+        extensions = {"trace": _tracer(sent)} if sent is not None else None
+        req = self.client.build_request("POST", url, content=content, headers={**headers, "content-type": "application/json"},
+                                        extensions=extensions)
         if ph is not None and "serialised" not in ph.marks:  # the first round's
             ph.mark("serialised")
             ph.info["bytes_out"] = len(content)
@@ -301,12 +318,17 @@ class _Proxy:
             return self._error_style(style, 504, f"upstream {url} timed out after {self.config.timeout:g}s")
         except httpx.TransportError as exc:
             return self._error_style(style, 502, f"upstream {url} unreachable: {type(exc).__name__}")
+        finally:
+            if sent is not None:
+                sent.set()
 
     async def _complete(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
-                        out: dict[str, Any], added: frozenset[str], t0: float, ph: Phases | None = None) -> Response:
+                        out: dict[str, Any], added: frozenset[str], t0: float, ph: Phases | None = None,
+                        sent: threading.Event | None = None) -> Response:
         rounds = 0
         while True:
-            resp = await self._send(url, out, headers, stream=False, style=dialect.error_style, ph=ph)
+            resp = await self._send(url, out, headers, stream=False, style=dialect.error_style, ph=ph,
+                                    sent=sent if not rounds else None)
             if isinstance(resp, Response):
                 return resp
             if resp.status_code >= 400:
