@@ -11,6 +11,7 @@ gives: a real uvicorn proxy, the real SQLite store, the scripted upstream.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -133,6 +134,15 @@ def start(url: str, body: dict[str, Any]) -> tuple[threading.Thread, dict[str, A
     return t, out
 
 
+def committed_pages(store: Path) -> int:
+    """Count the pages another connection sees: what is committed (the proxy's write lock does not block it)."""
+    db = sqlite3.connect(store / "pager.db")
+    try:
+        return int(db.execute("SELECT count(*) FROM pages").fetchone()[0])
+    finally:
+        db.close()
+
+
 def recorded(store: Path, session: str = "s1") -> tuple[int, list[dict[str, Any]]]:
     """Return the pages the store holds for ``session`` and its assemble reports (read with the proxy stopped)."""
     with pager.open(store, session=session) as p:
@@ -151,6 +161,7 @@ def test_the_request_is_upstream_before_the_commit_and_the_next_waits_for_it(
     t1, out1 = start(url, first)
     # the upstream has the request while its call is still held before the COMMIT
     until(lambda: len(seen) == 1 and gate.entered.is_set(), "the request upstream with its call unfinished")
+    assert committed_pages(tmp_path / "ctx") == 0  # upstream before its pages were committed
     if stream:  # the first byte does not wait for the rest of assemble ...
         until(lambda: "first" in out1, "the stream's first bytes")
     assert "status" not in out1  # ... but the answer ends only once the call is recorded
