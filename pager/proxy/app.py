@@ -422,10 +422,10 @@ class _Proxy:
         request, which resends the whole history, records the messages again.
         """
         def finished(f: "asyncio.Future[Any]") -> None:
-            if ph is not None:
+            exc = None if f.cancelled() else f.exception()
+            if ph is not None and exc is None:  # a failed call has no report: the last one is another call's
                 report = p.pager.last_report
                 ph.info.update(assemble_ms=getattr(report, "elapsed_ms", None), round=getattr(report, "round", None))
-            exc = None if f.cancelled() else f.exception()
             if exc is not None:
                 log.error("session %s: the request went upstream but recording it failed (%s: %s); nothing of "
                           "this call was kept, the next request records its messages again", name,
