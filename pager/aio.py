@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence, TypeVar
@@ -174,7 +175,12 @@ class AsyncPager:
             lock.release()
             raise
         done.add_done_callback(settled)
-        return await early, done
+        try:
+            out = await early
+        except asyncio.CancelledError:  # the caller went away: nobody will read the rest's outcome, so log it
+            done.add_done_callback(_log_failure)
+            raise
+        return out, done
 
     async def aobserve(self, response: Any, *, format: str | None = None) -> dict[str, int]:
         """``Pager.observe``, off the event loop."""
@@ -257,6 +263,13 @@ class AsyncPager:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _log_failure(fut: "asyncio.Future[Any]") -> None:
+    exc = None if fut.cancelled() else fut.exception()
+    if exc is not None:
+        logging.getLogger("pager").error("assemble failed after its request was handed over: %s: %s",
+                                         type(exc).__name__, exc)
 
 
 def _resolve(fut: "asyncio.Future[Any]", value: Any) -> None:
