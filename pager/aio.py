@@ -25,7 +25,11 @@ missing here.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
+import logging
 import os
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Sequence, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,6 +50,9 @@ __all__ = ["AsyncPager", "aopen"]
 
 T = TypeVar("T")
 
+# aassemble_early's ``hold``: a caller that never sets it delays the call's COMMIT by this much, no more
+HOLD_MAX = 1.0
+
 
 class AsyncPager:
     """A ``Pager`` for asyncio code: awaitable methods, blocking work in a thread.
@@ -58,11 +65,14 @@ class AsyncPager:
         self.pager = pager
         self._lock: asyncio.Lock | None = None
 
-    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run ``fn(*args, **kwargs)`` in a worker thread, serialised with this session's other calls."""
+    def _session_lock(self) -> asyncio.Lock:
         if self._lock is None:  # created lazily: bound to the loop that first uses it
             self._lock = asyncio.Lock()
-        async with self._lock:
+        return self._lock
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` in a worker thread, serialised with this session's other calls."""
+        async with self._session_lock():
             return await asyncio.to_thread(fn, *args, **kwargs)
 
     # -- the facade's attributes: plain reads, no I/O ------------------------------------
@@ -116,6 +126,61 @@ class AsyncPager:
         """``Pager.assemble``, off the event loop."""
         return await self.run(self.pager.assemble, request, format=format, expose_tools=expose_tools,
                               reread_only=reread_only)
+
+    async def aassemble_early(
+        self, request: Mapping[str, Any], *, expose_tools: bool | None = None, format: str | None = None,
+        reread_only: bool = False, wrap: Callable[..., Any] | None = None, hold: threading.Event | None = None,
+    ) -> "tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]":
+        """``aassemble``, handing the request back before the work it does not depend on; return ``(request, done)``.
+
+        ``request`` is what ``aassemble`` returns, as soon as it is rendered;
+        the rest of the call (the store's COMMIT, the checkpoint files, a
+        round's index flush, the report line) goes on in the same worker
+        thread (``Pager._assemble``'s ``ready``), while the caller sends the
+        request on. ``done`` resolves when that rest ran, or takes its
+        exception (a ``PagerError``: then nothing of the call was kept, and
+        the session's next call records the messages again, as the caller
+        resends them). Await ``done`` or add a callback that reads its
+        exception. This session's later calls run after ``done``. An error
+        before the request was rendered (``InputError``, ``BudgetError``)
+        raises here, as from ``aassemble``. ``wrap``: the call runs as
+        ``wrap(fn, *args, **kwargs)`` in the worker (a timer, a profiler).
+        ``hold``: the rest waits until this event is set (at most
+        ``HOLD_MAX`` seconds), so that it does not compete for the
+        interpreter with the caller's sending of the request (set it once
+        the request is written).
+        """
+        lock = self._session_lock()
+        await lock.acquire()
+        loop = asyncio.get_running_loop()
+        early: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+        def ready(out: dict[str, Any]) -> None:  # in the worker, under the Pager's lock, before the COMMIT
+            loop.call_soon_threadsafe(_resolve, early, out)
+            if hold is not None:
+                hold.wait(HOLD_MAX)
+
+        def settled(f: "asyncio.Future[dict[str, Any]]") -> None:
+            lock.release()
+            if not early.done():  # it failed before the request was ready: the caller gets that error
+                exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+                early.set_exception(exc if exc is not None else RuntimeError("assemble returned without a request"))
+
+        head = (wrap, self.pager._assemble) if wrap is not None else (self.pager._assemble,)
+        job = functools.partial(*head, request, expose_tools=expose_tools, format=format, reread_only=reread_only,
+                                ready=ready)
+        try:
+            done = loop.run_in_executor(None, functools.partial(contextvars.copy_context().run, job))
+        except BaseException:
+            lock.release()
+            raise
+        done.add_done_callback(settled)
+        try:
+            out = await early
+        except asyncio.CancelledError:  # the caller went away: nobody will read the rest's outcome, so log it
+            done.add_done_callback(_log_failure)
+            raise
+        return out, done
 
     async def aobserve(self, response: Any, *, format: str | None = None) -> dict[str, int]:
         """``Pager.observe``, off the event loop."""
@@ -198,6 +263,18 @@ class AsyncPager:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _log_failure(fut: "asyncio.Future[Any]") -> None:
+    exc = None if fut.cancelled() else fut.exception()
+    if exc is not None:
+        logging.getLogger("pager").error("assemble failed after its request was handed over: %s: %s",
+                                         type(exc).__name__, exc)
+
+
+def _resolve(fut: "asyncio.Future[Any]", value: Any) -> None:
+    if not fut.done():  # its awaiter may have been cancelled (a client gone)
+        fut.set_result(value)
 
 
 class _Opening:

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -223,6 +223,24 @@ class Pager:
         own tools are stubbed, and each such stub says to re-read the file
         with that tool; nothing else is replaced by a handle.
         """
+        return self._assemble(request, expose_tools=expose_tools, format=format, reread_only=reread_only)
+
+    def _assemble(
+        self, request: Mapping[str, Any], *, expose_tools: bool | None = None, format: str | None = None,
+        reread_only: bool = False, ready: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """``assemble``; ``ready(out)`` gets the rendered request before the work it does not depend on.
+
+        The proxy's way to forward a request early (``pager.aio.AsyncPager.aassemble_early``): ``ready`` is
+        called, in this thread and under this ``Pager``'s lock, once the request is rendered and the call's
+        pages, state and events are written inside the open transaction, but before its COMMIT, the
+        checkpoint files (``after_assemble``), a round's index flush and the report line. That rest then
+        runs here, still under the lock (so this session's next call, from any thread, starts after it),
+        and what fails in it raises from here as it would from ``assemble``: the transaction rolled back,
+        the mirror reloaded, nothing of the call kept. The caller that already sent ``out`` on learns it
+        from this exception; the session's next call records the messages again (a caller resends its
+        history). ``ready`` must not block; an exception from it rolls the call back before the COMMIT.
+        """
         with self._lock:
             self._check_open()
             t0 = time.perf_counter()
@@ -260,6 +278,14 @@ class Pager:
                         self._mirror.save()  # the call count only
                     else:
                         self._persist(result)
+                    hints = attrs.evolve(result.hints, cache_marks=self.options.cache_marks)
+                    # rendering is pure (the result and the request): the same bytes before the COMMIT as after
+                    out = fmt.render(request, result.messages, tools=result.tools if result.tools is not None else (
+                        tools if expose else None), hints=hints)
+                    if ready is not None:
+                        t1 = time.perf_counter()
+                        ready(out)
+                        t0 += time.perf_counter() - t1  # the caller's time in ready is not assemble's
             except BaseException:
                 # the store rolled back (and _writing reloaded the mirror): drop the index's copies too
                 self._feeder.forget([d.page_id for d in docs])
@@ -270,9 +296,6 @@ class Pager:
                     self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
                 self._mirror.prev_out = result.messages
             self._wire = fmt.name
-            hints = attrs.evolve(result.hints, cache_marks=self.options.cache_marks)
-            out = fmt.render(request, result.messages, tools=result.tools if result.tools is not None else (
-                tools if expose else None), hints=hints)
             self._report(result, len(messages), recorded.pages, (time.perf_counter() - t0) * 1000.0,
                          recorded.behind)
             return out

@@ -168,6 +168,7 @@ class HeadMemo:
         self.capacity = capacity
         self._d: OrderedDict[int, tuple[list[Any], list[Any], list[Any], list[int], Any]] = OrderedDict()
         self._lock = threading.Lock()
+        self._seen = threading.local()  # (messages, their verified contents) of this thread's last head_state
 
     def head(self, messages: Sequence[Any]) -> tuple[int, list[Any], list[Any], list[int]]:
         """Return ``(k, neutral, last, ends)`` of the first ``k`` messages (``put``'s lists cut there).
@@ -191,23 +192,34 @@ class HeadMemo:
         msgs, sigs, flat, ends, state = hit
         k = same_objects(messages, msgs)
         try:
-            k = same_objects(_contents(messages[:k]), sigs)
+            contents = _contents(messages[:k])
+            k = same_objects(contents, sigs)
         except AttributeError:  # not dicts (SDK objects): no head
             return none
         if not k:
             return none
+        del contents[k:]
+        self._seen.last = (messages, contents)  # for put(head=k): these contents are the remembered ones
         return k, flat[: ends[k]], flat[ends[k - 1]: ends[k]], ends[: k + 1], state if k == len(msgs) else None
 
-    def put(self, messages: Sequence[Any], neutral: list[Any], ends: list[int], state: Any = None) -> None:
+    def put(self, messages: Sequence[Any], neutral: list[Any], ends: list[int], state: Any = None,
+            head: int = 0) -> None:
         """Remember the conversion of ``messages``: ``neutral[ends[i]:ends[i + 1]]`` came from message ``i``.
 
         ``ends[0]`` is 0. The lists are kept as given: the caller hands them over. ``state``: what the
-        caller needs to go on converting after the last message (``head_state`` returns it).
+        caller needs to go on converting after the last message (``head_state`` returns it). ``head``:
+        the ``k`` ``head_state`` just found for these very messages; their ``content`` objects are the
+        remembered ones then, so only the rest are read (issue 23: O(new messages)).
         """
         if not messages:
             return
         try:
-            sigs = _contents(messages)
+            seen = getattr(self._seen, "last", None)  # this thread's last head_state
+            if head and seen is not None and seen[0] is messages and len(seen[1]) == head:
+                sigs = seen[1] + _contents(messages[head:])
+            else:
+                sigs = _contents(messages)
+            self._seen.last = None
         except AttributeError:
             return
         with self._lock:

@@ -154,7 +154,7 @@ class AnthropicMessages:
                 memo.put(msg, sig, neutral)
             converted.extend(neutral)
             ends.append(len(converted))
-        self._heads.put(messages, converted, ends)
+        self._heads.put(messages, converted, ends, head=k)
         out.extend(converted)
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):

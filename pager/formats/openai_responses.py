@@ -277,7 +277,8 @@ class OpenAIResponses:
             # the memo gives back only the whole list (``state``): per-item ends are not kept
             ends = [0] * len(items) + [len(converted)]
             last_run = bool(kinds) and kinds[-1] == "run" if len(kinds) > k else bool(state[2])
-            self._heads.put(items, converted, ends, (frozenset(open_calls), frozenset(seen_calls), last_run))
+            self._heads.put(items, converted, ends, (frozenset(open_calls), frozenset(seen_calls), last_run),
+                            head=k)
         out.extend(converted)
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):

@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import threading
 import time
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
 import attrs
 import httpx
@@ -54,7 +56,7 @@ from pager.proxy.dialects import (DIALECTS, UPSTREAMS, Dialect, base_url, check_
 from pager.proxy.limits import DEFAULT_MAX_BODY, Refused, read_body, session_refusal
 from pager.proxy.replies import error_body, stream_error_event
 from pager.proxy.sessions import SESSION_HEADER, SessionPool, session_for
-from pager.proxy.timings import Phases, TimingLog, timed
+from pager.proxy.timings import Phases, TimingLog, timed_early
 
 __all__ = ["ProxyConfig", "create_app"]
 
@@ -117,6 +119,21 @@ def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
         i, n = min(found)
         events.append(buf[: i + n])
         buf = buf[i + n :]
+
+
+def _tracer(sent: threading.Event) -> Callable[[str, Any], Awaitable[None]]:
+    """An httpcore ``trace`` callback that sets ``sent`` once the request body is written."""
+    async def trace(event: str, _info: Any) -> None:
+        if event == "http11.send_request_body.complete":
+            sent.set()
+
+    return trace
+
+
+async def _joined(done: "asyncio.Future[Any]") -> None:
+    """Wait for an ``aassemble_early`` call's rest to run; its failure is ``_finish_later``'s to log."""
+    if not done.done():
+        await asyncio.wait([done])
 
 
 class _Proxy:
@@ -195,6 +212,7 @@ class _Proxy:
             log.error("cannot open session %s: %s", name, exc)
             return self._error(dialect, 500, f"pager cannot open session {name!r}: {exc}")
         released = False
+        sent = threading.Event()  # the request is written upstream: the call's rest may run (aassemble_early)
         try:
             await self._settle(name)
             key = dialect.history_key
@@ -202,21 +220,24 @@ class _Proxy:
             req[key] = reuse_known(self.pool.last.get(name), req.get(key))
             expose = self.config.tools and bool(req.get("tools"))
             try:
+                # the request comes back as soon as it is rendered; the COMMIT, checkpoint files and report
+                # line follow in the same worker once it is written upstream (AsyncPager.aassemble_early)
                 if ph is None:
-                    out = await p.aassemble(req, format=dialect.format, expose_tools=expose, reread_only=not expose)
+                    out, done = await p.aassemble_early(req, format=dialect.format, expose_tools=expose,
+                                                        reread_only=not expose, hold=sent)
                 else:
                     ph.mark("session")
-                    out = await p.run(timed, ph, p.pager.assemble, req, format=dialect.format, expose_tools=expose,
-                                      reread_only=not expose)
+                    out, done = await p.aassemble_early(req, format=dialect.format, expose_tools=expose,
+                                                        reread_only=not expose, hold=sent,
+                                                        wrap=functools.partial(timed_early, ph))
                     ph.mark("assembled")
-                    report = p.pager.last_report
-                    ph.info.update(format=dialect.format, session=name, stream=stream, bytes_in=len(body),
-                                   assemble_ms=getattr(report, "elapsed_ms", None), round=getattr(report, "round", None))
+                    ph.info.update(format=dialect.format, session=name, stream=stream, bytes_in=len(body))
             except (InputError, BudgetError) as exc:
                 return self._error(dialect, 400, f"pager cannot page this request: {exc}")
             except PagerError as exc:  # the store or the index failed: not the client's fault
                 log.error("assemble failed in session %s: %s", name, exc)
                 return self._error(dialect, 500, f"pager failed to page this request: {exc}")
+            self._finish_later(p, name, done, ph)
             if isinstance(req.get(key), list):
                 self.pool.last[name] = req[key]
             if served:
@@ -226,20 +247,22 @@ class _Proxy:
             url = self._url(dialect, request)
             headers = _upstream_headers(request.headers)
             if stream:
-                resp = await self._send(url, out, headers, stream=True, style=dialect.error_style, ph=ph)
+                resp = await self._send(url, out, headers, stream=True, style=dialect.error_style, ph=ph, sent=sent)
                 if isinstance(resp, Response):
                     return resp
                 if resp.status_code >= 400:
                     return await self._passthrough_error(resp)
                 released = True  # the stream releases the session when it ends
-                gen = self._stream(p, name, dialect, url, headers, out, resp, added, client_usage, t0, ph)
+                gen = self._stream(p, name, dialect, url, headers, out, resp, added, client_usage, t0, ph, done)
                 return StreamingResponse(gen, status_code=resp.status_code, headers=_client_headers(resp.headers))
-            answer = await self._complete(p, name, dialect, url, headers, out, added, t0, ph)
+            answer = await self._complete(p, name, dialect, url, headers, out, added, t0, ph, sent)
+            await _joined(done)  # the answer goes back once the call is recorded: usually long since
             if ph is not None:
                 ph.info["status"] = answer.status_code
-                self.timings.end(ph)  # type: ignore[union-attr]
+                self.timings.end(ph, done)  # type: ignore[union-attr]
             return answer
         finally:
+            sent.set()  # whatever happened to the request, the call's rest goes on
             if not released:
                 self.pool.release(name)
 
@@ -275,10 +298,14 @@ class _Proxy:
         return StreamingResponse(relay(), status_code=resp.status_code, headers=_client_headers(resp.headers))
 
     async def _send(self, url: str, payload: Mapping[str, Any] | bytes, headers: Mapping[str, str], *, stream: bool,
-                    style: str = "openai", ph: Phases | None = None) -> httpx.Response | Response:
+                    style: str = "openai", ph: Phases | None = None,
+                    sent: threading.Event | None = None) -> httpx.Response | Response:
+        """POST ``payload`` upstream; ``sent`` is set once its body is written (httpcore's ``trace`` extension)."""
         assert self.client is not None
         content = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-        req = self.client.build_request("POST", url, content=content, headers={**headers, "content-type": "application/json"})
+        extensions = {"trace": _tracer(sent)} if sent is not None else None
+        req = self.client.build_request("POST", url, content=content, headers={**headers, "content-type": "application/json"},
+                                        extensions=extensions)
         if ph is not None and "serialised" not in ph.marks:  # the first round's
             ph.mark("serialised")
             ph.info["bytes_out"] = len(content)
@@ -291,12 +318,17 @@ class _Proxy:
             return self._error_style(style, 504, f"upstream {url} timed out after {self.config.timeout:g}s")
         except httpx.TransportError as exc:
             return self._error_style(style, 502, f"upstream {url} unreachable: {type(exc).__name__}")
+        finally:
+            if sent is not None:
+                sent.set()
 
     async def _complete(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
-                        out: dict[str, Any], added: frozenset[str], t0: float, ph: Phases | None = None) -> Response:
+                        out: dict[str, Any], added: frozenset[str], t0: float, ph: Phases | None = None,
+                        sent: threading.Event | None = None) -> Response:
         rounds = 0
         while True:
-            resp = await self._send(url, out, headers, stream=False, style=dialect.error_style, ph=ph)
+            resp = await self._send(url, out, headers, stream=False, style=dialect.error_style, ph=ph,
+                                    sent=sent if not rounds else None)
             if isinstance(resp, Response):
                 return resp
             if resp.status_code >= 400:
@@ -324,7 +356,7 @@ class _Proxy:
 
     async def _stream(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
                       out: dict[str, Any], resp: httpx.Response, added: frozenset[str], client_usage: bool,
-                      t0: float, ph: Phases | None = None) -> AsyncIterator[bytes]:
+                      t0: float, ph: Phases | None = None, done: Any = None) -> AsyncIterator[bytes]:
         round_no = offset = 0
         try:
             while True:
@@ -367,6 +399,8 @@ class _Proxy:
                     self._observe_later(p, name, dialect, turn.usage)
                 if held:
                     yield held
+                if done is not None:
+                    await _joined(done)  # the response ends once the call is recorded (its first byte did not wait)
                 self._log(dialect, name, 200, t0, True, round_no)
                 return
         except httpx.TimeoutException:
@@ -378,7 +412,26 @@ class _Proxy:
             self.pool.release(name)
             if ph is not None and self.timings is not None:
                 ph.info["status"] = resp.status_code
-                self.timings.end(ph)
+                self.timings.end(ph, done)
+
+    def _finish_later(self, p: Any, name: str, done: "asyncio.Future[Any]", ph: Phases | None) -> None:
+        """Watch the rest of an ``assemble`` whose request is on its way upstream (``aassemble_early``).
+
+        The session's next call runs after it (the session's lock). A failure
+        is logged here: the client already has its answer coming, and its next
+        request, which resends the whole history, records the messages again.
+        """
+        def finished(f: "asyncio.Future[Any]") -> None:
+            exc = None if f.cancelled() else f.exception()
+            if ph is not None and exc is None:  # a failed call has no report: the last one is another call's
+                report = p.pager.last_report
+                ph.info.update(assemble_ms=getattr(report, "elapsed_ms", None), round=getattr(report, "round", None))
+            if exc is not None:
+                log.error("session %s: the request went upstream but recording it failed (%s: %s); nothing of "
+                          "this call was kept, the next request records its messages again", name,
+                          type(exc).__name__, exc)
+
+        done.add_done_callback(finished)
 
     def _observe_later(self, p: Any, name: str, dialect: Dialect, response: Any) -> None:
         """Record a turn's usage after its answer is relayed: off the client's path.

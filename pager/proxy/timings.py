@@ -8,12 +8,15 @@ phases as milliseconds since the request reached the proxy's handler:
 ``parse``       the body parsed (``pager.proxy.bodies``)
 ``session``     its session acquired, the previous call's usage recorded
 ``worker``      a worker thread started ``assemble`` (the hop off the event loop)
-``worked``      ``assemble`` returned in the worker (``worker_cpu_ms``: the CPU time it took)
-``assembled``   the event loop has the result back (the hop back)
+``worked``      the rendered request was handed back in the worker (``worker_cpu_ms``: the CPU time it took)
+``assembled``   the event loop has the request (the hop back)
 ``serialised``  the upstream body encoded
 ``headers``     the upstream's response headers arrived
 ``first``       (streams) the first event relayed to the client
 ``done``        the answer handed to the server (streams: the last event relayed)
+``finished``    the rest of ``assemble`` (COMMIT, checkpoint files, report line) done in the worker, while
+                the request was upstream (``finish_cpu_ms``: its CPU time); any order against the marks
+                after ``assembled``
 
 and the garbage collector's share of that time: ``gc_ms``, every pause in
 any thread while the call was in flight, and ``gc_full``, how many of them
@@ -30,7 +33,7 @@ from typing import IO, Any, Callable
 
 import orjson
 
-__all__ = ["GcClock", "Phases", "TimingLog", "timed"]
+__all__ = ["GcClock", "Phases", "TimingLog", "timed", "timed_early"]
 
 
 class GcClock:
@@ -86,6 +89,29 @@ def timed(phases: Phases, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> 
         phases.info["worker_cpu_ms"] = round((time.thread_time() - cpu) * 1000.0, 3)
 
 
+def timed_early(phases: Phases, fn: Callable[..., Any], *args: Any, ready: Callable[[Any], None],
+                **kwargs: Any) -> Any:
+    """``timed`` for ``Pager._assemble`` with ``ready``: ``worked`` when the request is handed back, then ``finished``."""
+    phases.mark("worker")
+    cpu = time.thread_time()
+
+    def handed(out: Any) -> None:
+        phases.mark("worked")
+        phases.info["worker_cpu_ms"] = round((time.thread_time() - cpu) * 1000.0, 3)
+        ready(out)
+
+    at = 0.0
+    try:
+        out = fn(*args, ready=handed, **kwargs)
+        at = time.thread_time()
+        return out
+    finally:
+        phases.mark("finished")
+        if "worker_cpu_ms" in phases.info:
+            phases.info["finish_cpu_ms"] = round(((at or time.thread_time()) - cpu) * 1000.0
+                                                 - phases.info["worker_cpu_ms"], 3)
+
+
 class TimingLog:
     """The ``--timings`` file: ``begin`` a call's ``Phases``, ``end`` writes its line."""
 
@@ -108,8 +134,15 @@ class TimingLog:
     def begin(self) -> Phases:
         return Phases(self.clock)
 
-    def end(self, phases: Phases) -> None:
+    def end(self, phases: Phases, after: Any = None) -> None:
+        """Mark ``done`` and write the call's line, once ``after`` (the call's unfinished ``assemble``) is done."""
         phases.mark("done")
+        if after is not None:  # a callback even when it is done: after the ones that fill the line in
+            after.add_done_callback(lambda _f: self._write(phases))
+            return
+        self._write(phases)
+
+    def _write(self, phases: Phases) -> None:
         line = {**phases.info, "phases": phases.marks, "gc_ms": round(self.clock.ms - phases.gc_ms, 3),
                 "gc_full": self.clock.full - phases.gc_full}
         with self._lock:
