@@ -62,10 +62,13 @@ CL100K_PATTERN = (
     r"\s*[\r\n]|\s+(?!\S)|\s"
 )
 _L, _N, _S = "A-Za-z", "0-9", " \\t\\n\\x0b\\x0c\\r"
-_CL100K_SPLIT = re.compile(  # CL100K_PATTERN's alternatives in its order; \Z: Rust's $ is the end of the text only
-    rf"'(?i:[sdmt]|ll|ve|re)|[^\r\n{_L}{_N}]?+[{_L}]++|[{_N}]{{1,3}}+| ?[^{_S}{_L}{_N}]++[\r\n]*+|[{_S}]++\Z|"
-    rf"[{_S}]*[\r\n]|[{_S}]+(?![^{_S}])|[{_S}]"
-)
+try:  # CL100K_PATTERN's alternatives in its order; \Z: Rust's $ is the end of the text only
+    _CL100K_SPLIT: re.Pattern[str] | None = re.compile(
+        rf"'(?i:[sdmt]|ll|ve|re)|[^\r\n{_L}{_N}]?+[{_L}]++|[{_N}]{{1,3}}+| ?[^{_S}{_L}{_N}]++[\r\n]*+|[{_S}]++\Z|"
+        rf"[{_S}]*[\r\n]|[{_S}]+(?![^{_S}])|[{_S}]"
+    )
+except re.error:  # possessive quantifiers are Python 3.11's: 3.10 counts every text with tiktoken's pass
+    _CL100K_SPLIT = None
 # Non-ASCII characters a split text may hold: punctuation and symbols (Unicode categories P and S)
 # common in tool output and in pager's own texts (stubs, compact lines).
 PIECE_SAFE = "—–‐‑‒―…‘’‚“”„•·‧′″→←↑↓↔⇒✓✔✗✘×÷°±€£¥§¶©®™│─├└┌┐┘┬┴┼═║╔╗╚╝▶►◀■□●○◆★☆"
@@ -109,7 +112,8 @@ class TiktokenCounter:
         self._memo_chars = 0  # approximate under threads: only the bound depends on it
         self._pieces = (
             _PieceCounts(self._enc._core_bpe.encode_single_piece)
-            if getattr(self._enc, "_pat_str", None) == CL100K_PATTERN and hasattr(self._enc, "_core_bpe") else None
+            if _CL100K_SPLIT is not None and getattr(self._enc, "_pat_str", None) == CL100K_PATTERN
+            and hasattr(self._enc, "_core_bpe") else None
         )
 
     def count(self, text: str) -> int:
@@ -156,7 +160,7 @@ class _PieceCounts(dict):  # type: ignore[type-arg]
         self.encode_piece = encode_piece
 
     def count(self, text: str) -> int:
-        return sum(map(self.__getitem__, _CL100K_SPLIT.findall(text)))
+        return sum(map(self.__getitem__, _CL100K_SPLIT.findall(text)))  # type: ignore[union-attr]
 
     def __missing__(self, piece: str) -> int:
         n = len(self.encode_piece(piece.encode()))
