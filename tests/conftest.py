@@ -139,19 +139,40 @@ def traces_dir() -> Path:
     return TRACES
 
 
-# -- PostgreSQL: one real server per test run, one fresh schema per test -----------------
+# -- PostgreSQL: one real server per test run (shared by the workers), one fresh schema per test --
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without workers)
+        config._pager_pg_run_dir = Path(tempfile.mkdtemp(prefix="pager-pg-run-"))  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent with -p no:xdist
+def pytest_configure_node(node) -> None:  # in the controller, once per worker
+    from shared_pg import RUN_DIR_KEY
+
+    node.workerinput[RUN_DIR_KEY] = str(node.config._pager_pg_run_dir)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run_dir = getattr(config, "_pager_pg_run_dir", None)
+    if run_dir is not None:
+        if (run_dir / "pg.json").exists():
+            from shared_pg import stop_leftover
+
+            stop_leftover(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def pg_server():
-    """Start a PostgreSQL server on 127.0.0.1 in a temporary directory; stop it at the end."""
-    from pager.lab.testing_pg import start_server
+def pg_server(request: pytest.FixtureRequest):
+    """A PostgreSQL server on 127.0.0.1 in a temporary directory, one for the whole run (tests/shared_pg.py)."""
+    from shared_pg import RUN_DIR_KEY, attach
 
-    server = start_server()
-    try:
+    workerinput = getattr(request.config, "workerinput", {})
+    run_dir = Path(workerinput.get(RUN_DIR_KEY) or request.config._pager_pg_run_dir)
+    with attach(run_dir) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
