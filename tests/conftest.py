@@ -87,33 +87,58 @@ def _freeze_heap() -> None:
 # The longest tests, run first: pytest-xdist hands out tests in collection order, so a long
 # test collected last (test_traces.py sorts near the end) can leave one worker running it
 # alone while the other has finished. Started first, they overlap with everything else.
-LONGEST_FIRST = (
+LONGEST_FIRST = (  # by their duration on a clean clone (--durations), the longest first
     "tests/test_traces.py::test_replay_every_trace_without_error_or_violation",
+    "tests/test_reuse.py::test_reuse_holds_under_random_edits",
+    "tests/test_pools_proxy.py::test_through_the_proxy_the_visible_set_is_exactly_the_specified_one[postgres]",
     "tests/test_invariants.py::test_invariants_hold_on_every_prefix",
+    "tests/test_hostile_boundary.py::test_a_hostile_value_at_any_string_position_of_any_format_is_typed",
+    "tests/test_pools_proxy.py::test_through_the_proxy_the_visible_set_is_exactly_the_specified_one[sqlite]",
     "tests/test_chaos_fast.py::test_sigkills_lose_nothing_duplicate_nothing_and_leave_a_store_that_opens",
+    "tests/test_hostile_boundary.py::test_brief_is_bounded_and_never_fails",
+    "tests/test_reuse.py::test_normalize_after_equals_normalize",
+    "tests/test_reuse.py::test_a_reusing_session_emits_what_a_from_scratch_one_does[opts3]",
+    "tests/test_reuse.py::test_a_reusing_session_emits_what_a_from_scratch_one_does[opts2]",
+    "tests/test_reuse.py::test_switching_the_wire_format_between_calls",
+    "tests/test_bench_jobs.py::test_tune_points_do_not_depend_on_jobs",
+    "tests/test_reuse.py::test_a_reusing_session_emits_what_a_from_scratch_one_does[opts0]",
+    "tests/test_replay_cli.py::test_bundled_sessions_run",
+    "tests/test_chaos_fast.py::test_processes_and_threads_on_mixed_sessions_keep_exact_counts",
+    "tests/test_bench_jobs.py::test_tune_interrupted_then_resumed_gives_the_same_points",
     "tests/test_api.py::test_budget_never_exceeded_and_l1_always_present",
     "tests/test_docs.py::test_doc_code_blocks_run[tuning.md]",
-    "tests/test_chaos_fast.py::test_processes_and_threads_on_mixed_sessions_keep_exact_counts",
     "tests/test_bench_jobs.py::test_bench_figures_do_not_depend_on_jobs",
     "tests/test_bench_jobs.py::test_tune_cli_log_resume_and_ctrl_c",
 )
 
 
 # Modules whose tests run on one worker (``--dist loadgroup``; every other test is scheduled
-# on its own). litellm takes ~5 s of CPU to import, and both of its tests used to land on
-# both workers; docs/integrations.md's recipes share a module-scoped `pager proxy`
-# subprocess that each worker started for itself.
-GROUPS = {
-    "tests/test_adapter_litellm.py": "litellm",
-    "tests/test_integrations_doc.py": "litellm",
-}
+# on its own). Each imports an SDK that costs seconds of CPU to import (anthropic ~3.5 s,
+# litellm ~5 s, langchain.agents ~1.7 s, mcp ~1.3 s, the Agents SDK ~1 s) and does so at its
+# first use (tests/lazy.py), not at collection: grouped, only one worker pays, where each
+# used to pay for all of them while it collected. docs/integrations.md's recipes share a
+# module-scoped `pager proxy` subprocess that each worker started for itself. The group,
+# ~32 s of CPU, is scheduled first (pytest_collection_modifyitems) so that the other worker meanwhile
+# takes the longest tests.
+_SDK = "sdk"
+GROUPS = {f"tests/{name}.py": _SDK for name in (
+    "test_adapter_litellm", "test_integrations_doc", "test_adapter_openai_agents", "test_adapter_langchain",
+    "test_mcp_server", "test_facade", "test_format_anthropic", "test_format_usage", "test_proxy",
+    "test_proxy_latency", "test_proxy_limits", "test_proxy_observe",
+)}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    rank = {nodeid: i for i, nodeid in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # stable: the rest keep their order
+    rank = {nodeid: i + 1 for i, nodeid in enumerate(LONGEST_FIRST)}
+
+    def order(item: pytest.Item) -> int:
+        if item.nodeid.split("::")[0] in GROUPS:
+            return 0  # the group is one unit of work: on one worker, from the start
+        return rank.get(item.nodeid, len(rank) + 1)
+
+    items.sort(key=order)  # stable: the rest keep their order
     for item in items:
         group = GROUPS.get(item.nodeid.split("::")[0])
         if group:

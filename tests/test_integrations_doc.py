@@ -25,7 +25,9 @@ import pytest
 
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
-anthropic = pytest.importorskip("anthropic")
+from lazy import lazy_module  # noqa: E402
+
+anthropic = lazy_module("anthropic")  # at first use: tests/lazy.py
 
 import httpx  # noqa: E402
 
