@@ -145,6 +145,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+class _GroupsApplied:
+    """Refuse a run in which ``--dist loadgroup`` ignores GROUPS (it does so silently on pytest 9.2)."""
+
+    @pytest.hookimpl(trylast=True)  # after pytest-xdist's hook has (or has not) put the group in the node id
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):  # set on the workers of a loadgroup run
+            return
+        lost = [item.nodeid for item in items if item.nodeid.split("::")[0] in GROUPS and "@" not in item.nodeid]
+        if lost:
+            raise pytest.UsageError(
+                f"pytest-xdist ignored the xdist_group of {len(lost)} tests (e.g. {lost[0]}): with pytest "
+                f"{pytest.__version__}, --dist loadgroup does not group (pytest-xdist issue 1386); "
+                "install the test extra's pytest (pip install '.[test]')")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     _freeze_heap()  # every test module and what it imports
@@ -168,6 +183,7 @@ def traces_dir() -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_GroupsApplied(), "pager-groups-applied")
     if not hasattr(config, "workerinput"):  # the controller (or a run without workers)
         config._pager_pg_run_dir = Path(tempfile.mkdtemp(prefix="pager-pg-run-"))  # type: ignore[attr-defined]
 
