@@ -87,37 +87,77 @@ def _freeze_heap() -> None:
 # The longest tests, run first: pytest-xdist hands out tests in collection order, so a long
 # test collected last (test_traces.py sorts near the end) can leave one worker running it
 # alone while the other has finished. Started first, they overlap with everything else.
-LONGEST_FIRST = (
+LONGEST_FIRST = (  # by their duration on a clean clone (--durations), the longest first
     "tests/test_traces.py::test_replay_every_trace_without_error_or_violation",
+    "tests/test_reuse.py::test_reuse_holds_under_random_edits",
+    "tests/test_pools_proxy.py::test_through_the_proxy_the_visible_set_is_exactly_the_specified_one[postgres]",
     "tests/test_invariants.py::test_invariants_hold_on_every_prefix",
+    "tests/test_hostile_boundary.py::test_a_hostile_value_at_any_string_position_of_any_format_is_typed",
+    "tests/test_pools_proxy.py::test_through_the_proxy_the_visible_set_is_exactly_the_specified_one[sqlite]",
     "tests/test_chaos_fast.py::test_sigkills_lose_nothing_duplicate_nothing_and_leave_a_store_that_opens",
+    "tests/test_hostile_boundary.py::test_brief_is_bounded_and_never_fails",
+    "tests/test_reuse.py::test_normalize_after_equals_normalize",
+    "tests/test_reuse.py::test_a_reusing_session_emits_what_a_from_scratch_one_does[opts3]",
+    "tests/test_reuse.py::test_a_reusing_session_emits_what_a_from_scratch_one_does[opts2]",
+    "tests/test_reuse.py::test_switching_the_wire_format_between_calls",
+    "tests/test_bench_jobs.py::test_tune_points_do_not_depend_on_jobs",
+    "tests/test_reuse.py::test_a_reusing_session_emits_what_a_from_scratch_one_does[opts0]",
+    "tests/test_replay_cli.py::test_bundled_sessions_run",
+    "tests/test_chaos_fast.py::test_processes_and_threads_on_mixed_sessions_keep_exact_counts",
+    "tests/test_bench_jobs.py::test_tune_interrupted_then_resumed_gives_the_same_points",
     "tests/test_api.py::test_budget_never_exceeded_and_l1_always_present",
     "tests/test_docs.py::test_doc_code_blocks_run[tuning.md]",
-    "tests/test_chaos_fast.py::test_processes_and_threads_on_mixed_sessions_keep_exact_counts",
     "tests/test_bench_jobs.py::test_bench_figures_do_not_depend_on_jobs",
     "tests/test_bench_jobs.py::test_tune_cli_log_resume_and_ctrl_c",
 )
 
 
 # Modules whose tests run on one worker (``--dist loadgroup``; every other test is scheduled
-# on its own). litellm takes ~5 s of CPU to import, and both of its tests used to land on
-# both workers; docs/integrations.md's recipes share a module-scoped `pager proxy`
-# subprocess that each worker started for itself.
-GROUPS = {
-    "tests/test_adapter_litellm.py": "litellm",
-    "tests/test_integrations_doc.py": "litellm",
-}
+# on its own). Each imports an SDK that costs seconds of CPU to import (anthropic ~3.5 s,
+# litellm ~5 s, langchain.agents ~1.7 s, mcp ~1.3 s, the Agents SDK ~1 s) and does so at its
+# first use (tests/lazy.py), not at collection: grouped, only one worker pays, where each
+# used to pay for all of them while it collected. docs/integrations.md's recipes share a
+# module-scoped `pager proxy` subprocess that each worker started for itself. The group,
+# ~32 s of CPU, is scheduled first (pytest_collection_modifyitems) so that the other worker meanwhile
+# takes the longest tests.
+_SDK = "sdk"
+GROUPS = {f"tests/{name}.py": _SDK for name in (
+    "test_adapter_litellm", "test_integrations_doc", "test_adapter_openai_agents", "test_adapter_langchain",
+    "test_mcp_server", "test_facade", "test_format_anthropic", "test_format_usage", "test_proxy",
+    "test_proxy_latency", "test_proxy_limits", "test_proxy_observe",
+)}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    rank = {nodeid: i for i, nodeid in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # stable: the rest keep their order
+    rank = {nodeid: i + 1 for i, nodeid in enumerate(LONGEST_FIRST)}
+
+    def order(item: pytest.Item) -> int:
+        if item.nodeid.split("::")[0] in GROUPS:
+            return 0  # the group is one unit of work: on one worker, from the start
+        return rank.get(item.nodeid, len(rank) + 1)
+
+    items.sort(key=order)  # stable: the rest keep their order
     for item in items:
         group = GROUPS.get(item.nodeid.split("::")[0])
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+class _GroupsApplied:
+    """Refuse a run in which ``--dist loadgroup`` ignores GROUPS (it does so silently on pytest 9.2)."""
+
+    @pytest.hookimpl(trylast=True)  # after pytest-xdist's hook has (or has not) put the group in the node id
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):  # set on the workers of a loadgroup run
+            return
+        lost = [item.nodeid for item in items if item.nodeid.split("::")[0] in GROUPS and "@" not in item.nodeid]
+        if lost:
+            raise pytest.UsageError(
+                f"pytest-xdist ignored the xdist_group of {len(lost)} tests (e.g. {lost[0]}): with pytest "
+                f"{pytest.__version__}, --dist loadgroup does not group (pytest-xdist issue 1386); "
+                "install the test extra's pytest (pip install '.[test]')")
 
 
 @pytest.hookimpl(trylast=True)
@@ -139,19 +179,41 @@ def traces_dir() -> Path:
     return TRACES
 
 
-# -- PostgreSQL: one real server per test run, one fresh schema per test -----------------
+# -- PostgreSQL: one real server per test run (shared by the workers), one fresh schema per test --
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_GroupsApplied(), "pager-groups-applied")
+    if not hasattr(config, "workerinput"):  # the controller (or a run without workers)
+        config._pager_pg_run_dir = Path(tempfile.mkdtemp(prefix="pager-pg-run-"))  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent with -p no:xdist
+def pytest_configure_node(node) -> None:  # in the controller, once per worker
+    from shared_pg import RUN_DIR_KEY
+
+    node.workerinput[RUN_DIR_KEY] = str(node.config._pager_pg_run_dir)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run_dir = getattr(config, "_pager_pg_run_dir", None)
+    if run_dir is not None:
+        if (run_dir / "pg.json").exists():
+            from shared_pg import stop_leftover
+
+            stop_leftover(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def pg_server():
-    """Start a PostgreSQL server on 127.0.0.1 in a temporary directory; stop it at the end."""
-    from pager.lab.testing_pg import start_server
+def pg_server(request: pytest.FixtureRequest):
+    """A PostgreSQL server on 127.0.0.1 in a temporary directory, one for the whole run (tests/shared_pg.py)."""
+    from shared_pg import RUN_DIR_KEY, attach
 
-    server = start_server()
-    try:
+    workerinput = getattr(request.config, "workerinput", {})
+    run_dir = Path(workerinput.get(RUN_DIR_KEY) or request.config._pager_pg_run_dir)
+    with attach(run_dir) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

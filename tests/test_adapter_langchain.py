@@ -3,31 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib.util
 from typing import Any
 
 import pytest
 
-pytest.importorskip("langchain")
-pytest.importorskip("langgraph")
+# whether they are installed, not importing them: tests/lazy.py
+for _name in ("langchain", "langgraph"):
+    if importlib.util.find_spec(_name) is None:
+        pytest.importorskip(_name)
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage  # noqa: E402
 
 import pager  # noqa: E402
-from pager.adapters.langchain import PagerMiddleware, langgraph_hooks  # noqa: E402
 
 BIG = "\n".join(f"line {i}: build output compiled module_{i}.o" for i in range(900))
 
 
-class RecordingModel(GenericFakeChatModel):
-    """LangChain's fake chat model, keeping what it was sent."""
+@functools.cache
+def _recording_model() -> type:
+    """Return LangChain's fake chat model, keeping what it was sent (built at first use: tests/lazy.py)."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
-    seen: list[Any] = []
+    class RecordingModel(GenericFakeChatModel):
+        seen: list[Any] = []
 
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # type: ignore[override]
-        self.seen.append(list(messages))
-        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # type: ignore[override]
+            self.seen.append(list(messages))
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    return RecordingModel
 
 
 def _answer(text: str) -> AIMessage:
@@ -57,8 +63,14 @@ def _check_paged(sent: list[Any]) -> None:
 
 
 def test_middleware_sync_and_async(tmp_path):
+    # imported here: langchain.agents takes ~1.7 s of CPU, which the worker that does not
+    # run this module would pay at collection (tests/lazy.py)
+    from langchain.agents import create_agent
+
+    from pager.adapters.langchain import PagerMiddleware  # imports langchain.agents
+
     store = tmp_path / "ctx"
-    model = RecordingModel(messages=iter([_answer("sync answer"), _answer("async answer")]))
+    model = _recording_model()(messages=iter([_answer("sync answer"), _answer("async answer")]))
     model.seen = []
     with pager.open(store, session="s1", context_window=32_000) as p:
         agent = create_agent(model, tools=[], system_prompt="You are a build agent.", middleware=[PagerMiddleware(p)])
@@ -81,8 +93,10 @@ def test_middleware_sync_and_async(tmp_path):
 def test_langgraph_pre_model_hook(tmp_path):
     from langgraph.prebuilt import create_react_agent
 
+    from pager.adapters.langchain import langgraph_hooks  # imports langchain.agents
+
     store = tmp_path / "ctx"
-    model = RecordingModel(messages=iter([_answer("graph answer")]))
+    model = _recording_model()(messages=iter([_answer("graph answer")]))
     model.seen = []
     with pager.open(store, session="s1", context_window=32_000) as p:
         agent = create_react_agent(model, tools=[], **langgraph_hooks(p))

@@ -3,57 +3,70 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib.util
 import os
+import types
 from typing import Any
 
 import pytest
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
-agents = pytest.importorskip("agents")
-
-from agents import Agent, Runner, function_tool  # noqa: E402
-from agents.items import ModelResponse  # noqa: E402
-from agents.models.interface import Model  # noqa: E402
-from agents.usage import Usage  # noqa: E402
-from openai.types.responses import ResponseOutputMessage, ResponseOutputText  # noqa: E402
-from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails  # noqa: E402
+# the Agents SDK (~1 s of CPU over openai) is imported by the first test, not at collection:
+# tests/lazy.py (this module's tests run on one worker, GROUPS in conftest.py)
+if importlib.util.find_spec("agents") is None:
+    pytest.importorskip("agents")
 
 import pager  # noqa: E402
-from pager.adapters.openai_agents import AgentsPaging, tool_schemas  # noqa: E402
 
 BIG = "\n".join(f"line {i}: build output compiled module_{i}.o" for i in range(900))
 
 
 
-class RecordingModel(Model):
-    """An Agents SDK model that answers with text and keeps what it was sent."""
+@functools.cache
+def _sdk() -> Any:
+    """Return the SDK's names used here, with ``RecordingModel`` and the ``bash`` tool built on them."""
+    from agents import Agent, Runner, function_tool
 
-    def __init__(self) -> None:
-        self.seen: list[Any] = []
+    from pager.adapters.openai_agents import AgentsPaging, tool_schemas  # imports the SDK
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
-    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs,
-                           tracing, *, previous_response_id=None, conversation_id=None, prompt=None):
-        self.seen.append((system_instructions, input))
-        msg = ResponseOutputMessage(id="msg_1", type="message", role="assistant", status="completed",
-                                    content=[ResponseOutputText(type="output_text", text="done", annotations=[])])
-        usage = Usage(requests=1, input_tokens=1200, output_tokens=7, total_tokens=1207,
-                      input_tokens_details=InputTokensDetails(cached_tokens=1000, cache_write_tokens=0),
-                      output_tokens_details=OutputTokensDetails(reasoning_tokens=0))
-        return ModelResponse(output=[msg], usage=usage, response_id=None)
+    class RecordingModel(Model):
+        """An Agents SDK model that answers with text and keeps what it was sent."""
 
-    def stream_response(self, *a, **kw):  # pragma: no cover - not used
-        raise NotImplementedError
+        def __init__(self) -> None:
+            self.seen: list[Any] = []
 
+        async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs,
+                               tracing, *, previous_response_id=None, conversation_id=None, prompt=None):
+            self.seen.append((system_instructions, input))
+            msg = ResponseOutputMessage(id="msg_1", type="message", role="assistant", status="completed",
+                                        content=[ResponseOutputText(type="output_text", text="done", annotations=[])])
+            usage = Usage(requests=1, input_tokens=1200, output_tokens=7, total_tokens=1207,
+                          input_tokens_details=InputTokensDetails(cached_tokens=1000, cache_write_tokens=0),
+                          output_tokens_details=OutputTokensDetails(reasoning_tokens=0))
+            return ModelResponse(output=[msg], usage=usage, response_id=None)
 
-@function_tool
-def bash(cmd: str) -> str:
-    """Run a shell command."""
-    return "ok"
+        def stream_response(self, *a, **kw):  # pragma: no cover - not used
+            raise NotImplementedError
+
+    @function_tool
+    def bash(cmd: str) -> str:
+        """Run a shell command."""
+        return "ok"
+
+    return types.SimpleNamespace(Agent=Agent, Runner=Runner, RecordingModel=RecordingModel, bash=bash,
+                                 AgentsPaging=AgentsPaging, tool_schemas=tool_schemas)
 
 
 def test_filter_pages_the_input_and_counts_tools(tmp_path):
-    model = RecordingModel()
-    agent = Agent(name="builder", instructions="You are a build agent.", model=model, tools=[bash])
+    sdk = _sdk()
+    model = sdk.RecordingModel()
+    agent = sdk.Agent(name="builder", instructions="You are a build agent.", model=model, tools=[sdk.bash])
     items = [
         {"role": "user", "content": "Fix the build."},
         {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{\"cmd\": \"make\"}"},
@@ -61,8 +74,8 @@ def test_filter_pages_the_input_and_counts_tools(tmp_path):
         {"role": "user", "content": "What failed?"},
     ]
     with pager.open(tmp_path / "ctx", session="s1", context_window=32_000) as p:
-        paging = AgentsPaging(p)
-        result = asyncio.run(Runner.run(agent, items, run_config=paging.run_config(), hooks=paging.hooks))
+        paging = sdk.AgentsPaging(p)
+        result = asyncio.run(sdk.Runner.run(agent, items, run_config=paging.run_config(), hooks=paging.hooks))
         assert result.final_output == "done"
         instructions, sent = model.seen[0]
         assert instructions == "You are a build agent."
@@ -74,5 +87,7 @@ def test_filter_pages_the_input_and_counts_tools(tmp_path):
 
 
 def test_tool_schemas():
+    sdk = _sdk()
+    bash, tool_schemas = sdk.bash, sdk.tool_schemas
     assert tool_schemas([bash])[0]["name"] == "bash"
     assert tool_schemas([bash])[0]["parameters"]["properties"]["cmd"]["type"] == "string"

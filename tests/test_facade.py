@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import anthropic.types as at
 import orjson
 
 import pager
@@ -20,6 +19,10 @@ from pager.storage.sqlite import SQLiteStore
 
 from helpers import big_text, coding_session
 from test_rollover_e2e import add_step, bash_tools, hand_off, open_rollover, start
+
+from lazy import lazy_module
+
+at = lazy_module("anthropic.types", skip=False)  # at first use: tests/lazy.py
 
 
 def _to_old_format(folder: Path, session: str) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import anthropic.types as at
 import pytest
 
 from pager.errors import InputError, MessageError
@@ -12,6 +11,10 @@ from pager.formats import breakpoints as bp
 from pager.formats.anthropic_messages import AnthropicMessages
 from pager.formats.base import RenderHints, detect, get_format
 from pager.formats.export import export_request, to_chat
+
+from lazy import lazy_module
+
+at = lazy_module("anthropic.types", skip=False)  # at first use: tests/lazy.py
 
 
 def history(turns: int = 2) -> list[dict]:

@@ -6,7 +6,9 @@ picks the format by the usage's keys (the formats' ``usage_claim``).
 
 from __future__ import annotations
 
-import anthropic.types as at
+import functools
+from typing import Any
+
 import openai.types.responses as rt
 import pytest
 from langchain_core.messages import AIMessage
@@ -14,6 +16,10 @@ from openai.types.chat import ChatCompletion
 
 from pager.errors import InputError
 from pager.formats.base import get_format, read_usage
+
+from lazy import lazy_module
+
+at = lazy_module("anthropic.types", skip=False)  # imported by the test that uses it (tests/lazy.py)
 
 parse_usage = read_usage  # the facade's route: observe() reads any format's usage
 
@@ -80,32 +86,40 @@ def test_unknown_shapes_raise(bad):
 
 # -- each format reads its own provider's usage, and only that -------------------------------------
 
-CHAT = ChatCompletion.model_validate({
-    "id": "c", "object": "chat.completion", "created": 0, "model": "gpt-4o", "choices": [],
-    "usage": {"prompt_tokens": 2000, "completion_tokens": 9, "total_tokens": 2009,
-              "prompt_tokens_details": {"cached_tokens": 1536}},
-})
-RESPONSES = rt.Response.model_validate({
-    "id": "resp_1", "object": "response", "created_at": 0, "model": "gpt-5", "output": [],
-    "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-    "usage": {"input_tokens": 1000, "output_tokens": 5, "total_tokens": 1005,
-              "input_tokens_details": {"cached_tokens": 800, "cache_write_tokens": 0},
-              "output_tokens_details": {"reasoning_tokens": 0}},
-})
-ANTHROPIC = at.Message.model_validate({
-    "id": "m", "type": "message", "role": "assistant", "model": "claude", "content": [],
-    "stop_reason": "end_turn", "stop_sequence": None,
-    "usage": {"input_tokens": 12, "output_tokens": 7, "cache_read_input_tokens": 800,
-              "cache_creation_input_tokens": 100},
-})
-OWN = {"openai-chat": (CHAT, (2000, 9, 1536, 0)), "openai-responses": (RESPONSES, (1000, 5, 800, 0)),
-       "anthropic-messages": (ANTHROPIC, (912, 7, 800, 100))}
+NAMES = ("anthropic-messages", "openai-chat", "openai-responses")
 
 
-@pytest.mark.parametrize("name", sorted(OWN))
+@functools.cache
+def _own() -> dict[str, Any]:
+    """Each format's name: a response of its provider, and its figures (built at first use: tests/lazy.py)."""
+    chat = ChatCompletion.model_validate({
+        "id": "c", "object": "chat.completion", "created": 0, "model": "gpt-4o", "choices": [],
+        "usage": {"prompt_tokens": 2000, "completion_tokens": 9, "total_tokens": 2009,
+                  "prompt_tokens_details": {"cached_tokens": 1536}},
+    })
+    responses = rt.Response.model_validate({
+        "id": "resp_1", "object": "response", "created_at": 0, "model": "gpt-5", "output": [],
+        "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+        "usage": {"input_tokens": 1000, "output_tokens": 5, "total_tokens": 1005,
+                  "input_tokens_details": {"cached_tokens": 800, "cache_write_tokens": 0},
+                  "output_tokens_details": {"reasoning_tokens": 0}},
+    })
+    anthropic = at.Message.model_validate({
+        "id": "m", "type": "message", "role": "assistant", "model": "claude", "content": [],
+        "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 7, "cache_read_input_tokens": 800,
+                  "cache_creation_input_tokens": 100},
+    })
+    own = {"openai-chat": (chat, (2000, 9, 1536, 0)), "openai-responses": (responses, (1000, 5, 800, 0)),
+           "anthropic-messages": (anthropic, (912, 7, 800, 100))}
+    assert sorted(own) == list(NAMES)
+    return own
+
+
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("as_dict", [False, True])
 def test_each_format_reads_its_own_usage(name, as_dict):
-    response, figures = OWN[name]
+    response, figures = _own()[name]
     response = response.model_dump() if as_dict else response
     for value in (response, response["usage"] if as_dict else response.usage):
         u = get_format(name).parse_usage(value)
@@ -113,9 +127,9 @@ def test_each_format_reads_its_own_usage(name, as_dict):
         assert read_usage(value) == u  # observe's route picks the same format
 
 
-@pytest.mark.parametrize("name", sorted(OWN))
+@pytest.mark.parametrize("name", NAMES)
 def test_a_format_refuses_another_providers_usage(name):
-    for other, (response, _) in OWN.items():
+    for other, (response, _) in _own().items():
         if other != name:
             with pytest.raises(InputError, match="usage"):
                 get_format(name).parse_usage(response)

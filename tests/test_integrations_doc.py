@@ -25,7 +25,9 @@ import pytest
 
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
-anthropic = pytest.importorskip("anthropic")
+from lazy import lazy_module  # noqa: E402
+
+anthropic = lazy_module("anthropic")  # at first use: tests/lazy.py
 
 import httpx  # noqa: E402
 
@@ -215,9 +217,9 @@ def test_langchain_recipes(monkeypatch, tmp_path):
 def test_openai_agents_recipe(monkeypatch, tmp_path):
     pytest.importorskip("agents")
     from agents import Agent
-    from test_adapter_openai_agents import RecordingModel
+    from test_adapter_openai_agents import _sdk  # its RecordingModel, built at first use
 
-    agent = Agent(name="coder", instructions="You are a coding agent.", model=RecordingModel())
+    agent = Agent(name="coder", instructions="You are a coding agent.", model=_sdk().RecordingModel())
     ns = _run_python("openai-agents", {"agent": agent}, tmp_path, monkeypatch)
     assert ns["result"].final_output == "done"
 

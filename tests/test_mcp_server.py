@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp")
-from mcp import Client  # noqa: E402
-from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from lazy import lazy_module  # noqa: E402
+
+# the mcp SDK (~1.3 s of CPU) is imported by the first test that uses it, not at collection (tests/lazy.py)
+mcp = lazy_module("mcp")
+mcp_stdio = lazy_module("mcp.client.stdio")
 
 import pager  # noqa: E402
 
@@ -35,10 +37,11 @@ def _history() -> list[dict[str, Any]]:
     return msgs
 
 
-def _params(store: Path) -> StdioServerParameters:
+def _params(store: Path) -> Any:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return StdioServerParameters(command=sys.executable, args=["-m", "pager", "mcp", str(store), "--session", "s1"],
-                                 env=env, cwd=str(ROOT))
+    return mcp_stdio.StdioServerParameters(command=sys.executable,
+                                           args=["-m", "pager", "mcp", str(store), "--session", "s1"],
+                                           env=env, cwd=str(ROOT))
 
 
 def _text(result: Any) -> str:
@@ -52,7 +55,7 @@ def test_stdio_server_tools_against_an_open_harness(tmp_path):
         harness.assemble({"model": "m", "messages": _history()})
 
         async def session() -> dict[str, Any]:
-            async with Client(_params(store), read_timeout_seconds=60) as client:
+            async with mcp.Client(_params(store), read_timeout_seconds=60) as client:
                 names = sorted(t.name for t in (await client.list_tools()).tools)
                 recall = _text(await client.call_tool("recall", {"query": "ZEBRA_42 linker"}))
                 handle = next(w for w in recall.split() if w.startswith("pg:"))
@@ -88,7 +91,7 @@ def test_a_note_written_through_mcp_reaches_the_open_harness(tmp_path):
         server, tools = build_server(store, "s1")  # in-process: the stdio test above covers the transport
 
         async def note() -> None:
-            async with Client(server) as client:
+            async with mcp.Client(server) as client:
                 await client.call_tool("note", {"text": "decided: relink with -lzebra"})
 
         try:
@@ -116,7 +119,7 @@ def test_streamable_http_server(tmp_path):
     try:
         with ServerThread(server.streamable_http_app()) as url:
             async def go() -> str:
-                async with Client(url + "/mcp", read_timeout_seconds=30) as client:
+                async with mcp.Client(url + "/mcp", read_timeout_seconds=30) as client:
                     return _text(await client.call_tool("recall", {"query": "ZEBRA_42"}))
 
             assert "linker error" in asyncio.run(go())
@@ -131,10 +134,10 @@ def test_mcp_and_reindex_serve_a_postgresql_store(pg_dsn, capsys):
         harness.assemble({"model": "m", "messages": _history()})
 
         async def session() -> dict[str, Any]:
-            params = StdioServerParameters(command=sys.executable,
-                                           args=["-m", "pager", "mcp", pg_dsn, "--session", "s1"],
-                                           env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
-            async with Client(params, read_timeout_seconds=60) as client:
+            params = mcp_stdio.StdioServerParameters(command=sys.executable,
+                                                     args=["-m", "pager", "mcp", pg_dsn, "--session", "s1"],
+                                                     env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+            async with mcp.Client(params, read_timeout_seconds=60) as client:
                 recall = _text(await client.call_tool("recall", {"query": "ZEBRA_42 linker"}))
                 handle = next(w for w in recall.split() if w.startswith("pg:"))
                 return {

@@ -18,7 +18,9 @@ import pytest
 
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
-anthropic = pytest.importorskip("anthropic")
+from lazy import lazy_module  # noqa: E402
+
+anthropic = lazy_module("anthropic")  # at first use: tests/lazy.py
 
 from pager.proxy import ProxyConfig, ServerThread, create_app, gcpolicy  # noqa: E402
 from pager.proxy.bodies import BodyCache  # noqa: E402

@@ -16,7 +16,9 @@ import pytest
 
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
-anthropic = pytest.importorskip("anthropic")
+from lazy import lazy_module  # noqa: E402
+
+anthropic = lazy_module("anthropic")  # at first use: tests/lazy.py
 
 import pager  # noqa: E402
 from pager.cli import build_parser  # noqa: E402
