@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 
@@ -134,3 +136,12 @@ def wait_until(condition: Any, what: str, limit: float = 120.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"never reached: {what}")
         tick.wait(0.005)  # the OS has no event for "a native thread exited": look again shortly
+
+
+def committed_pages(store: Path) -> int:
+    """Count the pages another connection sees: what is committed (a writer's open transaction does not block it)."""
+    db = sqlite3.connect(store / "pager.db")
+    try:
+        return int(db.execute("SELECT count(*) FROM pages").fetchone()[0])
+    finally:
+        db.close()

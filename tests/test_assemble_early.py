@@ -9,7 +9,6 @@ wraps it for asyncio code, and the session's next call runs after the rest.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import orjson
 import pytest
 
 import pager
+from helpers import committed_pages
 from pager.aio import AsyncPager
 from pager.errors import StoreError
 
@@ -28,15 +28,6 @@ def history(n: int) -> list[dict[str, Any]]:
     for i in range(n):
         msgs += [{"role": "assistant", "content": f"step {i}"}, {"role": "user", "content": f"go on {i}"}]
     return msgs
-
-
-def committed_pages(store: Path) -> int:
-    """Count the pages another connection sees: what is committed."""
-    db = sqlite3.connect(store / "pager.db")
-    try:
-        return int(db.execute("SELECT count(*) FROM pages").fetchone()[0])
-    finally:
-        db.close()
 
 
 def report_lines(store: Path) -> list[dict[str, Any]]:

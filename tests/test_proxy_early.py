@@ -11,7 +11,6 @@ gives: a real uvicorn proxy, the real SQLite store, the scripted upstream.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import orjson
 import pytest
 
 import pager
+from helpers import committed_pages
 from pager.errors import StoreError
 from pager.pager import Pager
 from pager.proxy import ProxyConfig, ServerThread, create_app
@@ -132,15 +132,6 @@ def start(url: str, body: dict[str, Any]) -> tuple[threading.Thread, dict[str, A
     t = threading.Thread(target=post, args=(url, body, out), daemon=True)
     t.start()
     return t, out
-
-
-def committed_pages(store: Path) -> int:
-    """Count the pages another connection sees: what is committed (the proxy's write lock does not block it)."""
-    db = sqlite3.connect(store / "pager.db")
-    try:
-        return int(db.execute("SELECT count(*) FROM pages").fetchone()[0])
-    finally:
-        db.close()
 
 
 def recorded(store: Path, session: str = "s1") -> tuple[int, list[dict[str, Any]]]:
