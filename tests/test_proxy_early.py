@@ -123,6 +123,8 @@ def post(url: str, body: dict[str, Any], out: dict[str, Any]) -> None:
                 out["first"] = threading.Event()
                 out["first"].set()
             chunks.append(chunk)
+            if "done_at" not in out and b"[DONE]" in b"".join(chunks[-2:]):
+                out["done_at"] = time.perf_counter()  # the proxy runs in this process: the same clock
         out["status"] = r.status_code
         out["body"] = b"".join(chunks)
 
@@ -161,10 +163,13 @@ def test_the_request_is_upstream_before_the_commit_and_the_next_waits_for_it(
     # the session's next request has come in (it holds the session) and waits for the previous call's rest
     until(lambda: app.state.proxy.pool._busy.get("s1") == 2, "the next request in the proxy")
     assert len(seen) == 1 and not gate.release.is_set()  # not upstream while the previous call is unfinished
+    released = time.perf_counter()
     gate.release.set()
     t1.join(WAIT)
     t2.join(WAIT)
     assert out1["status"] == out2["status"] == 200
+    if stream:  # an SSE client stops reading at the terminal event: it too waits for the call to be recorded
+        assert out1["done_at"] > released
     assert [len(b["messages"]) for _p, _h, b in seen] == [len(first["messages"]), len(second["messages"])]
     pages, reports = recorded(tmp_path / "ctx")
     assert pages == len(second["messages"])

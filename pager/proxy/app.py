@@ -369,9 +369,16 @@ class _Proxy:
                     if relay:
                         if ph is not None and "first" not in ph.marks:
                             ph.mark("first")
+                        if turn.ended and done is not None:
+                            # the terminal event goes out once the call is recorded: an SSE client stops
+                            # reading there, before the connection closes (its first byte did not wait)
+                            await _joined(done)
                         yield relay
                 if buf.strip():
-                    for piece in turn.feed(buf):
+                    tail = turn.feed(buf)
+                    if turn.ended and done is not None:
+                        await _joined(done)
+                    for piece in tail:
                         yield piece
                 await resp.aclose()
                 calls = turn.calls() if added else []
@@ -397,10 +404,10 @@ class _Proxy:
                 if turn.usage is not None:
                     # queued before the stream's end goes out: the client's next call finds it recorded
                     self._observe_later(p, name, dialect, turn.usage)
-                if held:
-                    yield held
                 if done is not None:
                     await _joined(done)  # the response ends once the call is recorded (its first byte did not wait)
+                if held:
+                    yield held
                 self._log(dialect, name, 200, t0, True, round_no)
                 return
         except httpx.TimeoutException:
