@@ -12,129 +12,42 @@ Histories are kept as *branches*: an ordered list of page ids per branch. A
 caller history that diverges from the recorded one (a rewind, an edited
 message) forks a new branch that shares the common prefix; the old branch is
 kept as it was.
+
+``SQLiteStore`` and every public method are here; the tables, migrations
+and row layout are in ``sqlite_schema``, the transaction and the caches
+it keeps valid between commits in ``sqlite_tx`` (a mixin).
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
 import sqlite3
-import sys
 import threading
 import time
 from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-import attrs
-import numpy as np
 import orjson
 
-from pager.errors import SchemaError, StoreError
-from pager.stateio import PRIVATE_DIR, open_private, refuse_symlinks
-from pager.storage.sqlite_snapshot import SNAPSHOT_SCHEMA, read_snapshot, write_snapshot
-from pager.storage.sqlite_terms import VOCAB_SCHEMA, TermVocab, decode, fill_term_ids
-from pager.storage.acked import ACKED_NAME, AckedMark, LostWrites, check_acked, mark_acked
+from pager.errors import StoreError
+from pager.stateio import PRIVATE_DIR
+from pager.storage.sqlite_snapshot import read_snapshot, write_snapshot
+from pager.storage.sqlite_terms import TermVocab
+from pager.storage.acked import AckedMark, LostWrites
+# DB_NAME, SCHEMA_VERSION, STORE_FILES and PAGE_COLUMNS were defined here: still importable from here
+from pager.storage.sqlite_schema import (DB_NAME, PAGE_COLUMNS, SCHEMA_VERSION, STORE_FILES, _COLS, _DEMOTED_KEY,
+                                         _private_db, _record, branch_rows, migrate, present_on, rows_columns)
+from pager.storage.sqlite_tx import TransactionMixin, _translated
 from pager.core.aside import ASIDE_KINDS
-from pager.core.pages import PageColumns, page_record
-from pager.core.termload import TermTable
+from pager.core.pages import PageColumns
 from pager.core.pools import PoolAcl
-from pager.storage.base import (
-    Branch,
-    Event,
-    NewPage,
-    PageRecord,
-    StatUpdate,
-    TimelineEntry,
-
-)
+from pager.storage.base import Branch, Event, NewPage, PageRecord, StatUpdate, TimelineEntry
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "SQLiteStore", "Store"]
 
-SCHEMA_VERSION = 5
-DB_NAME = "pager.db"
-_BUSY_RETRIES = 50
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sessions (
-    name TEXT PRIMARY KEY, head_branch INTEGER, created REAL NOT NULL, state BLOB,
-    version INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS branches (
-    id INTEGER PRIMARY KEY, session TEXT NOT NULL, parent INTEGER, fork_seq INTEGER,
-    created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS pages (
-    id INTEGER PRIMARY KEY, session TEXT NOT NULL, hash TEXT NOT NULL, kind TEXT NOT NULL,
-    role TEXT NOT NULL, seq INTEGER NOT NULL, step INTEGER NOT NULL, tokens INTEGER NOT NULL,
-    stub_tokens INTEGER NOT NULL, chars INTEGER NOT NULL, call_id TEXT, call_ids TEXT,
-    tool_name TEXT, path TEXT, stale INTEGER NOT NULL DEFAULT 0, labels TEXT,
-    last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
-    scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT,
-    terms TEXT, pool TEXT, created REAL, digest TEXT, term_ids BLOB);
-CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, readers TEXT NOT NULL, writers TEXT NOT NULL,
-    updated REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
-CREATE INDEX IF NOT EXISTS pages_handle ON pages(handle);
-CREATE TABLE IF NOT EXISTS branch_pages (
-    branch INTEGER NOT NULL, seq INTEGER NOT NULL, page INTEGER NOT NULL,
-    PRIMARY KEY (branch, seq));
-CREATE TABLE IF NOT EXISTS notes (
-    id INTEGER PRIMARY KEY, session TEXT NOT NULL, text TEXT NOT NULL, step INTEGER, created REAL);
-CREATE TABLE IF NOT EXISTS pins (
-    id INTEGER PRIMARY KEY, session TEXT NOT NULL, text TEXT NOT NULL, created REAL);
-CREATE TABLE IF NOT EXISTS vocab (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY, session TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
-    created REAL NOT NULL);
-"""
-
-# Columns of a page row as loaded (message bytes excluded: they are read on demand).
-PAGE_COLUMNS = (
-    "id", "session", "hash", "kind", "role", "seq", "step", "tokens", "stub_tokens", "chars",
-    "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
-    "handle", "owner", "terms", "pool", "created", "digest",
-)
-_COLS = ", ".join(PAGE_COLUMNS)
-_BRANCH_FIELDS = tuple(a.name for a in attrs.fields(PageColumns) if a.name not in ("terms", "term_table"))
-_BRANCH_COLS = ", ".join("p." + c for c in _BRANCH_FIELDS)
-# Migrations from each older schema version to the next, applied in one transaction at open.
-_MIGRATIONS = {
-    1: ("ALTER TABLE pages ADD COLUMN owner TEXT", "ALTER TABLE pages ADD COLUMN terms TEXT",
-        "ALTER TABLE pages ADD COLUMN pool TEXT",
-        "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0"),
-    # when each page was stored: a recalled page from another session is labelled with its date
-    2: ("ALTER TABLE pages ADD COLUMN created REAL",),
-    # the running digest of the branch, on the last page of each record (pager.core.digest); older
-    # pages read NULL: a reopen matches them message by message, as before
-    # and each page's terms as numbers into the store's vocab (pager.storage.sqlite_terms), filled at open
-    3: ("ALTER TABLE pages ADD COLUMN digest TEXT", "ALTER TABLE pages ADD COLUMN term_ids BLOB", VOCAB_SCHEMA),
-    # snapshots of each session's columns (a reopen reads one blob, not every row): tables, triggers, an index
-    4: SNAPSHOT_SCHEMA,
-}
-
-
-# Files of the store folder that pager opens by name: never through a symlink (someone who can
-# write the folder could point pager.db or reports.jsonl anywhere the agent's user may write).
-STORE_FILES = (DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", "reports.jsonl", ACKED_NAME)
-
-
-def _private_db(folder: Path) -> None:
-    """Refuse symlinked store files; create a new ``pager.db`` 0600 (SQLite gives -wal/-shm its mode)."""
-    planted = refuse_symlinks(folder, STORE_FILES)
-    if planted is not None:
-        raise StoreError(f"{folder / planted} is a symlink; pager never opens its store files through one")
-    try:
-        os.close(open_private(folder / DB_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
-    except FileExistsError:
-        pass  # an existing store (or another process created it just now) keeps its mode
-
-
-def _record(row: Sequence[Any]) -> PageRecord:
-    return page_record(dict(zip(PAGE_COLUMNS, row)))
-
-
-class SQLiteStore:
+class SQLiteStore(TransactionMixin):
     """Open (creating if needed) the store in folder ``path``: ``pager.db``, WAL mode.
 
     Implements ``pager.storage.base.Store``; the recall index lives beside the
@@ -151,51 +64,15 @@ class SQLiteStore:
             )
             self._reader: sqlite3.Connection | None = None  # present_pages' own (see there)
             self._reader_lock = threading.Lock()
-            self._tx_thread = 0
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=OFF")
-            self._depth = 0
-            self._touched: dict[str, tuple[int, int] | None] = {}  # sessions this transaction wrote
+            self._start_caches()  # the transaction and what it knows (sqlite_tx)
             self._vocab = TermVocab()  # the store's term numbers, as far as this process has read them
-            self._demoted_saved: dict[str, Any] = {}  # session -> the demoted list save_state last wrote (committed)
-            # What this connection knows of the store without reading it again (see ``_check_seen``): valid
-            # while ``PRAGMA data_version`` is ``_seen`` (no other connection committed since), kept up to
-            # date by this connection's own writes, forgotten on a rollback.
-            self._seen: int | None = None
-            self._versions: dict[str, int] = {}  # session -> its version (read or written in a write transaction)
-            self._acls: dict[str, PoolAcl] | None = None  # the pools table
-            self._top: int | None = None  # the highest page id
-            self._raises: dict[str, int] = {}  # session -> the version raises of this transaction not yet written
             self._acked = AckedMark(self.path)
             self.lost_writes: LostWrites | None = None
             with self.transaction():
-                row = self._db.execute(
-                    "SELECT name FROM sqlite_master WHERE type='table' AND name='settings'"
-                ).fetchone()
-                version = None
-                if row is not None:
-                    got = self._db.execute("SELECT value FROM settings WHERE key='schema_version'").fetchone()
-                    version = int(got[0]) if got else None
-                if version is not None and version > SCHEMA_VERSION:
-                    raise SchemaError(
-                        f"{self.path / DB_NAME} has schema version {version}, this pager reads "
-                        f"up to {SCHEMA_VERSION}; upgrade pager"
-                    )
-                if version is not None:
-                    for v in range(version, SCHEMA_VERSION):
-                        for stmt in _MIGRATIONS.get(v, ()):
-                            self._db.execute(stmt)
-                    if version < 4:
-                        fill_term_ids(self._db)
-                for stmt in _SCHEMA.strip().split(";"):
-                    if stmt.strip():
-                        self._db.execute(stmt)
-                for stmt in SNAPSHOT_SCHEMA:
-                    self._db.execute(stmt)
-                self._db.execute(
-                    "INSERT OR REPLACE INTO settings VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
+                migrate(self._db, self.path)
             self._check_acked()
         except StoreError:
             raise
@@ -203,109 +80,6 @@ class SQLiteStore:
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
         except OSError as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
-
-    # -- plumbing -------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """Run a write transaction (``BEGIN IMMEDIATE``), retrying while the database is locked.
-
-        Re-entrant: a transaction opened inside another joins it, and the
-        outermost one commits (or rolls back everything).
-        """
-        if self._depth:
-            self._depth += 1
-            try:
-                yield self._db
-            finally:
-                self._depth -= 1
-            return
-        for attempt in range(_BUSY_RETRIES):
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise StoreError(f"store {self.path}: {exc}") from exc
-                time.sleep(min(0.01 * 2**attempt, 0.5))
-        else:  # pragma: no cover - needs a writer holding the lock for minutes
-            raise StoreError(f"store {self.path} stayed locked; another process is writing")
-        self._depth = 1
-        self._tx_thread = threading.get_ident()
-        self._touched.clear()
-        try:
-            self._vocab.begin(self._check_seen())
-            yield self._db
-            self._write_raises()
-        except BaseException as exc:
-            self._depth = 0
-            self._touched.clear()
-            self._rolled_back()
-            self._db.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.DatabaseError):
-                raise StoreError(f"store {self.path}: {exc}") from exc
-            raise
-        else:
-            self._depth = 0
-            try:
-                self._db.execute("COMMIT")
-            except sqlite3.DatabaseError as exc:
-                self._touched.clear()
-                self._rolled_back()
-                raise StoreError(f"store {self.path}: commit failed: {exc}") from exc
-            self._vocab.committed()
-            if self._touched:
-                self._mark_acked()
-
-    def _rolled_back(self) -> None:
-        """Forget what this transaction wrote and every cache it may have changed (the rows are as before)."""
-        self._raises.clear()
-        self._vocab.rolled_back()
-        self._demoted_saved.clear()  # what this transaction wrote is gone: write it again next time
-        self._seen = None
-        self._versions.clear()
-        self._acls = None
-        self._top = None
-
-    def _check_seen(self) -> int:
-        """Read ``PRAGMA data_version``; forget what this connection knew if another connection committed since.
-
-        Other processes (and other connections of this one) write the same
-        store. SQLite changes a connection's ``data_version`` whenever another
-        connection commits, never for its own commits, so while it stays the
-        same the session versions and the pool ACLs this connection read or
-        wrote are still the store's: a steady call reads neither again
-        (issue 23). Called after ``BEGIN IMMEDIATE``, when no one else can
-        commit until this transaction ends, and before a read outside one.
-        """
-        version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
-        if version != self._seen:
-            self._versions.clear()
-            self._acls = None
-            self._top = None
-            self._seen = version
-        return version
-
-    # -- what was acknowledged (pager.storage.acked) ----------------------------------------
-
-    def _touch(self, session: str, ids: Sequence[int] = ()) -> None:
-        span = self._touched.get(session)
-        if ids:
-            lo, hi = min(ids), max(ids)
-            span = (min(lo, span[0]), max(hi, span[1])) if span else (lo, hi)
-        self._touched[session] = span
-
-    def _mark_acked(self) -> None:
-        """Record, after the commit, what it acknowledged (outside the WAL, so a lost WAL shows)."""
-        touched, self._touched = self._touched, {}
-        # each session's version as this transaction left it, and (when it added pages) the store's highest
-        # page id: the write lock was held, so its own last id. Nothing read back after the commit.
-        top = max((span[1] for span in touched.values() if span), default=0)
-        mark_acked(self._db, self._acked, touched, dict(self._versions), top)
-
-    def _check_acked(self) -> None:
-        """Warn when the database no longer holds writes it acknowledged (a lost or cut WAL)."""
-        self.lost_writes = check_acked(self._db, self._acked, str(self.path), self.transaction)
 
     def close(self) -> None:
         with self._reader_lock:
@@ -389,35 +163,6 @@ class SQLiteStore:
             self._versions[session] = version
         return version
 
-    def _bump(self, db: sqlite3.Connection, session: str) -> None:
-        """Raise the session's version: written with the transaction's state row, or just before its commit.
-
-        A steady call records pages and then saves the state, two raises:
-        one ``UPDATE`` of the session row instead of two (``save_state``,
-        ``_write_raises``). Nothing reads the row's version inside the
-        transaction but ``lock_session``, which counts the raises not yet
-        written; nobody outside sees it before the commit.
-        """
-        self._raises[session] = self._raises.get(session, 0) + 1
-        self._raised(session, 1)
-
-    def _write_raises(self) -> None:
-        """Write the version raises ``save_state`` did not carry (inside the transaction, before its commit)."""
-        raises, self._raises = self._raises, {}
-        for session, n in raises.items():
-            self._db.execute("UPDATE sessions SET version=version+? WHERE name=?", (n, session))
-
-    def _raised(self, session: str, n: int) -> None:
-        """Count a raise of the session's version by ``n`` in what this connection knows of it.
-
-        Under the write lock nobody else raises it, so a known version is
-        ``n`` more now; an unknown one stays unknown (read when asked).
-        """
-        known = self._versions.get(session)
-        if known is not None:
-            self._versions[session] = known + n
-        self._touch(session)
-
     def load_state(self, session: str) -> Any:
         row = self._db.execute("SELECT state FROM sessions WHERE name=?", (session,)).fetchone()
         state = orjson.loads(row[0]) if row and row[0] else None
@@ -459,52 +204,15 @@ class SQLiteStore:
             if got is not None:
                 return got
             cols, blobs, texts = self._branch_rows(branch, 0)
-            if not cols["id"]:
-                return PageColumns.of([])
-            self._vocab.refresh(self._db)
-            vocab = self._vocab
-            if None not in blobs:
-                lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4
-                table = TermTable(vocab.words, vocab.ids, decode(blobs), lens)
-                return PageColumns(**cols, terms=table.rows(), term_table=table)
-            loads, intern = orjson.loads, sys.intern
-            cols["terms"] = [tuple(map(intern, loads(t))) if t is not None else
-                             (tuple(map(vocab.words.__getitem__, decode((b,)).tolist())) if b is not None else None)
-                             for t, b in zip(texts, blobs)]
-            return PageColumns(**cols)
+            return rows_columns(self._db, self._vocab, cols, blobs, texts)
 
     def _branch_rows(self, branch: int, start: int) -> tuple[dict[str, Any], list[Any], list[Any]]:
-        """Return the rows of ``branch`` from seq ``start`` on: the columns, the term number blobs, the term JSON.
+        """Return the rows of ``branch`` from seq ``start`` on (``sqlite_schema.branch_rows``).
 
-        One query; the label and call lists repeat, so each distinct one is
-        decoded once.
+        A method so that the snapshot's reader (``read_snapshot``) and a test
+        counting the rows a reopen reads both go through the store.
         """
-        rows = self._db.execute(
-            f"SELECT {_BRANCH_COLS}, p.term_ids, CASE WHEN p.term_ids IS NULL THEN p.terms END "
-            "FROM branch_pages b JOIN pages p ON p.id = b.page WHERE b.branch=? AND b.seq>=? ORDER BY b.seq",
-            (branch, start)).fetchall()
-        if not rows:
-            return {name: [] for name in _BRANCH_FIELDS}, [], []
-        cols = dict(zip((*_BRANCH_FIELDS, "term_ids", "terms"), map(list, zip(*rows))))
-        del rows
-        for name in ("call_ids", "labels"):
-            memo: dict[str, tuple[str, ...]] = {}
-            for text in set(cols[name]):
-                memo[text] = tuple(orjson.loads(text or "[]"))
-            cols[name] = list(map(memo.__getitem__, cols[name]))
-        return cols, cols.pop("term_ids"), cols.pop("terms")
-
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[None]:
-        """Read in one read transaction (one consistent view across statements), unless one is open."""
-        if self._depth or self._db.in_transaction:
-            yield
-            return
-        self._db.execute("BEGIN")
-        try:
-            yield
-        finally:
-            self._db.execute("COMMIT")
+        return branch_rows(self._db, branch, start)
 
     def _snapshot_columns(self, branch: int) -> PageColumns | None:
         """Return the branch's columns from its session's snapshot and the rows it does not cover (None: none)."""
@@ -601,25 +309,6 @@ class SQLiteStore:
             self._touch(session, ids)
             return ids
 
-    def _insert_pages(self, db: sqlite3.Connection, session: str, seqs: Sequence[int],
-                      pages: Sequence[NewPage]) -> list[int]:
-        """Insert ``pages`` (inside a write transaction) in one statement; return their ids.
-
-        The ids are the ones SQLite would give (the highest plus one, in
-        order: the write lock is held), numbered here so that one
-        ``executemany`` inserts them all; the highest is read once, then
-        kept while no other connection commits (``_check_seen``).
-        """
-        if not pages:
-            return []
-        top = self._top
-        if top is None:
-            top = int(db.execute("SELECT MAX(id) FROM pages").fetchone()[0] or 0)
-        term_ids = self._vocab.encode_many(db, [p.terms for p in pages])
-        db.executemany(_INSERT_PAGE, _page_rows(top + 1, session, seqs, pages, term_ids))
-        self._top = top + len(pages)
-        return list(range(top + 1, top + 1 + len(pages)))
-
     def aside_pages(self, session: str) -> list[int]:
         """Return the ids of the session's pins, notes and handoffs kept as pages, oldest first."""
         marks = ",".join("?" * len(ASIDE_KINDS))
@@ -641,21 +330,12 @@ class SQLiteStore:
         """
         ids = list(page_ids)
         if self._depth and self._tx_thread == threading.get_ident():  # our own transaction: see its pages
-            return self._present_on(self._db, ids)
+            return present_on(self._db, ids)
         with self._reader_lock:
             if self._reader is None:
                 self._reader = sqlite3.connect(self.path / DB_NAME, isolation_level=None, timeout=30.0,
                                                check_same_thread=False)
-            return self._present_on(self._reader, ids)
-
-    @staticmethod
-    def _present_on(db: sqlite3.Connection, ids: list[int]) -> set[int]:
-        out: set[int] = set()
-        for i in range(0, len(ids), 900):
-            chunk = ids[i : i + 900]
-            marks = ",".join("?" * len(chunk))
-            out.update(int(r[0]) for r in db.execute(f"SELECT id FROM pages WHERE id IN ({marks})", chunk))
-        return out
+            return present_on(self._reader, ids)
 
     def set_scope(self, page_id: int, scope: str, pool: str | None) -> None:
         """Move a page to another scope (and pool); the page's session version rises."""
@@ -711,16 +391,7 @@ class SQLiteStore:
         40k ids). ``load_state`` puts it back.
         """
         with self.transaction() as db:
-            if isinstance(state, dict) and "demoted" in state:
-                demoted = state["demoted"]
-                if self._demoted_saved.get(session) is not demoted:
-                    db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)",
-                               (_DEMOTED_KEY + session, orjson.dumps(demoted).decode()))
-                    self._demoted_saved[session] = demoted
-                state = {k: v for k, v in state.items() if k != "demoted"}
-            else:
-                db.execute("DELETE FROM settings WHERE key=?", (_DEMOTED_KEY + session,))
-                self._demoted_saved.pop(session, None)
+            state = self._save_demoted(db, session, state)
             raises = 1 + self._raises.pop(session, 0)  # this one and those of the transaction not yet written
             db.execute("UPDATE sessions SET state=?, version=version+? WHERE name=?",
                        (orjson.dumps(state), raises, session))
@@ -774,45 +445,7 @@ class SQLiteStore:
         return [Event(k, orjson.loads(p) if p else None, c) for k, p, c in self._db.execute(q + " ORDER BY id", args)]
 
 
-# The settings row that holds a session's demoted page ids, apart from its state row (``save_state``).
-_DEMOTED_KEY = "demoted:"
-
-
-def _translated(method: Any) -> Any:
-    @functools.wraps(method)
-    def call(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.Error as exc:  # a read that hit a locked, corrupt or closed database
-            raise StoreError(f"store {self.path}: {exc}") from exc
-
-    return call
-
-
 # sqlite3's errors never leave the store untranslated (transaction() translates its own)
 for _name, _method in list(vars(SQLiteStore).items()):
     if callable(_method) and not _name.startswith("_") and _name not in ("transaction", "open_index"):
         setattr(SQLiteStore, _name, _translated(_method))
-
-
-_INSERT_PAGE = (
-    "INSERT INTO pages (id, session, hash, kind, role, seq, step, tokens, stub_tokens, chars,"
-    " call_id, call_ids, tool_name, path, stale, labels, last_ref, ref_count, scope, handle,"
-    " message, owner, terms, pool, created, digest, term_ids)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-)
-
-
-def _page_rows(first: int, session: str, seqs: Sequence[int], pages: Sequence[NewPage],
-               term_ids: Sequence[bytes]) -> list[tuple[Any, ...]]:
-    """Return the rows of ``pages`` for ``_INSERT_PAGE``, numbered from ``first``."""
-    dumps, now = orjson.dumps, time.time()
-    return [
-        (
-            first + k, session, p.hash, p.kind, p.role, seq, p.step, p.tokens, p.stub_tokens, p.chars, p.call_id,
-            dumps(list(p.call_ids)).decode(), p.tool_name, p.path, 0, dumps(list(p.labels)).decode(),
-            p.step, 0, p.scope, p.handle, p.message, p.owner, dumps(list(p.terms)).decode(), p.pool,
-            now, p.digest, tid,
-        )
-        for k, (seq, p, tid) in enumerate(zip(seqs, pages, term_ids))
-    ]
