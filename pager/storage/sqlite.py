@@ -44,7 +44,7 @@ from pager.core.pages import PageColumns
 from pager.core.pools import PoolAcl
 from pager.storage.base import Branch, Event, NewPage, PageRecord, StatUpdate, TimelineEntry
 
-__all__ = ["DB_NAME", "SCHEMA_VERSION", "SQLiteStore", "Store"]
+__all__ = ["DB_NAME", "SCHEMA_VERSION", "SQLiteStore"]
 
 
 class SQLiteStore(TransactionMixin):
