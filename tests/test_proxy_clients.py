@@ -162,7 +162,10 @@ def upstream() -> Iterator[Any]:
 
 def reports(store: Path) -> list[dict[str, Any]]:
     path = store / "reports.jsonl"
-    lines = path.read_bytes().splitlines() if path.exists() else []
+    data = path.read_bytes() if path.exists() else b""
+    # complete lines only: the previous answer's usage line may be being appended right now (it is
+    # recorded after that answer is relayed); the call's own report line was written before its answer
+    lines = data[: data.rfind(b"\n") + 1].splitlines()
     return [r for r in map(orjson.loads, lines) if r.get("type") == "assemble"]
 
 
