@@ -239,7 +239,9 @@ class Pager:
         and what fails in it raises from here as it would from ``assemble``: the transaction rolled back,
         the mirror reloaded, nothing of the call kept. The caller that already sent ``out`` on learns it
         from this exception; the session's next call records the messages again (a caller resends its
-        history). ``ready`` must not block; an exception from it rolls the call back before the COMMIT.
+        history). The store's write transaction stays open while ``ready`` runs, so it should return soon
+        (the proxy's waits until the request body is written upstream, at most ``pager.aio.HOLD_MAX``);
+        an exception from it rolls the call back before the COMMIT.
         """
         with self._lock:
             self._check_open()
