@@ -47,6 +47,27 @@ from pager.storage.base import Branch, Event, NewPage, PageRecord, StatUpdate, T
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "SQLiteStore"]
 
 
+def _into_wal(db: sqlite3.Connection) -> None:
+    """Switch a new database to WAL, waiting while another process creates or switches it.
+
+    Turning a rollback-journal database into WAL needs its exclusive lock, and SQLite answers
+    "database is locked" at once rather than calling the busy handler: two processes opening a
+    new store together saw it (the chaos load test, 1 run in ~20). Waits as long as a
+    transaction would (``connect(timeout=30)``).
+    """
+    deadline = time.monotonic() + 30.0
+    delay = 0.002
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
 class SQLiteStore(TransactionMixin):
     """Open (creating if needed) the store in folder ``path``: ``pager.db``, WAL mode.
 
@@ -64,7 +85,7 @@ class SQLiteStore(TransactionMixin):
             )
             self._reader: sqlite3.Connection | None = None  # present_pages' own (see there)
             self._reader_lock = threading.Lock()
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _into_wal(self._db)
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=OFF")
             self._start_caches()  # the transaction and what it knows (sqlite_tx)
