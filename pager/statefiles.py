@@ -40,22 +40,47 @@ replacements are atomic renames inside the directory.
 ``resume_text`` prints what a new session reads first, as a resume script
 would: the numbered files in order, then the last WAL line only — recovery
 reads the tail, not the history.
+
+This module owns the directory: what a write changes (``planned_writes``, the
+latches), writing it WAL-first (``write_state``, ``export_state``) and reading
+it back (``resume_text``). The card and its rendering are
+``pager.statecard``'s, the WAL's lines, hashes, segments and the git revision
+``pager.statewal``'s; their names are importable from here too.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import os
 import re
-import subprocess
 from pathlib import Path
-from typing import Callable, Literal, Sequence
-
-import attrs
+from typing import Callable, Sequence
 
 from pager.errors import InvariantRewriteError, StateFileError
+from pager.statecard import (
+    GOAL_FILE,
+    INVARIANTS_FILE,
+    NEXT_FILE,
+    Invariant,
+    TaskState,
+    render_goal,
+    render_invariants,
+    render_next,
+    render_state_next,
+)
 from pager.stateio import StateDirFd
+from pager.statewal import (
+    DEFAULT_WAL_MAX_BYTES,
+    WAL_FILE,
+    content_hash,
+    damaged_files,
+    git_revision,
+    git_state,
+    last_wal_line,
+    parse_wal_hash,
+    rotate_wal,
+    wal_line,
+    wal_segments,
+)
 
 __all__ = [
     "GOAL_FILE",
@@ -80,224 +105,6 @@ __all__ = [
     "wal_segments",
     "write_state",
 ]
-
-GOAL_FILE = "00_goal.md"
-INVARIANTS_FILE = "10_invariants.md"
-NEXT_FILE = "99_next.md"
-WAL_FILE = ".wal"
-NO_GIT = "no-git"
-GIT_TIMEOUT = 5.0
-DEFAULT_WAL_MAX_BYTES = 256 * 1024
-_SEGMENT_RE = re.compile(r"^\.wal\.(\d{6})$")
-
-InvariantKind = Literal["decision", "rejected"]
-KINDS: tuple[str, ...] = ("decision", "rejected")
-
-
-@attrs.frozen(slots=True)
-class Invariant:
-    """A decision taken, or an approach rejected, and why."""
-
-    text: str
-    reason: str
-    kind: InvariantKind = "decision"
-
-    def __attrs_post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise StateFileError(f"invariant kind must be one of {KINDS}, got {self.kind!r}")
-
-
-@attrs.frozen(slots=True)
-class TaskState:
-    """The task-state card: goal, invariants (oldest first), the steps, progress and notes.
-
-    ``next`` is the next step; ``current`` the step in progress; ``done`` the
-    last completed step; ``progress`` the done / failed log lines, oldest first.
-    """
-
-    goal: str
-    invariants: tuple[Invariant, ...] = ()
-    next: str = ""
-    notes: tuple[str, ...] = ()
-    current: str = ""
-    done: str = ""
-    progress: tuple[str, ...] = ()
-
-
-# --------------------------------------------------------------------------- rendering (pure)
-
-
-def _indent(text: str) -> str:
-    lines = text.strip().splitlines() or [""]
-    return "\n".join([lines[0]] + ["  " + ln for ln in lines[1:]])
-
-
-def render_goal(goal: str) -> str:
-    """Render ``00_goal.md``."""
-    return f"# Goal\n\n{goal.strip()}\n"
-
-
-INVARIANTS_HEADER = (
-    "# Invariants\n\n"
-    "Append-only: decisions and rejected approaches, with reasons. "
-    "Entries are never rewritten or removed.\n\n"
-)
-
-
-def render_invariants(invariants: Sequence[Invariant]) -> str:
-    """Render ``10_invariants.md``; n+1 invariants render to an extension of n's text."""
-    parts = [INVARIANTS_HEADER]
-    for inv in invariants:
-        parts.append(f"- [{inv.kind}] {_indent(inv.text)}\n  reason: {_indent(inv.reason)}\n")
-    return "".join(parts)
-
-
-# A next step taken from a note keeps the note's own label ("next: run the canary", "- Next step: ...");
-# the file already says "next step:", so the label is dropped rather than printed twice.
-_NEXT_LABEL_RE = re.compile(r"^\s*(?:[-*+]\s+)?next(?:\s+step)?\s*:\s*", re.IGNORECASE)
-
-
-def render_next(
-    next_step: str,
-    notes: Sequence[str] = (),
-    *,
-    current: str = "",
-    done: str = "",
-    progress: Sequence[str] = (),
-) -> str:
-    """Render ``99_next.md``: current, last completed and next step, progress log, notes."""
-    next_step = _NEXT_LABEL_RE.sub("", next_step, count=1)
-    out = (
-        "# Next\n\n"
-        f"- current step: {_indent(current) if current.strip() else '(not set)'}\n"
-        f"- last completed step: {_indent(done) if done.strip() else '(none yet)'}\n"
-        f"- next step: {_indent(next_step) if next_step.strip() else '(not set)'}\n"
-    )
-    if progress:
-        out += "\n## Progress\n\n" + "".join(f"- {_indent(p)}\n" for p in progress)
-    kept = [n for n in notes if n.strip()]
-    if kept:
-        out += "\n## Notes\n\n" + "".join(f"- {_indent(n)}\n" for n in kept)
-    return out
-
-
-def render_state_next(state: TaskState) -> str:
-    """Render ``99_next.md`` for a task state."""
-    return render_next(state.next, state.notes, current=state.current, done=state.done, progress=state.progress)
-
-
-def content_hash(files: Sequence[tuple[str, str]]) -> str:
-    """Return the short SHA-256 of ``(name, text)`` pairs, the WAL's content address of a write."""
-    h = hashlib.sha256()
-    for name, text in files:
-        h.update(name.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0")
-    return h.hexdigest()[:16]
-
-
-def wal_line(
-    transition: str, revision: str, now: _dt.datetime, files: Sequence[tuple[str, str]] = ()
-) -> str:
-    """Render one WAL line: ``<UTC time> <rev> <transition>[ files=a,b sha256=<hash>]``."""
-    ts = now.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    what = " ".join(transition.split()) or "export"  # one line, whatever was passed
-    tail = ""
-    if files:
-        tail = f" files={','.join(n for n, _ in files)} sha256={content_hash(files)}"
-    return f"{ts} {revision} {what}{tail}\n"
-
-
-_HASH_RE = re.compile(r" files=(\S+) sha256=([0-9a-f]{16})$")
-_LOOSE_HASH_RE = re.compile(r" files=\S+ sha256=\S*$")  # a hash tail, whether or not it still parses
-
-
-def parse_wal_hash(line: str) -> tuple[tuple[str, ...], str] | None:
-    """Return the (file names, hash) a WAL line records, or None for a line that changed no file."""
-    m = _HASH_RE.search(line.rstrip("\n"))
-    return (tuple(m.group(1).split(",")), m.group(2)) if m else None
-
-
-def damaged_files(d: StateDirFd) -> tuple[str, ...]:
-    """Return the files of the newest hashed WAL line if they no longer hash to it, else ``()``.
-
-    Rotated segments are searched too. Only the newest line that hashes
-    files is checkable: an older line's hash covers files a newer line has
-    since changed. A line whose ``files=`` / ``sha256=`` part no longer
-    parses returns the segment's name (what it hashed is unknown).
-    """
-    for name in reversed(wal_segments(d)):
-        data = d.read_bytes(name) or b""
-        for raw in reversed(data.split(b"\n")):
-            line = raw.decode("utf-8", errors="replace")
-            found = parse_wal_hash(line)
-            if found is None and _LOOSE_HASH_RE.search(line.rstrip("\r")):
-                return (name,)
-            if found is not None:
-                names, digest = found
-                if not set(names) <= {GOAL_FILE, INVARIANTS_FILE, NEXT_FILE} or any(d.is_symlink(n) for n in names):
-                    return names  # not what pager wrote (never read through a symlink)
-                return () if content_hash([(n, d.read_text(n) or "") for n in names]) == digest else names
-    return ()
-
-
-# --------------------------------------------------------------------------- git
-
-
-def _git(directory: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str] | None:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(directory), *args], stdin=subprocess.DEVNULL, capture_output=True,
-            text=True, timeout=timeout, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def git_revision(directory: Path, timeout: float = GIT_TIMEOUT) -> str:
-    """Return ``git rev-parse --short HEAD`` for ``directory``, or ``"no-git"``.
-
-    Any failure (no git binary, not a repository, no commit yet, a hang past
-    ``timeout``) gives ``"no-git"``: a WAL line must never fail for it.
-    """
-    out = _git(directory, "rev-parse", "--short", "HEAD", timeout=timeout)
-    rev = out.stdout.strip() if out is not None else ""
-    if out is None or out.returncode != 0 or not re.fullmatch(r"[0-9a-f]{4,64}", rev):
-        return NO_GIT
-    return rev
-
-
-def git_state(directory: Path, timeout: float = GIT_TIMEOUT) -> str:
-    """Return the short revision, with ``+dirty`` when tracked files differ from it; or ``"no-git"``."""
-    rev = git_revision(directory, timeout)
-    if rev == NO_GIT:
-        return rev
-    out = _git(directory, "status", "--porcelain", "--untracked-files=no", timeout=timeout)
-    return rev + "+dirty" if out is not None and out.returncode == 0 and out.stdout.strip() else rev
-
-
-# --------------------------------------------------------------------------- writing
-
-
-def wal_segments(directory: Path | StateDirFd) -> list[str]:
-    """Return the rotated WAL segments of a state directory, oldest first (``.wal`` itself last if present)."""
-    if isinstance(directory, StateDirFd):
-        names = list(directory.names())
-    else:
-        try:
-            names = sorted(os.listdir(directory))
-        except FileNotFoundError:
-            return []
-    out = sorted(n for n in names if _SEGMENT_RE.match(n))
-    return out + ([WAL_FILE] if WAL_FILE in names else [])
-
-
-def rotate_wal(d: StateDirFd, max_bytes: int) -> str | None:
-    """Move ``.wal`` to the next ``.wal.NNNNNN`` when it has reached ``max_bytes``; return the segment name."""
-    if max_bytes <= 0 or d.size(WAL_FILE) < max_bytes:
-        return None
-    numbers = [int(m.group(1)) for n in d.names() if (m := _SEGMENT_RE.match(n))]
-    segment = f"{WAL_FILE}.{max(numbers, default=0) + 1:06d}"
-    d.rename(WAL_FILE, segment)
-    return segment
 
 
 def planned_writes(
@@ -411,21 +218,6 @@ def export_state(
         )
     return [directory / n for n in names]
 
-
-# --------------------------------------------------------------------------- reading
-
-
-def last_wal_line(directory: Path) -> str | None:
-    """Return the last line of ``directory/.wal`` (never through a symlink), or None."""
-    if not Path(directory).is_dir():
-        return None
-    with StateDirFd(directory) as d:
-        data = d.read_bytes(WAL_FILE)
-    if not data:
-        return None
-    lines = data.rstrip(b"\n").split(b"\n")
-    last = lines[-1].decode("utf-8", errors="replace").strip()
-    return last or None
 
 
 def resume_text(directory: Path) -> str:

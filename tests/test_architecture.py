@@ -27,7 +27,8 @@ PKG = Path(__file__).resolve().parents[1] / "pager"
 # (name, top-level names of pager/ in it); "" is the package root (pager/__init__.py)
 LAYERS = [
     ("foundation", {"errors", "core"}),
-    ("values and seams", {"options", "pricing", "formats", "storage", "statefiles", "stateio", "report"}),
+    ("values and seams", {"options", "pricing", "formats", "storage", "statecard", "statefiles", "stateio", "statewal",
+                          "report"}),
     ("schedulers", {"schedulers"}),
     ("facade", {"recording", "session", "sharing", "statedir", "pager", "tools", "testing"}),
     ("integrations", {"aio", "adapters", "mcp_server", "proxy", "ui", ""}),

@@ -6,13 +6,11 @@ Every page row holds ``tsv``, written by ``PostgresStore.record`` in the same
 transaction as the page, so the index is never behind the store and every
 host searches the same one: there is no derived copy to feed or heal.
 
-Words are cut by the analyzer the Tantivy index uses (``pager.storage.index``):
-the same tokens, the same lowercasing, the same CJK bigrams, so the two indexes
-differ only in how they rank. The vector is built in Python as a tsvector
-literal (not ``to_tsvector``, whose parser keeps ``a/b.py`` or ``x-y`` whole):
-text words at weight D with their positions (so term frequency counts, capped
-at ``MAX_POSITIONS``), and exact keys — path, file name, handle, labels, each
-prefixed ``=`` — at weight A.
+The vector holds the words the Tantivy index's analyzer cuts, so the two
+indexes differ only in how they rank: text words at weight D with their
+positions (term frequency counts, capped at ``MAX_POSITIONS``), exact keys
+(path, file name, handle, labels) at weight A; ``pager.storage.pg_vector``
+says how it is built.
 
 Ranking is BM25 (k1 = 1.2, b = 0.75: Tantivy's constants, though Tantivy's
 JSON fields keep no lengths, so in effect it does not normalise by length),
@@ -49,13 +47,18 @@ word: 2.4 ms p50 on the traces' sessions (under ~500 pages), but ~125 ms at
 5 as scoring every page on its 400 queries. The statement is never prepared:
 a generic plan cannot see the audience, whose size picks the scans.
 
-Visibility is the Tantivy index's, as a ``WHERE`` clause (``_VISIBLE``): a
+Visibility is the Tantivy index's, as a ``WHERE`` clause (``VISIBLE``): a
 query reads its session's pages (a private page only by its owner), the
 private pages of the owners and the project pools named in ``audiences``, and
 with ``cross_session=True`` every shared page. A superset of it that the
-session, owner, pool and shared indexes can find (``_NEAR_HOME``) is checked
+session, owner, pool and shared indexes can find (``NEAR_HOME``) is checked
 too, so that a small audience in a big store is counted without a scan of
 every session's pages.
+
+Where it lives: ``pager.storage.pg_vector`` writes a page's vector,
+``pager.storage.pg_bm25`` holds the statements and the visibility clauses,
+and this module is the index: it picks the plan, prunes common words, keeps
+the audience statistics and speaks the ``RecallIndex`` protocol.
 """
 
 from __future__ import annotations
@@ -72,23 +75,29 @@ from pager.storage.index_schema import (  # the Tantivy index's analysis, shared
     analyze_query,
     analyze_terms,
     clean_query,
-    _TEXT_ANALYZER,
-    MAX_KEY_CHARS,
     Hit,
     IndexDoc,
-    _bigrams,
     _clean,
     split_audiences,
 )
 from pager.storage.index_search import _snippet
+from pager.storage.pg_bm25 import (
+    AUD_COUNT,
+    AUD_GIVEN,
+    BM25_B,
+    BM25_K1,
+    CROSS,
+    HOME,
+    KEY_BOOST,
+    NEAR_CROSS,
+    NEAR_HOME,
+    SEARCH_FEW,
+    SEARCH_MANY,
+)
+from pager.storage.pg_vector import MAX_POSITIONS, lexeme_fits, page_vector, quote_lexeme
 
 __all__ = ["PgIndex", "page_vector"]
 
-MAX_POSITIONS = 32  # term frequency saturates long before; PostgreSQL keeps at most 256
-MAX_POSITION = 16383  # PostgreSQL's largest lexeme position
-MAX_LEXEMES = 20_000  # keeps a huge tool output's vector far under the 1 MB tsvector limit
-MAX_LEXEME_BYTES = 2046
-KEY_BOOST = 2.0
 # As the Tantivy index: past PRUNE_MIN_ROWS pages, a word on more than
 # PRUNE_SHARE of them is dropped from the query (keeping the PRUNE_KEEP rarest
 # if all are): its weight is small and every page holding it is a candidate to
@@ -98,8 +107,6 @@ PRUNE_SHARE = 0.2
 PRUNE_MIN_ROWS = 2000
 PRUNE_KEEP = 3
 PRUNE_TTL = 60.0
-BM25_K1 = 1.2  # Tantivy's (and Lucene's) defaults
-BM25_B = 0.75
 # A small audience is searched with one GIN probe for all the terms, each
 # candidate's vector read once, every candidate scored exactly. From
 # PROBE_EACH pages on, the GIN index is probed once per term instead, so
@@ -123,149 +130,6 @@ EXACT_MORE = 200
 AUDIENCE_CACHE_MIN = 2000
 AUDIENCE_TTL = 30.0
 
-_TERMS = """
-WITH q AS MATERIALIZED (
-    SELECT i, t::tsquery AS tq, key FROM unnest(%(terms)s::text[], %(keys)s::bool[]) WITH ORDINALITY AS q(t, key, i)),
-aud AS MATERIALIZED ({aud}),"""
-# ts_rank with all weights 1 on a one-term query is sum(1/j^2, j=1..tf) / (pi^2/6)
-_TF = "1.0 / (1.6449340668482264 * (1.0 - ts_rank('{{{{1,1,1,1}}}}', {v}, {tq}, 0)::float8)) - 0.5"
-_IDF = (
-    "ln(1 + (greatest(aud.n, df.n) - df.n + 0.5) / (df.n + 0.5))"
-    " * CASE WHEN {key} THEN %(boost)s::float8 ELSE 1.0::float8 END"
-)
-_KD = "%(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * {dl} / aud.avgdl)"
-_FILTER = """NOT ({id} = ANY(%(exclude)s::bigint[]))
-      AND (%(kinds)s::text[] IS NULL OR {kind} = ANY(%(kinds)s::text[]))"""
-_RESULT = """
-SELECT r.id, r.score, p.session, p.step, p.kind, p.path, p.handle, p.owner, p.pool, p.scope, p.message,
-       aud.n, aud.avgdl
-FROM ranked r JOIN pager_pages p ON p.id = r.id CROSS JOIN aud
-WHERE r.score > 0 AND r.score >= %(min_score)s
-ORDER BY r.score DESC, r.id DESC
-"""
-# Scores are rounded so that the order of summation cannot break a tie (ties go to the newer page).
-_SEARCH_FEW = _TERMS + """
-pairs AS MATERIALIZED (
-    SELECT c.id, c.kind, c.dl, m.i, m.key, m.tf FROM (
-        SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl, p.tsv || ''::tsvector AS v FROM pager_pages p
-        WHERE ({near}) AND ({vis}) AND p.tsv @@ %(any)s::tsquery OFFSET 0) c
-    CROSS JOIN LATERAL (
-        SELECT q.i, q.key, """ + _TF.format(v="c.v", tq="q.tq") + """ AS tf FROM q WHERE c.v @@ q.tq) m),
-df AS MATERIALIZED (SELECT i, count(*)::float8 AS n FROM pairs GROUP BY i),
-ranked AS (
-    SELECT pairs.id, round(sum(""" + _IDF.format(key="pairs.key") + """ * pairs.tf * (%(k1)s::float8 + 1)
-        / (pairs.tf + """ + _KD.format(dl="pairs.dl") + """))::numeric, 9)::float8 AS score
-    FROM pairs JOIN df USING (i) CROSS JOIN aud
-    WHERE """ + _FILTER.format(id="pairs.id", kind="pairs.kind") + """
-    GROUP BY pairs.id ORDER BY score DESC, pairs.id DESC LIMIT %(limit)s)""" + _RESULT
-# Exact BM25 of the candidates c (id, kd) over the terms their vector holds:
-# each vector is detoasted once (OFFSET 0 keeps the planner from inlining the
-# detoasting into every test).
-_EXACT = """
-    CROSS JOIN LATERAL (SELECT p.tsv || ''::tsvector AS v FROM pager_pages p WHERE p.id = c.id OFFSET 0) d
-    CROSS JOIN LATERAL (
-        SELECT sum(w.ws[m.i] * x.tf * (%(k1)s::float8 + 1) / (x.tf + c.kd)) AS score
-        FROM w, generate_subscripts(w.ws, 1) AS m(i),
-        LATERAL (SELECT """ + _TF.format(v="d.v", tq="w.tqs[m.i]") + """ AS tf
-                 WHERE d.v @@ w.tqs[m.i]) x) sc"""
-_SEARCH_MANY = _TERMS + """
-hits AS MATERIALIZED (
-    SELECT q.i, h.id, h.kind, h.dl FROM q CROSS JOIN LATERAL (
-        SELECT p.id, p.kind, greatest(p.tokens, 1)::float8 AS dl FROM pager_pages p
-        WHERE ({near}) AND ({vis}) AND p.tsv @@ q.tq OFFSET 0) h),
-w AS MATERIALIZED (
-    SELECT array_agg(coalesce(""" + _IDF.format(key="q.key") + """, 0) ORDER BY q.i) AS ws,
-           array_agg(q.tq ORDER BY q.i) AS tqs
-    FROM q LEFT JOIN (SELECT i, count(*)::float8 AS n FROM hits GROUP BY i) df USING (i) CROSS JOIN aud),
-bound AS MATERIALIZED (
-    SELECT x.id, y.kd, x.s * (%(k1)s::float8 + 1) / (1 + y.kd) AS lb,
-           x.s * (%(k1)s::float8 + 1) * %(tfmax)s / (%(tfmax)s + y.kd) AS ub
-    FROM (SELECT h.id, sum(w.ws[h.i]) AS s, min(h.dl) AS dl FROM hits h CROSS JOIN w
-          WHERE """ + _FILTER.format(id="h.id", kind="h.kind") + """
-          GROUP BY h.id) x
-    CROSS JOIN aud CROSS JOIN LATERAL (SELECT """ + _KD.format(dl="x.dl") + """ AS kd) y),
-first AS MATERIALIZED (SELECT id, kd, lb FROM bound ORDER BY lb DESC, id DESC LIMIT %(first)s),
-s1 AS MATERIALIZED (SELECT c.id, sc.score FROM first c""" + _EXACT + """),
-edge AS MATERIALIZED (
-    SELECT (SELECT CASE WHEN count(*) < %(limit)s THEN 0 ELSE min(score) END
-            FROM (SELECT score FROM s1 ORDER BY score DESC LIMIT %(limit)s) x) AS bar,
-           (SELECT lb FROM first ORDER BY lb, id LIMIT 1) AS lb, (SELECT id FROM first ORDER BY lb, id LIMIT 1) AS id),
-s2 AS MATERIALIZED (
-    SELECT c.id, sc.score FROM (
-        SELECT b.id, b.kd FROM bound b, edge WHERE (b.lb, b.id) < (edge.lb, edge.id) AND b.ub >= edge.bar
-        ORDER BY b.lb DESC, b.id DESC LIMIT %(more)s) c""" + _EXACT + """),
-ranked AS (
-    SELECT id, round(score::numeric, 9)::float8 AS score FROM (SELECT * FROM s1 UNION ALL SELECT * FROM s2) u
-    ORDER BY 2 DESC, 1 DESC LIMIT %(limit)s)""" + _RESULT
-_AUD_COUNT = (
-    "SELECT count(*)::float8 AS n, greatest(avg(p.tokens), 1)::float8 AS avgdl FROM pager_pages p"
-    " WHERE ({near}) AND ({vis})"
-)
-_AUD_GIVEN = "SELECT %(n)s::float8 AS n, %(avgdl)s::float8 AS avgdl"
-# Who reads a page, by scope (pager.core.pools.page_audiences, as the Tantivy index's
-# audience keys): ``private`` its owner (its session when it has none); ``project``
-# its session and readers of its pool; ``shared`` its session, and everyone
-# cross-session; ``session`` its session. Sessions, owners and pools are three typed
-# lists, never one: a session named like an owner or "pool:<name>" reads neither.
-_VISIBLE = (
-    "(p.session = ANY(%(sessions)s) AND p.scope <> 'private')"
-    " OR (p.scope = 'private' AND coalesce(p.owner, p.session) = ANY(%(owners)s))"
-    " OR (p.scope = 'project' AND p.pool = ANY(%(pools)s))"
-)
-_HOME = _VISIBLE
-_CROSS = _VISIBLE + " OR p.scope = 'shared'"
-# A superset of the visible pages that indexes can find (BitmapOr of the
-# session, owner, pool and shared indexes): checked with the visibility clause,
-# it lets a small audience in a big database skip the other sessions' rows.
-_NEAR_HOME = "p.session = ANY(%(near)s) OR p.owner = ANY(%(owners)s) OR p.pool = ANY(%(pools)s)"
-_NEAR_CROSS = _NEAR_HOME + " OR p.scope = 'shared'"
-
-
-def _quote(lexeme: str) -> str:
-    """Return ``lexeme`` quoted for a tsvector / tsquery literal (no normalisation applies)."""
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def _fits(lexeme: str) -> bool:
-    return 0 < len(lexeme.encode("utf-8")) <= MAX_LEXEME_BYTES
-
-
-def _keys(labels: Iterable[str], path: str | None, handle: str | None) -> list[str]:
-    keys = [_clean(x) for x in labels]
-    if path:
-        p = _clean(path)
-        keys += [p, p.rsplit("/", 1)[-1]]  # "index.py" finds ".../pager/index.py"
-    if handle:
-        keys.append(handle)
-    return list(dict.fromkeys("=" + k[:MAX_KEY_CHARS].lower() for k in keys if k))
-
-
-def page_vector(text: str, labels: Iterable[str] = (), path: str | None = None, handle: str | None = None) -> str:
-    """Return the tsvector literal of a page (words at weight D with positions, keys at A)."""
-    text = _clean(text)
-    labels = tuple(labels)
-    words = _TEXT_ANALYZER.analyze(text)
-    for extra in (*labels, path or ""):
-        if extra:
-            words += _TEXT_ANALYZER.analyze(_clean(extra))
-    if not text.isascii():
-        words += _bigrams(text)
-    positions: dict[str, list[int]] = {}
-    for i, w in enumerate(words, 1):
-        got = positions.get(w)
-        if got is None:
-            if len(positions) >= MAX_LEXEMES:
-                continue
-            positions[w] = got = []
-        if len(got) < MAX_POSITIONS:
-            got.append(min(i, MAX_POSITION))
-    parts = [
-        f"{_quote(w)}:{','.join(str(p) + 'D' for p in dict.fromkeys(ps))}"
-        for w, ps in positions.items()
-        if _fits(w)
-    ]
-    parts += [f"{_quote(k)}:1A" for k in _keys(labels, path, handle) if _fits(k)]
-    return " ".join(parts)
 
 
 class PgIndex:
@@ -456,9 +320,9 @@ class PgIndex:
             words = self._prune(words)  # keeps at least PRUNE_KEEP words: never empties the query
         except StoreError as exc:
             raise RecallIndexError(f"recall query failed: {exc}") from exc
-        lexemes = [x for x in dict.fromkeys([*words, *grams, *keys]) if _fits(x)]
-        terms = [_quote(x) for x in lexemes]
-        vis, near = (_CROSS, _NEAR_CROSS) if cross_session else (_HOME, _NEAR_HOME)
+        lexemes = [x for x in dict.fromkeys([*words, *grams, *keys]) if lexeme_fits(x)]
+        terms = [quote_lexeme(x) for x in lexemes]
+        vis, near = (CROSS, NEAR_CROSS) if cross_session else (HOME, NEAR_HOME)
         sessions, owners, pools = split_audiences(session, audiences)
         params: dict[str, Any] = {
             "terms": terms, "keys": [x.startswith("=") for x in lexemes], "any": " | ".join(terms),
@@ -469,20 +333,20 @@ class PgIndex:
             "kinds": None if kinds is None else [_clean(x) for x in kinds], "n": None, "avgdl": None,
         }
         audience = (cross_session, tuple(sessions), tuple(owners), tuple(pools))
-        count = _AUD_COUNT.format(near=near, vis=vis)
+        count = AUD_COUNT.format(near=near, vis=vis)
         try:
             if audience not in self._sizes:  # once per audience: its size picks the plan
                 n, avgdl = self._store._rows(count, params, prepare=False)[0]
                 self._seen(audience, float(n), float(avgdl))
             aud = count
             if self._sizes[audience] < PROBE_EACH:
-                sql = _SEARCH_FEW.format(vis=vis, near=near, aud=aud)
+                sql = SEARCH_FEW.format(vis=vis, near=near, aud=aud)
             else:
                 cached = self._audiences.get(audience)
                 if cached is not None and time.monotonic() - cached[2] < AUDIENCE_TTL:
-                    aud = _AUD_GIVEN
+                    aud = AUD_GIVEN
                     params["n"], params["avgdl"] = cached[0], cached[1]
-                sql = _SEARCH_MANY.format(vis=vis, near=near, aud=aud)
+                sql = SEARCH_MANY.format(vis=vis, near=near, aud=aud)
             # never prepared: a generic plan cannot see the audience (whose size picks the scans)
             ranked = self._store._rows(sql, params, prepare=False)
         except StoreError as exc:

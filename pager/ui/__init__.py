@@ -8,6 +8,7 @@ store opened read-only. Modules:
 
 - ``source``: the read-only store and the report log, followed as it grows;
 - ``data``: the queries (``View``), pure of HTTP;
+- ``costs``: a session's calls priced in base input tokens, beside full resend;
 - ``prompt``: each call's layout rebuilt from the report log, rendered by the scheduler;
 - ``charts`` and ``pages``: the HTML, every data string escaped;
 - ``assets``: the stylesheet and the small script;

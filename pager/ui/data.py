@@ -8,12 +8,8 @@ full and of every other session only the pages ``pager.core.pools.can_read``
 lets it read (no calls, no prompts). Search goes through the store's recall
 index with the reader's audiences, as ``recall`` does.
 
-Costs are in base input tokens (one uncached input token = 1): the provider's
-usage as ``observe`` recorded it (cached at the pricing's read price, cache
-writes at its write price, the rest at 1, output at ``OUTPUT_PRICE``), beside
-an estimate of the same call under full resend (the client's whole request,
-its prefix up to the previous call's request cached), scaled by the call's
-provider / pager token ratio.
+A session's cost, in base input tokens beside full resend's, is priced by
+``pager.ui.costs``.
 """
 
 from __future__ import annotations
@@ -30,6 +26,7 @@ from pager.core.pools import Reader, audiences, can_read
 from pager.errors import ConfigError
 from pager.pricing import PRICING
 from pager.ui.charts import tip_of
+from pager.ui.costs import OUTPUT_PRICE, session_costs
 from pager.ui.prompt import Mirror, heat, layout_of, slot_states
 from pager.ui.source import ReadOnlyStore, ReportTail, polite
 
@@ -41,7 +38,6 @@ __all__ = ["COST_FACTOR", "MIN_INTERVAL", "OUTPUT_PRICE", "View", "open_view"]
 # (rendering the answer costs about as much again). A view lags the store by that interval at most.
 MIN_INTERVAL = 2.0
 COST_FACTOR = 20.0
-OUTPUT_PRICE = 5.0  # an output token in base input tokens (pager.lab.replay.cost.FaultCost's default)
 ASIDE_STATE = "card"  # pins, notes and handoffs: shown through the task-state card, in L1
 
 
@@ -158,7 +154,7 @@ class View:
         calls = self.calls.get(session, {}) if own else {}
         assembled = [calls[n] for n in sorted(calls) if "tokens" in calls[n]]
         last = assembled[-1] if assembled else None
-        cost = self._costs(assembled, recs) if own else None
+        cost = session_costs(assembled, recs, self.pricing, self.usd_per_mtok) if own else None
         times = [r.created for r in visible if r.created] + [c["time"] for c in assembled if c.get("time")]
         return {
             "session": session, "own": own, "owner": o.owner or session, "scope": o.scope, "pool": o.pool,
@@ -169,43 +165,6 @@ class View:
             "window": o.context_window, "faults": int(state.get("faults", 0)) if own else None,
             "last_activity": max(times) if times else None, "cost": cost,
         }
-
-    def _costs(self, calls: Sequence[Mapping[str, Any]], recs: Sequence[Any]) -> dict[str, Any]:
-        """Return the session's cost so far from its recorded usage, and full resend's beside it."""
-        cum = [0]
-        for r in recs:
-            cum.append(cum[-1] + r.tokens)
-        name = self.pricing
-        if name == "auto":
-            name = "anthropic" if any(c.get("usage", {}).get("cache_write_tokens") for c in calls) else "openai"
-        p = PRICING[name]
-        total = {"pricing": name, "calls_with_usage": 0, "cost": 0.0, "full": 0.0, "cached": 0, "uncached": 0,
-                 "cache_write": 0, "output": 0, "usd_per_mtok": self.usd_per_mtok}
-        prev_request = 0
-        for c in polite(calls):
-            request = cum[min(int(c.get("messages_in", 0)), len(recs))] + int(c["layers"].get("tools", 0))
-            u = c.get("usage")
-            if u and u["prompt_tokens"]:
-                ratio = u["prompt_tokens"] / max(1, int(c["tokens"]))  # the provider counts its own tokens
-                full_cached = min(prev_request, request) * ratio
-                full = (p.read * full_cached + p.write * (request * ratio - full_cached)
-                        + OUTPUT_PRICE * u["completion_tokens"])
-                uncached = max(0, u["prompt_tokens"] - u["cached_tokens"] - u["cache_write_tokens"])
-                cost = (p.read * u["cached_tokens"] + p.write * u["cache_write_tokens"] + uncached
-                        + OUTPUT_PRICE * u["completion_tokens"])
-                c_out = {"cost": round(cost, 1), "full": round(full, 1)}
-                total["calls_with_usage"] += 1
-                total["cost"] += cost
-                total["full"] += full
-                total["cached"] += u["cached_tokens"]
-                total["uncached"] += uncached
-                total["cache_write"] += u["cache_write_tokens"]
-                total["output"] += u["completion_tokens"]
-                c["_cost"] = c_out  # type: ignore[index]  # per call, for the session page
-            c["_request"] = request  # type: ignore[index]
-            prev_request = request
-        total["saving"] = (1 - total["cost"] / total["full"]) if total["full"] else None
-        return total
 
     # -- one session -------------------------------------------------------------------------
 
