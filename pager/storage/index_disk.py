@@ -205,12 +205,19 @@ class DiskMixin:
     def _join(self) -> None:  # provided by BehindMixin (index_behind): wait for a background commit
         raise NotImplementedError
 
-    def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:
+    def _settle(self) -> None:  # provided by BehindMixin: _join, then commit a deferred batch
+        raise NotImplementedError
+
+    def _guarded(self, what: str, fn: Callable[[], _T], settle: bool = True) -> _T:
         """Run ``fn`` (Tantivy calls); on damage heal and run it once more; every failure is typed.
 
-        A background commit is waited for first: ``fn`` sees what it committed.
+        A background commit is waited for first, and (``settle``) a deferred
+        batch committed: ``fn`` sees what they committed.
         """
-        self._join()
+        if settle:
+            self._settle()
+        else:
+            self._join()
         with self._lock:
             try:
                 return fn()
