@@ -295,8 +295,7 @@ class Pager:
             if not recorded.behind:
                 self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
                 if result.flush_index:
-                    # what was just demoted is recallable at the next search (committed before it)
-                    self._feeder.flush(defer=True)
+                    self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
                 self._mirror.prev_out = result.messages
             self._wire = fmt.name
             self._report(result, len(messages), recorded.pages, (time.perf_counter() - t0) * 1000.0,

@@ -288,7 +288,6 @@ def test_a_session_whose_commits_are_never_waited_for_unless_needed_plans_what_a
         try:
             with pager.open(tmp_path / "behind", **opts) as a, pager.open(tmp_path / "waited", **opts) as b:
                 b._feeder.index.commits_in_background = False  # every commit in the caller's thread
-                a._feeder.index.commits_deferred = False  # a round's commit too starts behind (as before 2026-12)
                 for k in bounds:
                     request = {"model": "m", "messages": msgs[:k]}
                     assert orjson.dumps(a.assemble(request)) == orjson.dumps(b.assemble(request))

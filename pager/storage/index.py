@@ -53,7 +53,7 @@ from typing import Any
 import tantivy
 from tantivy import Query
 
-from pager.core.pools import page_audiences, session_audience
+from pager.core.pools import page_audiences
 from pager.errors import RecallIndexError
 from pager.storage.index_schema import (
     _KEY_ANALYZER,
@@ -104,11 +104,10 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._pending: set[int] = set()  # ids added since the last commit
         self._pending_max = 0
         self._keys: set[str] = set()  # the audience keys of the buffered pages (``beyond_session``)
-        self._wide = False  # a buffered page may be read by others than its own session (never deferred)
         # ``add`` appends here and never waits: a background commit holds ``_lock`` while it runs, and
         # the next call's pages need not wait for it (issue 23). Whoever next takes ``_lock`` to read
         # or commit the buffer moves these into it first (``_drain``), in the order they came.
-        self._inbox: list[tuple[int, tantivy.Document, tuple[str, ...], bool]] = []
+        self._inbox: list[tuple[int, tantivy.Document, tuple[str, ...]]] = []
         self._inbox_lock = threading.Lock()
         self._sources: list[Any] = []  # what rebuilds this index and knows its pages (IndexFeeder binds them)
         self._checked: set[tuple[str, int]] = set()  # committed files whose checksum was found good
@@ -126,8 +125,6 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._bg_keys: frozenset[str] = frozenset()  # the audience keys of the pages it commits
         self._beyond: dict[tuple[int, tuple[str, ...]], bool] = {}  # beyond_session's answers, per generation
         self._alone: int | None = None  # while a commit holds the writer: the generation it builds on
-        self._deferred: Any = None  # ``commit(defer=True)``'s batch, committed by the next read (BehindMixin)
-        self._deferred_upto: int | None = None
         if self._path is None:
             self._index = tantivy.Index(_SCHEMA)
             self._start()
@@ -197,7 +194,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         asked for, and these pages come with the next.
         """
         try:
-            made = [(d.page_id, self._to_doc(d), self._keys_of(d), self._wide_of(d)) for d in docs]
+            made = [(d.page_id, self._to_doc(d), self._keys_of(d)) for d in docs]
         except BaseException as e:
             if not is_damage(e):
                 raise
@@ -210,21 +207,19 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         """Move what ``add`` left in the inbox into the buffer (under ``_lock``)."""
         with self._inbox_lock:
             came, self._inbox = self._inbox, []
-        for pid, doc, keys, wide in came:
+        for pid, doc, keys in came:
             self._buffer[pid] = doc
             self._deletes.discard(pid)
             self._pending.add(pid)
             if pid > self._pending_max:
                 self._pending_max = pid
             self._keys.update(keys)
-            self._wide = self._wide or wide
 
-    def _take(self) -> tuple[dict[int, tantivy.Document], set[int], int, frozenset[str], bool]:
+    def _take(self) -> tuple[dict[int, tantivy.Document], set[int], int, frozenset[str]]:
         """Return the buffer as a batch to commit and start an empty one (under ``_lock``)."""
         self._drain()
-        batch = (self._buffer, self._deletes, self._pending_max, frozenset(self._keys), self._wide)
+        batch = (self._buffer, self._deletes, self._pending_max, frozenset(self._keys))
         self._buffer, self._deletes, self._pending, self._pending_max, self._keys = {}, set(), set(), 0, set()
-        self._wide = False
         return batch
 
     def _discard(self) -> None:
@@ -236,17 +231,10 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._pending.clear()
         self._pending_max = 0
         self._keys.clear()
-        self._wide = False
-        self._deferred = self._deferred_upto = None  # a deferred batch is dropped with the rest
 
     @staticmethod
     def _keys_of(d: IndexDoc) -> tuple[str, ...]:
         return tuple(_audience(a) for a in page_audiences(d.scope, d.session, d.owner or None, d.pool))
-
-    @staticmethod
-    def _wide_of(d: IndexDoc) -> bool:
-        """Return whether anyone but the page's own session may read it (its commit is never deferred)."""
-        return page_audiences(d.scope, d.session, d.owner or None, d.pool) != (session_audience(d.session),)
 
     @staticmethod
     def _to_doc(d: IndexDoc) -> tantivy.Document:
@@ -292,7 +280,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         doc.add_bytes("body", text[:STORED_TEXT_CHARS].encode())
         return doc
 
-    def commit(self, upto_page_id: int | None = None, *, wait: bool = True, defer: bool = False) -> None:
+    def commit(self, upto_page_id: int | None = None, *, wait: bool = True) -> None:
         """Publish buffered pages and record ``upto`` atomically with them.
 
         ``upto_page_id`` is the highest store page id the index now covers;
@@ -308,18 +296,8 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         sees is exactly what it saw when the commit ran in the caller's thread.
         A commit that failed raises its error there, typed as it would have been
         (``RecallIndexError``; a damaged index is set aside and rebuilt first).
-
-        ``defer=True`` writes nothing now: the buffered pages are committed,
-        with any batch deferred before, by the first later use that reads the
-        index (a search, ``refresh``, ``len``, ``indexed_upto``, ``wait``,
-        ``close``) or the next commit, in one Tantivy commit. A batch holding a
-        page anyone but its own session may read, or ``DEFER_MAX`` pages, is
-        committed in the background at once instead. A failure raises at that read.
         """
         self._join()
-        if defer:
-            self._defer(upto_page_id)
-            return
         if not wait:
             if self._start_behind(upto_page_id):
                 return
@@ -327,14 +305,9 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._guarded("cannot commit the recall index", lambda: self._commit(upto_page_id))
 
     def _commit(self, upto_page_id: int | None, batch: Any = None) -> None:
-        """Commit ``batch`` (``_claim``: a background commit's, taken when it was asked for), else the buffer.
-
-        Without ``batch``, the deferred batch comes first (``_claim``).
-        """
+        """Commit ``batch`` (``_take``: a background commit's, taken when it was asked for), else the buffer."""
         with self._lock:
-            if batch is None:
-                batch, upto_page_id = self._claim(upto_page_id)
-            buffer, deletes, pending_max, _keys, _wide = batch
+            buffer, deletes, pending_max, _keys = self._take() if batch is None else batch
             w = self._w()
             try:
                 # another process may have committed since we last looked: its ids decide
@@ -412,8 +385,8 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             return len(self._pending)
 
     def indexed_upto(self) -> int:
-        """Return the highest store page id committed to the index (0 if none); a deferred batch is committed first."""
-        self._settle()
+        """Return the highest store page id committed to the index (0 if none)."""
+        self._join()
         return self._upto
 
     def delete(self, page_ids: Iterable[int]) -> None:
@@ -463,11 +436,10 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
     def close(self) -> None:
         """Release the writer; pages added but not committed are discarded.
 
-        A background commit is waited for first, and a deferred batch committed
-        (a failure raised, after closing).
+        A background commit is waited for first (and its failure raised, after closing).
         """
         try:
-            self._settle()
+            self._join()
         finally:
             self._close()
 

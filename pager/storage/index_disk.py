@@ -205,19 +205,12 @@ class DiskMixin:
     def _join(self) -> None:  # provided by BehindMixin (index_behind): wait for a background commit
         raise NotImplementedError
 
-    def _settle(self) -> None:  # provided by BehindMixin: _join, then commit a deferred batch
-        raise NotImplementedError
-
-    def _guarded(self, what: str, fn: Callable[[], _T], settle: bool = True) -> _T:
+    def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:
         """Run ``fn`` (Tantivy calls); on damage heal and run it once more; every failure is typed.
 
-        A background commit is waited for first, and (``settle``) a deferred
-        batch committed: ``fn`` sees what they committed.
+        A background commit is waited for first: ``fn`` sees what it committed.
         """
-        if settle:
-            self._settle()
-        else:
-            self._join()
+        self._join()
         with self._lock:
             try:
                 return fn()

@@ -58,7 +58,7 @@ class SearchMixin:
     generation: int
     memo_size = MEMO_SIZE  # 0: every query searches (a test compares the two)
 
-    def _guarded(self, what: str, fn: Callable[[], _T], settle: bool = True) -> _T:  # provided by PageIndex
+    def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:  # provided by PageIndex
         raise NotImplementedError
 
     def _present(self, page_ids: list[int]) -> set[int] | None:  # provided by PageIndex
@@ -148,8 +148,7 @@ class SearchMixin:
         not yet merged away, so it may say True when no such page is left.
         ``refresh``: first see what other writers committed (as ``refresh``).
         A commit under way in the background is not waited for when it cannot
-        change a False answer (``BehindMixin._nothing_beyond``), nor a deferred
-        batch (``commit(defer=True)``) that holds no page these readers read.
+        change a False answer (``BehindMixin._nothing_beyond``).
         """
         readers = tuple(reader_keys(session, audiences, cross_session)[1:])  # the first is the session's own
         if not readers:
@@ -168,8 +167,7 @@ class SearchMixin:
                 self._beyond[(self.generation, readers)] = found  # what this searcher says, for _nothing_beyond
             return found
 
-        # a deferred batch with no page these readers read cannot turn the answer to True: not committed for it
-        return self._guarded("recall query failed", count, settle=not self._deferred_unread(readers))
+        return self._guarded("recall query failed", count)
 
     def _count_beyond(self, readers: tuple[str, ...]) -> bool:
         s = self._searcher
@@ -185,9 +183,6 @@ class SearchMixin:
         self._beyond = {(self.generation, readers): self._count_beyond(readers) for readers in asked}
 
     def _nothing_beyond(self, readers: tuple[str, ...]) -> bool:  # provided by BehindMixin
-        raise NotImplementedError
-
-    def _deferred_unread(self, readers: tuple[str, ...]) -> bool:  # provided by BehindMixin
         raise NotImplementedError
 
     def _run(

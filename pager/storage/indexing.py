@@ -198,7 +198,7 @@ class IndexFeeder:
             self.index.commit(upto_page_id=self.index.indexed_upto())
             self._pending = 0
 
-    def flush(self, wait: bool = False, defer: bool = False) -> None:
+    def flush(self, wait: bool = False) -> None:
         """Commit what was added, recording the highest page id it holds as the watermark.
 
         Sessions of one store in one process share the index (and its buffer):
@@ -206,23 +206,10 @@ class IndexFeeder:
         to commit, and a Tantivy commit costs tens of milliseconds. An index
         that offers it commits in the background unless ``wait``
         (``PageIndex.commit``: every later use of it waits for that commit).
-        ``defer`` (a demotion round's flush): an index that offers it commits
-        what was added before it is next read, with whatever else was deferred
-        by then, in one commit (``PageIndex.commit(defer=True)``); the next
-        ``COMMIT_EVERY`` pages are counted from here, as after any flush.
         """
         if self._pending:
-            if defer and getattr(self.index, "commits_deferred", False):
-                if self.index.pending:
-                    # the watermark the commit records is at least the one committed then (PageIndex._commit)
-                    self.index.commit(upto_page_id=self._upto, defer=True)
-            elif getattr(self.index, "pending", 1) or getattr(self.index, "deferred", 0):
-                if getattr(self.index, "commits_deferred", False):
-                    # PageIndex records at least the watermark committed by then; asking for it here
-                    # would commit a deferred batch on its own first (one Tantivy commit more)
-                    upto = self._upto
-                else:
-                    upto = max(self._upto, self.index.indexed_upto())
+            if getattr(self.index, "pending", 1):
+                upto = max(self._upto, self.index.indexed_upto())
                 if not wait and getattr(self.index, "commits_in_background", False):
                     # off the caller's path; every later use of the index waits for it (PageIndex.commit)
                     self.index.commit(upto_page_id=upto, wait=False)
