@@ -36,7 +36,8 @@ from pager.storage.sqlite_snapshot import read_snapshot, write_snapshot
 from pager.storage.sqlite_terms import TermVocab
 from pager.storage.acked import AckedMark, LostWrites
 # DB_NAME, SCHEMA_VERSION, STORE_FILES and PAGE_COLUMNS were defined here: still importable from here
-from pager.storage.sqlite_schema import (DB_NAME, PAGE_COLUMNS, SCHEMA_VERSION, STORE_FILES, _COLS, _DEMOTED_KEY,
+from pager.storage.sqlite_schema import (DB_NAME, PAGE_COLUMNS, SCHEMA_VERSION, STATS_JOIN, STORE_FILES, _COLS,
+                                         _DEMOTED_KEY,
                                          _private_db, _record, branch_rows, migrate, present_on, rows_columns)
 from pager.storage.sqlite_tx import TransactionMixin, _translated
 from pager.core.aside import ASIDE_KINDS
@@ -203,7 +204,7 @@ class SQLiteStore(TransactionMixin):
         for i in range(0, len(ids), 900):
             chunk = list(ids[i : i + 900])
             marks = ",".join("?" * len(chunk))
-            for r in self._db.execute(f"SELECT {_COLS} FROM pages WHERE id IN ({marks})", chunk):
+            for r in self._db.execute(f"SELECT {_COLS} FROM {STATS_JOIN} WHERE p.id IN ({marks})", chunk):
                 rows[r[0]] = _record(r)
         missing = [i for i in ids if i not in rows]
         if missing:
@@ -270,7 +271,7 @@ class SQLiteStore(TransactionMixin):
         last = after_id
         while True:
             got = self._db.execute(
-                f"SELECT {_COLS}, message FROM pages WHERE id>? ORDER BY id LIMIT ?", (last, batch)
+                f"SELECT {_COLS}, p.message FROM {STATS_JOIN} WHERE p.id>? ORDER BY p.id LIMIT ?", (last, batch)
             ).fetchall()
             if not got:
                 return
@@ -391,14 +392,23 @@ class SQLiteStore(TransactionMixin):
         return dict(acls)
 
     def update_stats(self, stats: Sequence[StatUpdate]) -> None:
-        """Store what later messages changed of pages: last reference, reference count, staleness."""
+        """Store what later messages changed of pages: last reference, reference count, staleness.
+
+        Into ``page_stats`` (one small row a page), not the page's own row:
+        rewriting that one rewrote its message too. Their sessions are marked
+        in ``snapshot_moved`` (the snapshot's statistics are then read from the
+        rows at the next reopen), in one statement, not a trigger per row.
+        """
         if not stats:
             return
         with self.transaction() as db:
-            db.executemany(
-                "UPDATE pages SET last_ref=?, ref_count=?, stale=? WHERE id=?",
-                [(u.last_ref, u.ref_count, int(u.stale), u.page_id) for u in stats],
-            )
+            db.executemany("INSERT OR REPLACE INTO page_stats VALUES (?, ?, ?, ?)",
+                           [(u.page_id, int(u.stale), u.last_ref, u.ref_count) for u in stats])
+            ids = list(dict.fromkeys(u.page_id for u in stats))
+            for i in range(0, len(ids), 900):
+                chunk = ids[i : i + 900]
+                db.execute("INSERT OR IGNORE INTO snapshot_moved SELECT DISTINCT session FROM pages WHERE id IN "
+                           f"({','.join('?' * len(chunk))})", chunk)
 
     def save_state(self, session: str, state: Any) -> None:
         """Save the session's state row (pager's ``SessionState.row``: any JSON value).
