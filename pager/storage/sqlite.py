@@ -397,18 +397,17 @@ class SQLiteStore(TransactionMixin):
         Into ``page_stats`` (one small row a page), not the page's own row:
         rewriting that one rewrote its message too. Their sessions are marked
         in ``snapshot_moved`` (the snapshot's statistics are then read from the
-        rows at the next reopen), in one statement, not a trigger per row.
+        rows at the next reopen) by the same statement every call, not a trigger per row.
         """
         if not stats:
             return
         with self.transaction() as db:
             db.executemany("INSERT OR REPLACE INTO page_stats VALUES (?, ?, ?, ?)",
                            [(u.page_id, int(u.stale), u.last_ref, u.ref_count) for u in stats])
-            ids = list(dict.fromkeys(u.page_id for u in stats))
-            for i in range(0, len(ids), 900):
-                chunk = ids[i : i + 900]
-                db.execute("INSERT OR IGNORE INTO snapshot_moved SELECT DISTINCT session FROM pages WHERE id IN "
-                           f"({','.join('?' * len(chunk))})", chunk)
+            # one statement text whatever the number of pages: prepared once (an IN list of their number was
+            # compiled anew nearly every call, ~0.1 ms)
+            db.executemany("INSERT OR IGNORE INTO snapshot_moved SELECT session FROM pages WHERE id=?",
+                           [(pid,) for pid in dict.fromkeys(u.page_id for u in stats)])
 
     def save_state(self, session: str, state: Any) -> None:
         """Save the session's state row (pager's ``SessionState.row``: any JSON value).
