@@ -49,3 +49,66 @@ def test_same_prefix_equals_the_slow_comparison(edits: list[str], tail: int, as_
     sent = tuple(messages) if as_tuple else messages
     assert rec.same_prefix(sent) == _slow_same_prefix(recorded, rows, sent)
     assert rec._ident == before and all(a is b for a, b in zip(rec._ident, before))  # left as it was
+
+
+# -- classifying a tool call: a first word that reads nothing skips shlex ----------------------------------
+
+_WORDS = st.sampled_from(["cat", "head", "sed", "grep", "nl", "open", "less", "python", "-n", "-rn", "3", "'1,5p'",
+                          "src/a.py", "a b", "x", "'", '"', "\\", "c\"a\"t", "'cat'", "ca\\t", "-n3", "tail"])
+_GLUE = st.sampled_from([" ", "  ", "\t", "", "\r", "\x0b", "\xa0"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(parts=st.lists(st.tuples(_WORDS, _GLUE), min_size=1, max_size=6), lead=_GLUE)
+def test_command_path_equals_the_lexing_path(parts: list[tuple[str, str]], lead: str) -> None:
+    import re
+
+    from pager.core import fileread
+
+    command = lead + "".join(w + g for w, g in parts)
+    fast = fileread._command_path(command)
+    saved = fileread._FIRST_WORD
+    fileread._FIRST_WORD = re.compile(r"(?!)")  # never matches: every command is lexed, as before
+    try:
+        assert fast == fileread._command_path(command), command
+    finally:
+        fileread._FIRST_WORD = saved
+
+
+# -- reference detection: a new page's postings are not copied, term weights are memoised ------------------
+
+def _slow_references(index: Any, terms: frozenset[str], exclude: set[int], before: int | None) -> dict[int, int]:
+    import bisect
+
+    from pager.core.terms import term_weight
+
+    out: dict[int, int] = {}
+    for term in terms:
+        ids = index._postings.get(term)
+        if ids is None or len(ids) > index.max_df:
+            continue
+        if before is not None:
+            ids = ids[: bisect.bisect_left(ids, before)]
+        for pid in ids:
+            if pid not in exclude:
+                out[pid] = out.get(pid, 0) + term_weight(term)
+    return out
+
+
+_TERMS = st.sampled_from(["src/a.py", "a.py", "valueerror", "max_retries", "1024", "pg:3-abcdef", "deadbeef1",
+                          "line 12", "os.path.join", "join", "https://x.org/p", "camelcase"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(pages=st.lists(st.tuples(st.integers(1, 40), st.frozensets(_TERMS, max_size=5)), max_size=25),
+       query=st.frozensets(_TERMS, max_size=6), before=st.one_of(st.none(), st.integers(0, 45)),
+       exclude=st.sets(st.integers(1, 40), max_size=3), max_df=st.integers(1, 6))
+def test_references_equal_the_copying_walk(pages: list[tuple[int, frozenset[str]]], query: frozenset[str],
+                                           before: int | None, exclude: set[int], max_df: int) -> None:
+    from pager.core.terms import TermIndex
+
+    index = TermIndex(max_df=max_df)
+    for pid, terms in pages:
+        index.add_page(pid, terms)
+    got = index.references(query, exclude=exclude, before=before)
+    assert got == _slow_references(index, query, exclude, before)
