@@ -231,7 +231,7 @@ class Recorder:
         h.branch = branch
         self._run = run
         updates = h.append(prepared, ids)
-        store.update_stats(unstaled + updates)
+        store.update_stats(unstaled + updates, self.session)
         # a recalled page referred to by the new messages was a useful recall
         self.recall_useful += sum(1 for u in updates if u.page_id in self.recalled_pending)
         self.recalled_pending.clear()

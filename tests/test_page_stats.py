@@ -130,3 +130,36 @@ def _new(rec: Any) -> Any:
                    stub_tokens=rec.stub_tokens, chars=rec.chars, handle=rec.handle, message=b"{}",
                    call_id=rec.call_id, call_ids=rec.call_ids, tool_name=rec.tool_name, path=rec.path,
                    labels=rec.labels, terms=tuple(rec.terms or ()))
+
+
+def test_the_session_mark_is_written_again_once_a_snapshot_or_another_connection_dropped_it(tmp_path: Path) -> None:
+    path = tmp_path / "st"
+    _recorded(path, 5, 6)
+    with pager.open(path, session="s", **OPTS) as p:
+        store, h = p.store, p.history
+        db = store._db
+        marked = lambda: db.execute("SELECT session FROM snapshot_moved").fetchall()  # noqa: E731
+        assert marked() == []  # the close wrote a snapshot
+        store.update_stats([StatUpdate(h.page[2], 50, 3, False)], "s")
+        assert marked() == [("s",)]
+        assert p._mirror.save_snapshot()  # drops the mark: the next change marks again
+        assert marked() == []
+        store.update_stats([StatUpdate(h.page[2], 51, 4, False)], "s")
+        assert marked() == [("s",)]
+        other = sqlite3.connect(path / DB_NAME)  # another connection's snapshot, say, drops it
+        with other:
+            other.execute("DELETE FROM snapshot_moved")
+        other.close()
+        store.update_stats([StatUpdate(h.page[2], 52, 5, False)], "s")
+        assert marked() == [("s",)]
+        assert p._mirror.save_snapshot()
+        try:  # a mark written in a transaction that rolls back is gone: written again at the next change
+            with store.transaction():
+                store.update_stats([StatUpdate(h.page[2], 53, 6, False)], "s")
+                assert marked() == [("s",)]
+                raise KeyError("roll back")
+        except KeyError:
+            pass
+        assert marked() == []
+        store.update_stats([StatUpdate(h.page[2], 54, 6, False)], "s")
+        assert marked() == [("s",)]

@@ -250,6 +250,7 @@ class SQLiteStore(TransactionMixin):
         with self.transaction() as db:
             if self.lock_session(session) != version:
                 return False
+            self._moved.discard(session)  # the snapshot drops the session's mark
             return write_snapshot(db, self._vocab, session, history)
 
     def page_by_handle(self, session: str, handle: str) -> int | None:
@@ -391,23 +392,27 @@ class SQLiteStore(TransactionMixin):
             self._acls = acls
         return dict(acls)
 
-    def update_stats(self, stats: Sequence[StatUpdate]) -> None:
+    def update_stats(self, stats: Sequence[StatUpdate], session: str | None = None) -> None:
         """Store what later messages changed of pages: last reference, reference count, staleness.
 
         Into ``page_stats`` (one small row a page), not the page's own row:
         rewriting that one rewrote its message too. Their sessions are marked
         in ``snapshot_moved`` (the snapshot's statistics are then read from the
-        rows at the next reopen) by the same statement every call, not a trigger per row.
+        rows at the next reopen). Given the pages' ``session``, once, while
+        this connection knows it is marked (``_moved``); else looked up page
+        by page.
         """
         if not stats:
             return
         with self.transaction() as db:
             db.executemany("INSERT OR REPLACE INTO page_stats VALUES (?, ?, ?, ?)",
                            [(u.page_id, int(u.stale), u.last_ref, u.ref_count) for u in stats])
-            # one statement text whatever the number of pages: prepared once (an IN list of their number was
-            # compiled anew nearly every call, ~0.1 ms)
-            db.executemany("INSERT OR IGNORE INTO snapshot_moved SELECT session FROM pages WHERE id=?",
-                           [(pid,) for pid in dict.fromkeys(u.page_id for u in stats)])
+            if session is None:  # one statement text whatever the number of pages: prepared once
+                db.executemany("INSERT OR IGNORE INTO snapshot_moved SELECT session FROM pages WHERE id=?",
+                               [(pid,) for pid in dict.fromkeys(u.page_id for u in stats)])
+            elif session not in self._moved:
+                db.execute("INSERT OR IGNORE INTO snapshot_moved VALUES (?)", (session,))
+                self._moved.add(session)
 
     def save_state(self, session: str, state: Any) -> None:
         """Save the session's state row (pager's ``SessionState.row``: any JSON value).
