@@ -37,8 +37,8 @@ from pager.storage.sqlite_terms import TermVocab
 from pager.storage.acked import AckedMark, LostWrites
 # DB_NAME, SCHEMA_VERSION, STORE_FILES and PAGE_COLUMNS were defined here: still importable from here
 from pager.storage.sqlite_schema import (DB_NAME, PAGE_COLUMNS, SCHEMA_VERSION, STATS_JOIN, STORE_FILES, _COLS,
-                                         _DEMOTED_KEY,
-                                         _private_db, _record, branch_rows, migrate, present_on, rows_columns)
+                                         _DEMOTED_KEY, _private_db, _record, branch_rows, migrate, present_on,
+                                         rows_columns)
 from pager.storage.sqlite_tx import TransactionMixin, _translated
 from pager.core.aside import ASIDE_KINDS
 from pager.core.pages import PageColumns

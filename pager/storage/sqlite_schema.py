@@ -10,8 +10,9 @@ bytes (``PAGE_COLUMNS``, ``_record``), or as a branch's columns
 (``branch_rows``, ``rows_columns``). A page's statistics (staleness, last
 reference, reference count) change after it is recorded; the changed ones
 live in ``page_stats`` (``STATS_JOIN``), a small row apart, so that
-changing them does not rewrite the row that holds the whole message. Kept apart from the store so that what a row holds is
-written down once, beside the tables that hold it.
+changing them does not rewrite the row that holds the whole message. Kept
+apart from the store so that what a row holds is written down once, beside
+the tables that hold it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from pager.core.termload import TermTable
 from pager.storage.base import NewPage, PageRecord
 
 __all__ = [
-    "DB_NAME", "PAGE_COLUMNS", "SCHEMA_VERSION", "STATS_JOIN", "STORE_FILES", "branch_rows", "migrate", "present_on", "rows_columns",
+    "DB_NAME", "PAGE_COLUMNS", "SCHEMA_VERSION", "STATS_JOIN", "STORE_FILES", "branch_rows", "migrate", "present_on",
+    "rows_columns",
 ]
 
 SCHEMA_VERSION = 6
