@@ -115,6 +115,20 @@ class Recorder:
         lim = min(len(ident), len(self.history.hash), len(messages))
         if not lim:
             return 0
+        if len(ident) == lim and isinstance(messages, list):
+            # two lists compare only at equal length, and a slice of ``messages`` touches every message object
+            # (a reference count each: a cache miss a message at 50k); the new messages appended to ``ident``
+            # for the comparison are the only objects touched, and the comparison reads pointers only
+            ident.extend(messages[lim:])
+            try:
+                if ident == messages:
+                    return lim
+            finally:
+                del ident[lim:]
+            k = 0
+            while k < lim and ident[k] is messages[k]:
+                k += 1
+            return k
         head = messages if len(messages) == lim and isinstance(messages, list) else list(messages[:lim])
         if (ident if len(ident) == lim else ident[:lim]) == head:
             return lim
@@ -217,7 +231,7 @@ class Recorder:
         h.branch = branch
         self._run = run
         updates = h.append(prepared, ids)
-        store.update_stats(unstaled + updates)
+        store.update_stats(unstaled + updates, self.session)
         # a recalled page referred to by the new messages was a useful recall
         self.recall_useful += sum(1 for u in updates if u.page_id in self.recalled_pending)
         self.recalled_pending.clear()

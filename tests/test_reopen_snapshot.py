@@ -260,7 +260,7 @@ def test_a_schema_4_store_migrates_and_its_close_writes_the_first_snapshot(tmp_p
     shutil.copytree(path, tmp_path / "ref")
     row_loads[0] = 0
     a = pager.open(path, session="s")
-    assert a.store.setting("schema_version") == str(SCHEMA_VERSION) == "5"
+    assert a.store.setting("schema_version") == str(SCHEMA_VERSION) == "6"
     assert row_loads[0] == len(a.history)  # no snapshot yet: the rows
     _same_calls(a, b := pager.open(tmp_path / "ref", session="s"), msgs, ends[25:27])
     a.close()

@@ -112,6 +112,8 @@ def _script(command: Any) -> str | None:
 # per-character loop was half of classifying a call's messages). tests/test_fileread_words.py holds both equal.
 _PLAIN = re.compile(r"[^'\"\\]*+\Z")
 _WORD = re.compile(r"[^ \t\r\n]+")
+# a first word shlex reads as it is: no quote or backslash in it, up to its whitespace (or the end)
+_FIRST_WORD = re.compile(r"[^ \t\r\n'\"\\]++(?=[ \t\r\n]|\Z)")
 
 
 def _words(command: str) -> list[str] | None:
@@ -133,6 +135,11 @@ def _command_path(command: str) -> str | None:
     if m and not any(ch in m.group(1) for ch in "*?[;&|$`"):
         return range_key(m.group(1), m.group(2), m.group(3))
     if not command or "\n" in command or _SHELL_META.search(command):
+        return None
+    first = _FIRST_WORD.match(command)
+    if first is not None and first.group() not in _READ_COMMANDS:
+        # shlex's first word is this one (no quote or backslash in it, and it ends at its whitespace), and
+        # it reads nothing: no need to lex the rest (a quoted grep pattern sent every command through shlex)
         return None
     words = _words(command)
     if words is None:

@@ -30,6 +30,7 @@ rebuilt from the store when a session is opened.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from typing import Collection, Iterable, Mapping
 
@@ -120,6 +121,11 @@ def term_weight(term: str) -> int:
     return ORDINARY
 
 
+# ``term_weight`` memoised (a pure function of the term): each referring message weighs every term it
+# shares, a regex or two each, and terms recur across messages (issue 23)
+_weight = functools.lru_cache(maxsize=1 << 16)(term_weight)
+
+
 def relevance(page_terms: frozenset[str], focus_terms: frozenset[str], *, k: int = RELEVANCE_K) -> float:
     """Return how much a page is about the focus, in [0, 1].
 
@@ -199,9 +205,9 @@ class TermIndex:
             ids = self._postings.get(term)
             if ids is None or len(ids) > self.max_df:
                 continue
-            if before is not None:
+            if before is not None and ids and ids[-1] >= before:  # a new page is above every posting: no copy
                 ids = ids[: bisect.bisect_left(ids, before)]
-            weight = term_weight(term)
+            weight = _weight(term)
             for pid in ids:
                 if pid not in excluded:
                     out[pid] = out.get(pid, 0) + weight

@@ -188,7 +188,13 @@ class Store(Protocol):
 
     def count_pages(self, session: str | None = None) -> int: ...
 
-    def update_stats(self, stats: Sequence[StatUpdate]) -> None: ...
+    def update_stats(self, stats: Sequence[StatUpdate], session: str | None = None) -> None:
+        """Store what later messages changed of pages (last reference, reference count, staleness).
+
+        ``session``: the session every page of ``stats`` belongs to, when the
+        caller knows it (a store may spare a lookup a page with it).
+        """
+        ...
 
     def pages_by_handle(self, handle: str) -> list[int]:
         """Return the ids of the pages with ``handle`` in any session, newest first (callers check access)."""

@@ -247,7 +247,7 @@ class MemoryStore:
     def pool_acls(self) -> dict[str, PoolAcl]:
         return dict(self._pools)
 
-    def update_stats(self, stats: Sequence[StatUpdate]) -> None:
+    def update_stats(self, stats: Sequence[StatUpdate], session: str | None = None) -> None:
         with self.transaction():
             for u in stats:
                 rec = self._pages.get(u.page_id)

@@ -336,7 +336,7 @@ class PostgresStore(PgConnection):
             return int(self._rows("SELECT count(*) FROM pager_pages")[0][0])
         return int(self._rows("SELECT count(*) FROM pager_pages WHERE session = %s", (session,))[0][0])
 
-    def update_stats(self, stats: Sequence[StatUpdate]) -> None:
+    def update_stats(self, stats: Sequence[StatUpdate], session: str | None = None) -> None:
         """Store what later messages changed of pages: last reference, count, staleness."""
         if not stats:
             return

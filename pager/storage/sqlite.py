@@ -36,8 +36,9 @@ from pager.storage.sqlite_snapshot import read_snapshot, write_snapshot
 from pager.storage.sqlite_terms import TermVocab
 from pager.storage.acked import AckedMark, LostWrites
 # DB_NAME, SCHEMA_VERSION, STORE_FILES and PAGE_COLUMNS were defined here: still importable from here
-from pager.storage.sqlite_schema import (DB_NAME, PAGE_COLUMNS, SCHEMA_VERSION, STORE_FILES, _COLS, _DEMOTED_KEY,
-                                         _private_db, _record, branch_rows, migrate, present_on, rows_columns)
+from pager.storage.sqlite_schema import (DB_NAME, PAGE_COLUMNS, SCHEMA_VERSION, STATS_JOIN, STORE_FILES, _COLS,
+                                         _DEMOTED_KEY, _private_db, _record, branch_rows, migrate, present_on,
+                                         rows_columns)
 from pager.storage.sqlite_tx import TransactionMixin, _translated
 from pager.core.aside import ASIDE_KINDS
 from pager.core.pages import PageColumns
@@ -203,7 +204,7 @@ class SQLiteStore(TransactionMixin):
         for i in range(0, len(ids), 900):
             chunk = list(ids[i : i + 900])
             marks = ",".join("?" * len(chunk))
-            for r in self._db.execute(f"SELECT {_COLS} FROM pages WHERE id IN ({marks})", chunk):
+            for r in self._db.execute(f"SELECT {_COLS} FROM {STATS_JOIN} WHERE p.id IN ({marks})", chunk):
                 rows[r[0]] = _record(r)
         missing = [i for i in ids if i not in rows]
         if missing:
@@ -249,6 +250,7 @@ class SQLiteStore(TransactionMixin):
         with self.transaction() as db:
             if self.lock_session(session) != version:
                 return False
+            self._moved.discard(session)  # the snapshot drops the session's mark
             return write_snapshot(db, self._vocab, session, history)
 
     def page_by_handle(self, session: str, handle: str) -> int | None:
@@ -270,7 +272,7 @@ class SQLiteStore(TransactionMixin):
         last = after_id
         while True:
             got = self._db.execute(
-                f"SELECT {_COLS}, message FROM pages WHERE id>? ORDER BY id LIMIT ?", (last, batch)
+                f"SELECT {_COLS}, p.message FROM {STATS_JOIN} WHERE p.id>? ORDER BY p.id LIMIT ?", (last, batch)
             ).fetchall()
             if not got:
                 return
@@ -390,15 +392,27 @@ class SQLiteStore(TransactionMixin):
             self._acls = acls
         return dict(acls)
 
-    def update_stats(self, stats: Sequence[StatUpdate]) -> None:
-        """Store what later messages changed of pages: last reference, reference count, staleness."""
+    def update_stats(self, stats: Sequence[StatUpdate], session: str | None = None) -> None:
+        """Store what later messages changed of pages: last reference, reference count, staleness.
+
+        Into ``page_stats`` (one small row a page), not the page's own row:
+        rewriting that one rewrote its message too. Their sessions are marked
+        in ``snapshot_moved`` (the snapshot's statistics are then read from the
+        rows at the next reopen). Given the pages' ``session``, once, while
+        this connection knows it is marked (``_moved``); else looked up page
+        by page.
+        """
         if not stats:
             return
         with self.transaction() as db:
-            db.executemany(
-                "UPDATE pages SET last_ref=?, ref_count=?, stale=? WHERE id=?",
-                [(u.last_ref, u.ref_count, int(u.stale), u.page_id) for u in stats],
-            )
+            db.executemany("INSERT OR REPLACE INTO page_stats VALUES (?, ?, ?, ?)",
+                           [(u.page_id, int(u.stale), u.last_ref, u.ref_count) for u in stats])
+            if session is None:  # one statement text whatever the number of pages: prepared once
+                db.executemany("INSERT OR IGNORE INTO snapshot_moved SELECT session FROM pages WHERE id=?",
+                               [(pid,) for pid in dict.fromkeys(u.page_id for u in stats)])
+            elif session not in self._moved:
+                db.execute("INSERT OR IGNORE INTO snapshot_moved VALUES (?)", (session,))
+                self._moved.add(session)
 
     def save_state(self, session: str, state: Any) -> None:
         """Save the session's state row (pager's ``SessionState.row``: any JSON value).

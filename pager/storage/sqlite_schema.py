@@ -7,8 +7,12 @@ opening transaction, and refuses one written by a newer schema with
 ``SchemaError`` rather than misread it. A page is inserted as one
 ``_INSERT_PAGE`` row (``_page_rows``) and read back without its message
 bytes (``PAGE_COLUMNS``, ``_record``), or as a branch's columns
-(``branch_rows``, ``rows_columns``). Kept apart from the store so that what a row holds is
-written down once, beside the tables that hold it.
+(``branch_rows``, ``rows_columns``). A page's statistics (staleness, last
+reference, reference count) change after it is recorded; the changed ones
+live in ``page_stats`` (``STATS_JOIN``), a small row apart, so that
+changing them does not rewrite the row that holds the whole message. Kept
+apart from the store so that what a row holds is written down once, beside
+the tables that hold it.
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ from pager.core.termload import TermTable
 from pager.storage.base import NewPage, PageRecord
 
 __all__ = [
-    "DB_NAME", "PAGE_COLUMNS", "SCHEMA_VERSION", "STORE_FILES", "branch_rows", "migrate", "present_on", "rows_columns",
+    "DB_NAME", "PAGE_COLUMNS", "SCHEMA_VERSION", "STATS_JOIN", "STORE_FILES", "branch_rows", "migrate", "present_on",
+    "rows_columns",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DB_NAME = "pager.db"
 
 _SCHEMA = """
@@ -56,6 +61,8 @@ CREATE TABLE IF NOT EXISTS pages (
     last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL DEFAULT 0,
     scope TEXT NOT NULL DEFAULT 'session', handle TEXT NOT NULL, message BLOB NOT NULL, owner TEXT,
     terms TEXT, pool TEXT, created REAL, digest TEXT, term_ids BLOB);
+CREATE TABLE IF NOT EXISTS page_stats (
+    id INTEGER PRIMARY KEY, stale INTEGER NOT NULL, last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, readers TEXT NOT NULL, writers TEXT NOT NULL,
     updated REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS pages_session_path ON pages(session, path);
@@ -79,9 +86,20 @@ PAGE_COLUMNS = (
     "call_id", "call_ids", "tool_name", "path", "stale", "labels", "last_ref", "ref_count", "scope",
     "handle", "owner", "terms", "pool", "created", "digest",
 )
-_COLS = ", ".join(PAGE_COLUMNS)
+# A page's statistics as they are now: its ``page_stats`` row once they changed (schema 6), else its own
+# columns, as recorded. Every read of them goes through this join (``_col``), as ``pages p``.
+STATS_JOIN = "pages p LEFT JOIN page_stats s ON s.id = p.id"
+_STATS = frozenset({"stale", "last_ref", "ref_count"})
+
+
+def _col(name: str) -> str:
+    """Return the SQL of page column ``name`` read from ``STATS_JOIN``."""
+    return f"COALESCE(s.{name}, p.{name})" if name in _STATS else "p." + name
+
+
+_COLS = ", ".join(map(_col, PAGE_COLUMNS))
 _BRANCH_FIELDS = tuple(a.name for a in attrs.fields(PageColumns) if a.name not in ("terms", "term_table"))
-_BRANCH_COLS = ", ".join("p." + c for c in _BRANCH_FIELDS)
+_BRANCH_COLS = ", ".join(map(_col, _BRANCH_FIELDS))
 # Migrations from each older schema version to the next, applied in one transaction at open.
 _MIGRATIONS = {
     1: ("ALTER TABLE pages ADD COLUMN owner TEXT", "ALTER TABLE pages ADD COLUMN terms TEXT",
@@ -95,6 +113,11 @@ _MIGRATIONS = {
     3: ("ALTER TABLE pages ADD COLUMN digest TEXT", "ALTER TABLE pages ADD COLUMN term_ids BLOB", VOCAB_SCHEMA),
     # snapshots of each session's columns (a reopen reads one blob, not every row): tables, triggers, an index
     4: SNAPSHOT_SCHEMA,
+    # the statistics that changed since a page was recorded, in a row of their own: updating them rewrote
+    # the page's row, message and all (12-20 us a page, and its pages written again at the commit; issue 23).
+    # Nothing is copied: a page with no row here has the statistics its own columns hold, as before.
+    5: ("CREATE TABLE IF NOT EXISTS page_stats (id INTEGER PRIMARY KEY, stale INTEGER NOT NULL,"
+        " last_ref INTEGER NOT NULL, ref_count INTEGER NOT NULL)",),
 }
 
 # The settings row that holds a session's demoted page ids, apart from its state row (``save_state``).
@@ -163,7 +186,8 @@ def branch_rows(db: sqlite3.Connection, branch: int, start: int) -> tuple[dict[s
     """
     rows = db.execute(
         f"SELECT {_BRANCH_COLS}, p.term_ids, CASE WHEN p.term_ids IS NULL THEN p.terms END "
-        "FROM branch_pages b JOIN pages p ON p.id = b.page WHERE b.branch=? AND b.seq>=? ORDER BY b.seq",
+        "FROM branch_pages b JOIN pages p ON p.id = b.page LEFT JOIN page_stats s ON s.id = p.id "
+        "WHERE b.branch=? AND b.seq>=? ORDER BY b.seq",
         (branch, start)).fetchall()
     if not rows:
         return {name: [] for name in _BRANCH_FIELDS}, [], []

@@ -7,9 +7,10 @@ close) and ``vocab_snapshot`` (the store's term numbering,
 (``read_snapshot``, from ``SQLiteStore.branch_columns``) checks the blob's
 SHA-256, then the branch's page ids: the snapshot serves the pages it
 shares with the head branch, in order; the pages after them are read from
-their rows, and so are the statistics of every page when a trigger marked
-the session (``snapshot_moved``: some page's last reference, reference
-count or staleness changed since). Any other change to a page's row drops
+their rows, and so are the statistics of every page when the session is
+marked in ``snapshot_moved`` (some page's last reference, reference count
+or staleness changed since: ``SQLiteStore.update_stats`` marks it, and a
+trigger does for a write to the statistics in a page's own row). Any other change to a page's row drops
 the session's snapshot. Whatever does not hold falls back to the rows: a
 snapshot is derived data, never the only copy of anything (issue 23).
 """
@@ -46,7 +47,8 @@ SNAPSHOT_SCHEMA = (
     VOCAB_SNAPSHOT_SCHEMA,
     # the running digests of a session, read when a snapshot is written (one page in each record has one)
     "CREATE INDEX IF NOT EXISTS pages_digest ON pages(session) WHERE digest IS NOT NULL",
-    # one row a session, written once: a call's statistics cost a lookup each, not a write (~4 us a page)
+    # one row a session, written once. Since schema 6 the statistics are written to page_stats and
+    # update_stats marks the session itself; this trigger still catches a write to a page's own columns
     "CREATE TRIGGER IF NOT EXISTS pages_stats_moved AFTER UPDATE OF stale, last_ref, ref_count ON pages"
     " BEGIN INSERT OR IGNORE INTO snapshot_moved VALUES (NEW.session); END",
     "CREATE TRIGGER IF NOT EXISTS pages_changed AFTER UPDATE OF id, session, hash, kind, role, step, tokens,"
@@ -137,8 +139,10 @@ def write_snapshot(db: sqlite3.Connection, vocab: TermVocab, session: str, histo
 def branch_stats(db: sqlite3.Connection, branch: int, rows: int) -> tuple[list[bool], list[int], list[int]]:
     """Return the statistics (stale, last_ref, ref_count) of the branch's first ``rows`` pages, from their rows."""
     got = db.execute(
-        "SELECT json_group_array(s), json_group_array(l), json_group_array(r) FROM (SELECT p.stale AS s, "
-        "p.last_ref AS l, p.ref_count AS r FROM branch_pages b JOIN pages p ON p.id = b.page "
-        "WHERE b.branch=? AND b.seq<? ORDER BY b.seq)", (branch, rows)).fetchone()
+        "SELECT json_group_array(st), json_group_array(l), json_group_array(r) FROM (SELECT "
+        "COALESCE(s.stale, p.stale) AS st, COALESCE(s.last_ref, p.last_ref) AS l, "
+        "COALESCE(s.ref_count, p.ref_count) AS r FROM branch_pages b JOIN pages p ON p.id = b.page "
+        "LEFT JOIN page_stats s ON s.id = p.id WHERE b.branch=? AND b.seq<? ORDER BY b.seq)",
+        (branch, rows)).fetchone()
     stale, last_ref, ref_count = (orjson.loads(g) for g in got)
     return list(map(bool, stale)), last_ref, ref_count

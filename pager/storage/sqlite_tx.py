@@ -69,6 +69,7 @@ class TransactionMixin:
         self._top: int | None = None  # the highest page id
         self._raises: dict[str, int] = {}  # session -> the version raises of this transaction not yet written
         self._demoted_saved: dict[str, Any] = {}  # session -> the demoted list save_state last wrote (committed)
+        self._moved: set[str] = set()  # sessions known to be in snapshot_moved (``update_stats``)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -126,6 +127,7 @@ class TransactionMixin:
         self._raises.clear()
         self._vocab.rolled_back()
         self._demoted_saved.clear()  # what this transaction wrote is gone: write it again next time
+        self._moved.clear()
         self._seen = None
         self._versions.clear()
         self._acls = None
@@ -145,6 +147,7 @@ class TransactionMixin:
         version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
         if version != self._seen:
             self._versions.clear()
+            self._moved.clear()  # another connection's snapshot may have dropped a mark
             self._acls = None
             self._top = None
             self._seen = version
