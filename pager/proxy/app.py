@@ -36,7 +36,7 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, AsyncIterator, Mapping
 
 import attrs
 import httpx
@@ -48,6 +48,8 @@ from starlette.routing import Mount, Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
+from pager.proxy.forwarding import client_headers as _client_headers, split_events as _split_events
+from pager.proxy.forwarding import tracer as _tracer, upstream_client, upstream_headers as _upstream_headers
 from pager.proxy.gcpolicy import after_startup
 from pager.proxy.bodies import BodyCache, reuse_known
 from pager.proxy.clients import passthrough_kind, serve_refusals
@@ -64,15 +66,6 @@ log = logging.getLogger("pager.proxy")
 
 DEFAULT_OPENAI = UPSTREAMS["openai"].base_url
 DEFAULT_ANTHROPIC = UPSTREAMS["anthropic"].base_url
-# never forwarded upstream: hop-by-hop, recomputed, or pager's own
-_DROP_REQUEST = frozenset(
-    "host content-length connection keep-alive transfer-encoding te trailer upgrade "
-    "proxy-authorization proxy-connection accept-encoding".split()
-)
-# never passed back: hop-by-hop, or no longer true of the body the client gets
-_DROP_RESPONSE = frozenset(
-    "content-length content-encoding transfer-encoding connection keep-alive date server".split()
-)
 
 
 @attrs.frozen(slots=True)
@@ -99,37 +92,6 @@ class ProxyConfig:
         return base_url(which, {**named, **self.upstreams})
 
 
-def _upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST and not k.lower().startswith("x-pager-")}
-    out["accept-encoding"] = "identity"  # events are read as they come; no gzip framing in the way
-    return out
-
-
-def _client_headers(headers: httpx.Headers) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _DROP_RESPONSE}
-
-
-def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
-    """Cut complete SSE events (each with its blank-line terminator) off ``buf``."""
-    events = []
-    while True:
-        found = [(i, len(sep)) for sep in (b"\n\n", b"\r\n\r\n") if (i := buf.find(sep)) >= 0]
-        if not found:
-            return events, buf
-        i, n = min(found)
-        events.append(buf[: i + n])
-        buf = buf[i + n :]
-
-
-def _tracer(sent: threading.Event) -> Callable[[str, Any], Awaitable[None]]:
-    """An httpcore ``trace`` callback that sets ``sent`` once the request body is written."""
-    async def trace(event: str, _info: Any) -> None:
-        if event == "http11.send_request_body.complete":
-            sent.set()
-
-    return trace
-
-
 async def _joined(done: "asyncio.Future[Any]") -> None:
     """Wait for an ``aassemble_early`` call's rest to run; its failure is ``_finish_later``'s to log."""
     if not done.done():
@@ -154,9 +116,7 @@ class _Proxy:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        timeout = httpx.Timeout(self.config.timeout, connect=self.config.connect_timeout)
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
-        self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        self.client = upstream_client(self.config.timeout, self.config.connect_timeout)
         await self.pool.warm()  # imports, tokenizer, store and index: not on the first request
         after_startup()  # in `pager proxy`'s own process: what it holds now is never walked again
         if self.timings is not None:
