@@ -48,8 +48,8 @@ from starlette.routing import Mount, Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
-from pager.proxy.forwarding import client_headers as _client_headers, split_events as _split_events
-from pager.proxy.forwarding import tracer as _tracer, upstream_client, upstream_headers as _upstream_headers
+from pager.proxy.forwarding import client_headers, parsed_url, tracer, upstream_client, upstream_headers
+from pager.proxy.forwarding import split_events as _split_events  # tests/test_proxy_streams imports it from here
 from pager.proxy.gcpolicy import after_startup
 from pager.proxy.bodies import BodyCache, reuse_known
 from pager.proxy.clients import passthrough_kind, serve_refusals
@@ -205,7 +205,7 @@ class _Proxy:
             added = self._added_tools(p, dialect, req) if expose else frozenset()
             client_usage = dialect.prepare(out, stream)
             url = self._url(dialect, request)
-            headers = _upstream_headers(request.headers)
+            headers = upstream_headers(request.headers)
             if stream:
                 resp = await self._send(url, out, headers, stream=True, style=dialect.error_style, ph=ph, sent=sent)
                 if isinstance(resp, Response):
@@ -214,7 +214,7 @@ class _Proxy:
                     return await self._passthrough_error(resp)
                 released = True  # the stream releases the session when it ends
                 gen = self._stream(p, name, dialect, url, headers, out, resp, added, client_usage, t0, ph, done)
-                return StreamingResponse(gen, status_code=resp.status_code, headers=_client_headers(resp.headers))
+                return StreamingResponse(gen, status_code=resp.status_code, headers=client_headers(resp.headers))
             answer = await self._complete(p, name, dialect, url, headers, out, added, t0, ph, sent)
             await _joined(done)  # the answer goes back once the call is recorded: usually long since
             if ph is not None:
@@ -242,7 +242,7 @@ class _Proxy:
                        t0: float) -> Response:
         """Send a compaction or side request upstream as the client wrote it, and its answer back as is."""
         url = self._url(dialect, request)
-        resp = await self._send(url, body, _upstream_headers(request.headers), stream=True, style=dialect.error_style)
+        resp = await self._send(url, body, upstream_headers(request.headers), stream=True, style=dialect.error_style)
         if isinstance(resp, Response):
             return resp
 
@@ -255,7 +255,7 @@ class _Proxy:
                 log.info("%s %s request forwarded untouched status=%d stream=%s ms=%.1f", dialect.format, kind,
                          resp.status_code, stream, (time.perf_counter() - t0) * 1000.0)
 
-        return StreamingResponse(relay(), status_code=resp.status_code, headers=_client_headers(resp.headers))
+        return StreamingResponse(relay(), status_code=resp.status_code, headers=client_headers(resp.headers))
 
     async def _send(self, url: str, payload: Mapping[str, Any] | bytes, headers: Mapping[str, str], *, stream: bool,
                     style: str = "openai", ph: Phases | None = None,
@@ -263,9 +263,9 @@ class _Proxy:
         """POST ``payload`` upstream; ``sent`` is set once its body is written (httpcore's ``trace`` extension)."""
         assert self.client is not None
         content = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-        extensions = {"trace": _tracer(sent)} if sent is not None else None
-        req = self.client.build_request("POST", url, content=content, headers={**headers, "content-type": "application/json"},
-                                        extensions=extensions)
+        extensions = {"trace": tracer(sent)} if sent is not None else None
+        req = self.client.build_request("POST", parsed_url(url), content=content, extensions=extensions,
+                                        headers={**headers, "content-type": "application/json"})
         if ph is not None and "serialised" not in ph.marks:  # the first round's
             ph.mark("serialised")
             ph.info["bytes_out"] = len(content)
@@ -296,7 +296,7 @@ class _Proxy:
             try:
                 data = orjson.loads(resp.content)
             except orjson.JSONDecodeError:
-                return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
+                return Response(resp.content, status_code=resp.status_code, headers=client_headers(resp.headers))
             calls = dialect.calls(data) if added else []
             ours = [c for c in calls if dialect.call_name(c) in added]
             if ours and len(ours) == len(calls) and rounds < self.config.max_tool_rounds:
@@ -310,9 +310,9 @@ class _Proxy:
                 data = dialect.strip_calls(data, added)
             self._log(dialect, name, resp.status_code, t0, False, rounds)
             if rounds or ours:
-                return Response(orjson.dumps(data), status_code=resp.status_code, headers=_client_headers(resp.headers),
+                return Response(orjson.dumps(data), status_code=resp.status_code, headers=client_headers(resp.headers),
                                 media_type="application/json")
-            return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
+            return Response(resp.content, status_code=resp.status_code, headers=client_headers(resp.headers))
 
     async def _stream(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
                       out: dict[str, Any], resp: httpx.Response, added: frozenset[str], client_usage: bool,
@@ -441,7 +441,7 @@ class _Proxy:
     async def _passthrough_error(self, resp: httpx.Response) -> Response:
         body = await resp.aread()
         await resp.aclose()
-        return Response(body, status_code=resp.status_code, headers=_client_headers(resp.headers))
+        return Response(body, status_code=resp.status_code, headers=client_headers(resp.headers))
 
     def _error(self, dialect: Dialect, status: int, message: str) -> Response:
         return self._error_style(dialect.error_style, status, message)
@@ -489,14 +489,14 @@ class _Proxy:
         body = await read_body(request, self.config.max_body)
         if isinstance(body, Refused):
             return self._error_style(style, body.status, body.message)
-        req = self.client.build_request(request.method, url, content=body, headers=_upstream_headers(request.headers))
+        req = self.client.build_request(request.method, url, content=body, headers=upstream_headers(request.headers))
         try:
             resp = await self.client.send(req)
         except httpx.TimeoutException:
             return self._error_style(style, 504, f"upstream {url} timed out")
         except httpx.TransportError as exc:
             return self._error_style(style, 502, f"upstream {url} unreachable: {type(exc).__name__}")
-        return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
+        return Response(resp.content, status_code=resp.status_code, headers=client_headers(resp.headers))
 
 
 async def _root(request: Request) -> Response:

@@ -17,7 +17,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import httpx
 
-__all__ = ["client_headers", "split_events", "tls_context", "tracer", "upstream_client", "upstream_headers"]
+__all__ = ["client_headers", "parsed_url", "split_events", "tls_context", "tracer", "upstream_client",
+           "upstream_headers"]
 
 # never forwarded upstream: hop-by-hop, recomputed, or pager's own
 _DROP_REQUEST = frozenset(
@@ -41,6 +42,15 @@ def upstream_client(timeout: float, connect_timeout: float) -> httpx.AsyncClient
     limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=connect_timeout), limits=limits,
                              verify=tls_context())
+
+
+@functools.lru_cache(maxsize=256)
+def parsed_url(url: str) -> httpx.URL:
+    """Return ``url`` parsed, once per distinct URL (an upstream, a route and its query: a handful per proxy).
+
+    httpx parses a URL given as text on every request (~40 us, half of building one).
+    """
+    return httpx.URL(url)
 
 
 def upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
