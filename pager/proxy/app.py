@@ -318,11 +318,15 @@ class _Proxy:
                       out: dict[str, Any], resp: httpx.Response, added: frozenset[str], client_usage: bool,
                       t0: float, ph: Phases | None = None, done: Any = None) -> AsyncIterator[bytes]:
         round_no = offset = 0
+        if ph is not None:
+            ph.mark("streaming")
         try:
             while True:
                 turn = dialect.stream_turn(added, round_no, offset, client_usage)
                 buf = b""
                 async for chunk in resp.aiter_bytes():
+                    if ph is not None and "upstream_first" not in ph.marks:
+                        ph.mark("upstream_first")
                     events, buf = _split_events(buf + chunk)
                     # one write for what one read completed: the same bytes, fewer sends through the ASGI stack
                     relay = b"".join([piece for event in events for piece in turn.feed(event)])
