@@ -50,7 +50,7 @@ from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
 from pager.proxy.forwarding import client_headers, parsed_url, tracer, upstream_client, upstream_headers
 from pager.proxy.forwarding import split_events as _split_events  # tests/test_proxy_streams imports it from here
-from pager.proxy.gcpolicy import after_startup
+from pager.proxy.gcpolicy import after_startup, defer_sweeps, sweep_if_due
 from pager.proxy.bodies import BodyCache, reuse_known
 from pager.proxy.clients import passthrough_kind, serve_refusals
 from pager.proxy.dialects import (DIALECTS, UPSTREAMS, Dialect, base_url, check_upstreams,
@@ -119,6 +119,7 @@ class _Proxy:
         self.client = upstream_client(self.config.timeout, self.config.connect_timeout)
         await self.pool.warm()  # imports, tokenizer, store and index: not on the first request
         after_startup()  # in `pager proxy`'s own process: what it holds now is never walked again
+        defer_sweeps()  # and a collection that walks everything waits until no model call is in flight
         if self.timings is not None:
             self.timings.open()
         try:
@@ -224,7 +225,17 @@ class _Proxy:
         finally:
             sent.set()  # whatever happened to the request, the call's rest goes on
             if not released:
-                self.pool.release(name)
+                self._release(name)
+
+    def _release(self, name: str) -> None:
+        """Release session ``name``; once no model call is in flight, run a due full sweep of the heap (gcpolicy).
+
+        Scheduled, not run here: the answer's last bytes are written in this
+        task step, and the sweep runs after it, unless a call came in since.
+        """
+        self.pool.release(name)
+        if self.pool.idle():
+            asyncio.get_running_loop().call_soon(lambda: self.pool.idle() and sweep_if_due())
 
     def _url(self, dialect: Dialect, request: Request) -> str:
         # the query too: Claude Code posts to /v1/messages?beta=true
@@ -380,7 +391,7 @@ class _Proxy:
             yield stream_error_event(dialect.error_style, 502, f"upstream {url} failed mid-stream: {type(exc).__name__}")
         finally:
             await resp.aclose()
-            self.pool.release(name)
+            self._release(name)
             if ph is not None and self.timings is not None:
                 ph.info["status"] = resp.status_code
                 self.timings.end(ph, done)
