@@ -27,3 +27,12 @@ def test_every_app_of_a_process_verifies_upstreams_with_one_tls_context(tmp_path
         ctx = _context(first)
         assert ctx is _context(second)
         assert ctx.verify_mode.name == "CERT_REQUIRED" and ctx.check_hostname  # what httpx verifies by default
+
+
+def test_an_upstream_url_is_parsed_once_unless_its_query_could_hold_a_key() -> None:
+    from pager.proxy.forwarding import parsed_url
+
+    for url in ("http://127.0.0.1:9/v1/chat/completions", "http://127.0.0.1:9/v1/messages?beta=true"):
+        assert parsed_url(url) is parsed_url(url) and str(parsed_url(url)) == url
+    keyed = "http://127.0.0.1:9/v1/chat/completions?key=sk-secret"
+    assert parsed_url(keyed) is not parsed_url(keyed) and str(parsed_url(keyed)) == keyed  # never kept

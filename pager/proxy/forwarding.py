@@ -11,6 +11,7 @@ as read when it is first built), so what is verified does not change.
 from __future__ import annotations
 
 import functools
+import re
 import ssl
 import threading
 from typing import Any, Awaitable, Callable, Mapping
@@ -44,12 +45,25 @@ def upstream_client(timeout: float, connect_timeout: float) -> httpx.AsyncClient
                              verify=tls_context())
 
 
-@functools.lru_cache(maxsize=256)
+# query parameters known to carry no credential (Claude Code's ?beta=true, Azure's api-version)
+_PLAIN_QUERY = re.compile(r"(?:(?:beta|api-version)=[\w.-]*(?:&|$))*")
+
+
 def parsed_url(url: str) -> httpx.URL:
     """Return ``url`` parsed, once per distinct URL (an upstream, a route and its query: a handful per proxy).
 
     httpx parses a URL given as text on every request (~40 us, half of building one).
+    A URL whose query could hold a key (``?key=...``) is parsed each time and
+    not kept: credentials are forwarded, never stored.
     """
+    _base, sep, query = url.partition("?")
+    if sep and not _PLAIN_QUERY.fullmatch(query):
+        return httpx.URL(url)
+    return _parsed(url)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(url: str) -> httpx.URL:
     return httpx.URL(url)
 
 
