@@ -45,7 +45,8 @@ def test_a_deferred_sweep_waits_for_sweep_if_due(policy: gcpolicy.GcPolicy) -> N
     gc.collect()  # alive: frozen
     del node
     grown = [_Node() for _ in range(int(policy.examined * policy.regrow) + 1000)]
-    gc.collect()  # the survivors grow the frozen part past half ...
+    gc.collect()  # the survivors grow the frozen part past half: a sweep is due from now ...
+    assert policy.due and policy.sweeps == sweeps
     gc.collect()  # ... but this collection, on some request's path, does not walk everything
     assert ref() is not None and policy.sweeps == sweeps and policy.due
     assert policy.sweep_if_due()  # the idle moment: now it does

@@ -107,6 +107,10 @@ class GcPolicy:
             self._sweeping = self.due = False
             self.sweeps += 1
             self.examined = gc.get_freeze_count()
+        elif gc.get_freeze_count() > self.examined * (1.0 + self.regrow):
+            # due from now: the next idle moment sweeps, before the next full collection finds it grown
+            # further (in one jump past twice, say) and sweeps inside whatever request it lands in
+            self.due = True
 
     def defer_sweeps(self) -> None:
         """Let a due sweep wait for ``sweep_if_due`` (see the module docstring)."""
