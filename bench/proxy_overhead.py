@@ -33,8 +33,9 @@ only. The load average is printed before and after. ``--json FILE`` keeps
 every figure. ``--phases`` runs each proxy that has ``--timings`` with it and
 prints, per mode, where the added time goes (body read and parse, the hop to
 the worker, assemble, the hop back, serialising, the upstream, relaying, and
-the garbage collector's pauses during the request), at p50 and p99, and the
-breakdown of the slowest requests.
+the garbage collector's pauses during the request; for streams also the
+start of the response to the client and its first event), at p50 and p99,
+and the breakdown of the slowest requests.
 """
 
 from __future__ import annotations
@@ -283,7 +284,9 @@ def _spy(pid: int, out: str | None) -> Iterator[None]:
 SPANS = [("read", None, "read"), ("parse", "read", "parse"), ("session", "parse", "session"),
          ("hop", "session", "worker"), ("assemble", "worker", "worked"), ("back", "worked", "assembled"),
          ("serialise", "assembled", "serialised"), ("upstream", "serialised", "headers"),
-         ("relay", "headers", "done")]
+         ("relay", "headers", "done"),
+         # streams: the response started to the client, then the first event relayed (within "relay")
+         ("start", "headers", "streaming"), ("to first", "streaming", "first")]
 
 
 def _spans(line: dict[str, Any]) -> dict[str, float]:

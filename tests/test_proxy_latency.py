@@ -71,7 +71,7 @@ def test_timings_write_one_line_per_call_with_its_phases_in_order(upstream: str,
     order = ["read", "parse", "session", "worker", "worked", "assembled", "serialised", "headers"]
     for ln in lines:
         marks = ln["phases"]
-        want = order + (["first"] if ln["stream"] else []) + ["done"]
+        want = order + (["streaming", "upstream_first", "first"] if ln["stream"] else []) + ["done"]
         # the rest of assemble runs while the request is upstream: after "worked", and before "done"
         # (the answer ends once the call is recorded)
         assert [k for k in marks if k != "finished"] == want

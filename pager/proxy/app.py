@@ -36,7 +36,7 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, AsyncIterator, Mapping
 
 import attrs
 import httpx
@@ -48,7 +48,9 @@ from starlette.routing import Mount, Route
 
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
-from pager.proxy.gcpolicy import after_startup
+from pager.proxy.forwarding import client_headers, parsed_url, tracer, upstream_client, upstream_headers
+from pager.proxy.forwarding import split_events as _split_events  # tests/test_proxy_streams imports it from here
+from pager.proxy.gcpolicy import after_startup, defer_sweeps, sweep_if_due
 from pager.proxy.bodies import BodyCache, reuse_known
 from pager.proxy.clients import passthrough_kind, serve_refusals
 from pager.proxy.dialects import (DIALECTS, UPSTREAMS, Dialect, base_url, check_upstreams,
@@ -64,15 +66,6 @@ log = logging.getLogger("pager.proxy")
 
 DEFAULT_OPENAI = UPSTREAMS["openai"].base_url
 DEFAULT_ANTHROPIC = UPSTREAMS["anthropic"].base_url
-# never forwarded upstream: hop-by-hop, recomputed, or pager's own
-_DROP_REQUEST = frozenset(
-    "host content-length connection keep-alive transfer-encoding te trailer upgrade "
-    "proxy-authorization proxy-connection accept-encoding".split()
-)
-# never passed back: hop-by-hop, or no longer true of the body the client gets
-_DROP_RESPONSE = frozenset(
-    "content-length content-encoding transfer-encoding connection keep-alive date server".split()
-)
 
 
 @attrs.frozen(slots=True)
@@ -99,37 +92,6 @@ class ProxyConfig:
         return base_url(which, {**named, **self.upstreams})
 
 
-def _upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST and not k.lower().startswith("x-pager-")}
-    out["accept-encoding"] = "identity"  # events are read as they come; no gzip framing in the way
-    return out
-
-
-def _client_headers(headers: httpx.Headers) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _DROP_RESPONSE}
-
-
-def _split_events(buf: bytes) -> tuple[list[bytes], bytes]:
-    """Cut complete SSE events (each with its blank-line terminator) off ``buf``."""
-    events = []
-    while True:
-        found = [(i, len(sep)) for sep in (b"\n\n", b"\r\n\r\n") if (i := buf.find(sep)) >= 0]
-        if not found:
-            return events, buf
-        i, n = min(found)
-        events.append(buf[: i + n])
-        buf = buf[i + n :]
-
-
-def _tracer(sent: threading.Event) -> Callable[[str, Any], Awaitable[None]]:
-    """An httpcore ``trace`` callback that sets ``sent`` once the request body is written."""
-    async def trace(event: str, _info: Any) -> None:
-        if event == "http11.send_request_body.complete":
-            sent.set()
-
-    return trace
-
-
 async def _joined(done: "asyncio.Future[Any]") -> None:
     """Wait for an ``aassemble_early`` call's rest to run; its failure is ``_finish_later``'s to log."""
     if not done.done():
@@ -154,11 +116,10 @@ class _Proxy:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        timeout = httpx.Timeout(self.config.timeout, connect=self.config.connect_timeout)
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
-        self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        self.client = upstream_client(self.config.timeout, self.config.connect_timeout)
         await self.pool.warm()  # imports, tokenizer, store and index: not on the first request
         after_startup()  # in `pager proxy`'s own process: what it holds now is never walked again
+        defer_sweeps()  # and a collection that walks everything waits until no model call is in flight
         if self.timings is not None:
             self.timings.open()
         try:
@@ -245,7 +206,7 @@ class _Proxy:
             added = self._added_tools(p, dialect, req) if expose else frozenset()
             client_usage = dialect.prepare(out, stream)
             url = self._url(dialect, request)
-            headers = _upstream_headers(request.headers)
+            headers = upstream_headers(request.headers)
             if stream:
                 resp = await self._send(url, out, headers, stream=True, style=dialect.error_style, ph=ph, sent=sent)
                 if isinstance(resp, Response):
@@ -254,7 +215,7 @@ class _Proxy:
                     return await self._passthrough_error(resp)
                 released = True  # the stream releases the session when it ends
                 gen = self._stream(p, name, dialect, url, headers, out, resp, added, client_usage, t0, ph, done)
-                return StreamingResponse(gen, status_code=resp.status_code, headers=_client_headers(resp.headers))
+                return StreamingResponse(gen, status_code=resp.status_code, headers=client_headers(resp.headers))
             answer = await self._complete(p, name, dialect, url, headers, out, added, t0, ph, sent)
             await _joined(done)  # the answer goes back once the call is recorded: usually long since
             if ph is not None:
@@ -264,7 +225,17 @@ class _Proxy:
         finally:
             sent.set()  # whatever happened to the request, the call's rest goes on
             if not released:
-                self.pool.release(name)
+                self._release(name)
+
+    def _release(self, name: str) -> None:
+        """Release session ``name``; once no model call is in flight, run a due full sweep of the heap (gcpolicy).
+
+        Scheduled, not run here: the answer's last bytes are written in this
+        task step, and the sweep runs after it, unless a call came in since.
+        """
+        self.pool.release(name)
+        if self.pool.idle():
+            asyncio.get_running_loop().call_soon(lambda: self.pool.idle() and sweep_if_due())
 
     def _url(self, dialect: Dialect, request: Request) -> str:
         # the query too: Claude Code posts to /v1/messages?beta=true
@@ -282,7 +253,7 @@ class _Proxy:
                        t0: float) -> Response:
         """Send a compaction or side request upstream as the client wrote it, and its answer back as is."""
         url = self._url(dialect, request)
-        resp = await self._send(url, body, _upstream_headers(request.headers), stream=True, style=dialect.error_style)
+        resp = await self._send(url, body, upstream_headers(request.headers), stream=True, style=dialect.error_style)
         if isinstance(resp, Response):
             return resp
 
@@ -295,7 +266,7 @@ class _Proxy:
                 log.info("%s %s request forwarded untouched status=%d stream=%s ms=%.1f", dialect.format, kind,
                          resp.status_code, stream, (time.perf_counter() - t0) * 1000.0)
 
-        return StreamingResponse(relay(), status_code=resp.status_code, headers=_client_headers(resp.headers))
+        return StreamingResponse(relay(), status_code=resp.status_code, headers=client_headers(resp.headers))
 
     async def _send(self, url: str, payload: Mapping[str, Any] | bytes, headers: Mapping[str, str], *, stream: bool,
                     style: str = "openai", ph: Phases | None = None,
@@ -303,9 +274,9 @@ class _Proxy:
         """POST ``payload`` upstream; ``sent`` is set once its body is written (httpcore's ``trace`` extension)."""
         assert self.client is not None
         content = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-        extensions = {"trace": _tracer(sent)} if sent is not None else None
-        req = self.client.build_request("POST", url, content=content, headers={**headers, "content-type": "application/json"},
-                                        extensions=extensions)
+        extensions = {"trace": tracer(sent)} if sent is not None else None
+        req = self.client.build_request("POST", parsed_url(url), content=content, extensions=extensions,
+                                        headers={**headers, "content-type": "application/json"})
         if ph is not None and "serialised" not in ph.marks:  # the first round's
             ph.mark("serialised")
             ph.info["bytes_out"] = len(content)
@@ -336,7 +307,7 @@ class _Proxy:
             try:
                 data = orjson.loads(resp.content)
             except orjson.JSONDecodeError:
-                return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
+                return Response(resp.content, status_code=resp.status_code, headers=client_headers(resp.headers))
             calls = dialect.calls(data) if added else []
             ours = [c for c in calls if dialect.call_name(c) in added]
             if ours and len(ours) == len(calls) and rounds < self.config.max_tool_rounds:
@@ -350,19 +321,23 @@ class _Proxy:
                 data = dialect.strip_calls(data, added)
             self._log(dialect, name, resp.status_code, t0, False, rounds)
             if rounds or ours:
-                return Response(orjson.dumps(data), status_code=resp.status_code, headers=_client_headers(resp.headers),
+                return Response(orjson.dumps(data), status_code=resp.status_code, headers=client_headers(resp.headers),
                                 media_type="application/json")
-            return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
+            return Response(resp.content, status_code=resp.status_code, headers=client_headers(resp.headers))
 
     async def _stream(self, p: Any, name: str, dialect: Dialect, url: str, headers: Mapping[str, str],
                       out: dict[str, Any], resp: httpx.Response, added: frozenset[str], client_usage: bool,
                       t0: float, ph: Phases | None = None, done: Any = None) -> AsyncIterator[bytes]:
         round_no = offset = 0
+        if ph is not None:
+            ph.mark("streaming")
         try:
             while True:
                 turn = dialect.stream_turn(added, round_no, offset, client_usage)
                 buf = b""
                 async for chunk in resp.aiter_bytes():
+                    if ph is not None and "upstream_first" not in ph.marks:
+                        ph.mark("upstream_first")
                     events, buf = _split_events(buf + chunk)
                     # one write for what one read completed: the same bytes, fewer sends through the ASGI stack
                     relay = b"".join([piece for event in events for piece in turn.feed(event)])
@@ -416,7 +391,7 @@ class _Proxy:
             yield stream_error_event(dialect.error_style, 502, f"upstream {url} failed mid-stream: {type(exc).__name__}")
         finally:
             await resp.aclose()
-            self.pool.release(name)
+            self._release(name)
             if ph is not None and self.timings is not None:
                 ph.info["status"] = resp.status_code
                 self.timings.end(ph, done)
@@ -481,7 +456,7 @@ class _Proxy:
     async def _passthrough_error(self, resp: httpx.Response) -> Response:
         body = await resp.aread()
         await resp.aclose()
-        return Response(body, status_code=resp.status_code, headers=_client_headers(resp.headers))
+        return Response(body, status_code=resp.status_code, headers=client_headers(resp.headers))
 
     def _error(self, dialect: Dialect, status: int, message: str) -> Response:
         return self._error_style(dialect.error_style, status, message)
@@ -529,14 +504,14 @@ class _Proxy:
         body = await read_body(request, self.config.max_body)
         if isinstance(body, Refused):
             return self._error_style(style, body.status, body.message)
-        req = self.client.build_request(request.method, url, content=body, headers=_upstream_headers(request.headers))
+        req = self.client.build_request(request.method, url, content=body, headers=upstream_headers(request.headers))
         try:
             resp = await self.client.send(req)
         except httpx.TimeoutException:
             return self._error_style(style, 504, f"upstream {url} timed out")
         except httpx.TransportError as exc:
             return self._error_style(style, 502, f"upstream {url} unreachable: {type(exc).__name__}")
-        return Response(resp.content, status_code=resp.status_code, headers=_client_headers(resp.headers))
+        return Response(resp.content, status_code=resp.status_code, headers=client_headers(resp.headers))
 
 
 async def _root(request: Request) -> Response:

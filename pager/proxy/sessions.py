@@ -157,6 +157,10 @@ class SessionPool:
         else:
             self._busy[name] = n
 
+    def idle(self) -> bool:
+        """Return whether no session is acquired (no model call in flight)."""
+        return not self._busy
+
     async def _evict(self) -> None:
         while len(self._open) > self.max_open:
             victim = next((n for n in self._open if n not in self._busy), None)

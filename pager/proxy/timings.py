@@ -12,6 +12,8 @@ phases as milliseconds since the request reached the proxy's handler:
 ``assembled``   the event loop has the request (the hop back)
 ``serialised``  the upstream body encoded
 ``headers``     the upstream's response headers arrived
+``streaming``   (streams) the response to the client started: its body is being relayed
+``upstream_first`` (streams) the upstream's first body bytes read
 ``first``       (streams) the first event relayed to the client
 ``done``        the answer handed to the server (streams: the last event relayed)
 ``finished``    the rest of ``assemble`` (COMMIT, checkpoint files, report line) done in the worker, while

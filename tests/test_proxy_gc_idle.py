@@ -1,0 +1,71 @@
+"""The collector's full sweep waits for a moment when no model call is in flight (issue 23's p99).
+
+The policy runs on this process's own ``gc`` (restored after); the proxy and the
+scripted upstream are real uvicorn servers on loopback. No test reads a clock.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+pytest.importorskip("uvicorn")
+
+from pager.proxy import ProxyConfig, ServerThread, create_app, gcpolicy  # noqa: E402
+from proxy_upstream import make_upstream  # noqa: E402
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: Any = self  # a cycle: only the collector frees it
+
+
+@pytest.fixture
+def policy() -> Iterator[gcpolicy.GcPolicy]:
+    saved = gc.get_threshold()
+    p = gcpolicy.install(gcpolicy.GcPolicy(threshold0=5000))
+    try:
+        yield p
+    finally:
+        gcpolicy.uninstall()
+        assert gc.get_threshold() == saved
+
+
+def test_a_deferred_sweep_waits_for_sweep_if_due(policy: gcpolicy.GcPolicy) -> None:
+    policy.after_startup()
+    policy.defer_sweeps()
+    sweeps = policy.sweeps
+    node = _Node()
+    ref = weakref.ref(node)
+    gc.collect()  # alive: frozen
+    del node
+    grown = [_Node() for _ in range(int(policy.examined * policy.regrow) + 1000)]
+    gc.collect()  # the survivors grow the frozen part past half: a sweep is due from now ...
+    assert policy.due and policy.sweeps == sweeps
+    gc.collect()  # ... but this collection, on some request's path, does not walk everything
+    assert ref() is not None and policy.sweeps == sweeps and policy.due
+    assert policy.sweep_if_due()  # the idle moment: now it does
+    assert ref() is None and policy.sweeps == sweeps + 1 and not policy.due
+    assert not policy.sweep_if_due()  # nothing due: nothing walked
+    del grown
+
+
+def test_the_proxy_sweeps_once_no_call_is_in_flight(policy: gcpolicy.GcPolicy, tmp_path: Path) -> None:
+    with ServerThread(make_upstream(), graceful=1.0) as up:
+        cfg = ProxyConfig(store=str(tmp_path / "ctx"), upstream_openai=up, options={"context_window": 32_000})
+        with ServerThread(create_app(cfg)) as url:
+            assert policy.deferring  # the app's lifespan asked for it
+            sweeps = policy.sweeps
+            policy.due = True  # as a collection during a request leaves it when the heap has grown by half
+            body = {"model": "m", "messages": [{"role": "user", "content": "hello"}],
+                    "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}
+            r = httpx.post(url + "/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-t"}, timeout=20)
+            assert r.status_code == 200
+            # the sweep was queued on the event loop as the call ended: a later request is served after it
+            assert httpx.get(url + "/", timeout=20).status_code == 200
+            assert policy.sweeps == sweeps + 1 and not policy.due
