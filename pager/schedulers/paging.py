@@ -302,29 +302,32 @@ class PagingScheduler:
         return h.task_resumed()
 
     def _need(
-        self, table: PageTable, pinned: np.ndarray, clock: int, history: History, mixed: bool | None = None
-    ) -> tuple[np.ndarray, float, float]:
-        """Return the objective's inputs: per row the calls expected to need it within each horizon
-        (``heat.NEEDS``), the history tokens a call adds on average, and the calls the session is
-        expected to have left: a session that has lasted ``c`` calls, about ``c`` more (at least
-        ``MIN_LIFE``).
+        self, cols: Mapping[str, np.ndarray], task: np.ndarray | None, clock: int, history: History, mixed: bool
+    ) -> np.ndarray:
+        """Return per row of ``cols`` the calls expected to need it within each horizon (``heat.NEEDS``).
 
-        ``mixed``: whether the whole history holds pages of another task than the active one, when
-        ``table`` holds only some of its rows (the growth returned is then that of those rows).
+        ``cols``: the page table's ``kind``, ``tokens``, ``created`` and ``last_ref`` of the rows asked
+        about (all of the history's, or a few); ``task``: whether each belongs to the active task (None:
+        ``task_focus`` is off); ``mixed``: whether the whole history holds pages of another task.
         """
-        need = NEEDS.expected(table, clock, self.options.need_scale)
-        if mixed is None:
-            mixed = table.task is not None and not table.task.all()
-        if self.options.task_focus and table.task is not None and mixed:
-            # the working set follows the task: a page of another task is less likely to be needed,
-            # and the active task's pages count their age from when the agent returned to it
-            start = self._task_start(history)
-            if start is not None:
-                back = np.where(table.task, np.maximum(table.last_ref, start), table.last_ref)
-                need = NEEDS.expected(attrs.evolve(table, last_ref=back), clock, self.options.need_scale)
-            need = np.where(table.task[:, None], need, need * TASK_AWAY)
-        growth = float(table.tokens[~pinned].sum()) / max(clock, 1)
-        return need, growth, float(max(clock, MIN_LIFE))
+        focus = self.options.task_focus and task is not None and mixed
+        last_ref = cols["last_ref"]
+        start = self._task_start(history) if focus else None
+        if start is not None:
+            # the working set follows the task: the active task's pages count their age from when
+            # the agent returned to it
+            last_ref = np.where(task, np.maximum(last_ref, start), last_ref)
+        need = NEEDS.expected_of(cols["kind"], cols["tokens"], cols["created"], last_ref, clock,
+                                 self.options.need_scale)
+        if focus:
+            need = np.where(task[:, None], need, need * TASK_AWAY)  # another task's page: less likely needed
+        return need
+
+    @staticmethod
+    def _growth_life(h: History, tokens: np.ndarray, npin: int) -> tuple[float, float]:
+        """Return the history tokens a call adds on average, and the calls the session is expected to have
+        left: a session that has lasted ``c`` calls, about ``c`` more (at least ``MIN_LIFE``)."""
+        return float(tokens[npin:].sum()) / max(h.clock, 1), float(max(h.clock, MIN_LIFE))
 
     def _need_rows(self, inp: PlanInput, h: History, cols: Mapping[str, np.ndarray], rows: np.ndarray,
                    npin: int) -> PlanInput:
@@ -334,22 +337,16 @@ class PagingScheduler:
         only whether the history mixes tasks is read from the whole task column.
         """
         task = h.task_column() if self.options.task_focus else None
-        sub = PageTable(
-            page_id=cols["page"][rows], created=cols["created"][rows], last_ref=cols["last_ref"][rows],
-            ref_count=cols["ref_count"][rows], tokens=cols["tokens"][rows], kind=cols["kind"][rows],
-            stale=cols["stale"][rows], relevance=np.zeros(len(rows)),
-            task=task[rows] if task is not None else None,
-        )
-        part, _growth, life = self._need(sub, np.zeros(len(rows), dtype=bool), h.clock, h,
-                                         mixed=task is not None and not task.all())
+        sub = {name: cols[name][rows] for name in ("kind", "tokens", "created", "last_ref")}
+        part = self._need(sub, task[rows] if task is not None else None, h.clock, h,
+                          mixed=task is not None and not task.all())
         need = np.zeros((len(h), part.shape[1]))  # calloc: untouched pages cost nothing
         need[rows] = part
-        growth = float(cols["tokens"][npin:].sum()) / max(h.clock, 1)
+        growth, life = self._growth_life(h, cols["tokens"], npin)
         return attrs.evolve(inp, need=need, growth=growth, life=life)
 
-    def _scorer(self, h: History, cols: Mapping[str, np.ndarray], pinned: np.ndarray, npin: int,
-                focus: frozenset[str], compact_of: Sequence[Mapping[str, Any]] | None = None,
-                ) -> Callable[..., PlanInput]:
+    def _scorer(self, h: History, cols: Mapping[str, np.ndarray], npin: int, focus: frozenset[str],
+                compact_of: Sequence[Mapping[str, Any]] | None = None) -> Callable[..., PlanInput]:
         """Return the planner's deferred scoring of ``h``: heat and need, asked for only when used.
 
         ``compact_of``: the request's messages, when rounds write compact lines; a round's scoring
@@ -372,7 +369,11 @@ class PagingScheduler:
                 overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
             )
             heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
-            need, growth, life = self._need(table, pinned, h.clock, h) if o.objective and n else (None, 0.0, 0.0)
+            need, growth, life = None, 0.0, 0.0
+            if o.objective and n:
+                need = self._need(cols, table.task if o.task_focus else None, h.clock, h,
+                                  mixed=not table.task.all())
+                growth, life = self._growth_life(h, table.tokens, npin)
             if compact_of is not None:
                 h.fill_compact_tokens(compact_of)
                 inp = attrs.evolve(inp, compact_tokens=h.columns()["compact_tokens"])
@@ -401,7 +402,7 @@ class PagingScheduler:
         card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
         focus = self._focus_terms(call)
 
-        score = self._scorer(h, cols, pinned, npin, focus, sent if o.compact_tokens else None)
+        score = self._scorer(h, cols, npin, focus, sent if o.compact_tokens else None)
 
         budget = o.budget - call.tools_tokens
         l1 = int(cols["tokens"][:npin].sum()) + card_tokens
