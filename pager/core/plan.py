@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
+import bisect
 import enum
 
 import attrs
@@ -64,7 +65,7 @@ from pager.core.canonical import same_objects
 from pager.core.heat import HORIZONS
 from pager.errors import BudgetError
 
-__all__ = ["INDEX", "Layout", "Plan", "PlanConfig", "PlanInput", "Reason", "Slot", "SlotKind", "plan"]
+__all__ = ["INDEX", "Layout", "Plan", "PlanConfig", "PlanInput", "Prior", "Reason", "Slot", "SlotKind", "plan"]
 
 
 class SlotKind(str, enum.Enum):
@@ -223,6 +224,9 @@ class PlanInput:
     # plan runs a round or weighs a big output at the tail (issue 23)
     score: Callable[..., "PlanInput"] | None = None
     rows: Mapping[int, int] | None = None  # page id -> row, when the caller keeps one (else built per call)
+    # what the plan that made ``prev`` knew of it (``Plan.prior``), passed back by a caller that vouches
+    # this table is that plan's table with rows appended (the same history on the same branch, L1 uncut)
+    prior: "Prior | None" = None
 
     def __len__(self) -> int:
         return int(self.page.shape[0])
@@ -238,6 +242,27 @@ class PlanInput:
         return self.score(self) if rows is None else self.score(self, rows)
 
 
+@attrs.frozen(slots=True, eq=False)
+class Prior:
+    """Facts of a layout's slots over the page table it was planned on, for the next call (issue 23).
+
+    Between rounds a layout is the previous one's slots (the very same objects) with a few changed or
+    added at the tail, over a table that only gained rows: these facts of the shared head still hold,
+    so the next plan works out only the tail's instead of walking every slot again. ``cum[k]``: the
+    tokens of ``slots[:k]``; ``big``: the slots showing in full a tool output over ``inline_max``;
+    ``recall``: the recall blocks (their pages from other sessions are checked every call). A plan
+    takes it only for the very ``slots`` of its ``prev`` and the same ``inline_max`` and card tokens;
+    that the table is the one extended is the caller's word (``PlanInput.prior``).
+    """
+
+    slots: tuple[Slot, ...]
+    cum: list[int]
+    big: list[int]
+    recall: list[int]
+    inline_max: int
+    card_tokens: int
+
+
 @attrs.frozen(slots=True)
 class Plan:
     """The planner's answer: the layout and what it did to get there."""
@@ -247,6 +272,7 @@ class Plan:
     round: bool
     reason: Reason
     recalled: tuple[int, ...] = ()
+    prior: Prior | None = attrs.field(default=None, eq=False, repr=False)  # facts of ``layout`` for the next call
 
 
 MAX_HORIZON = 1000.0  # calls; a horizon this long already makes every saving outweigh a rare re-read
@@ -279,7 +305,10 @@ def _need_over(inp: PlanInput, rows: np.ndarray, h: float) -> np.ndarray:
     else:
         w = (h - grid[k]) / (grid[k + 1] - grid[k])
         at = cum[:, k] * (1.0 - w) + cum[:, k + 1] * w
-    return np.clip(np.nan_to_num(at) / h, 0.0, 1.0)
+    if not np.isfinite(at).all():
+        at = np.nan_to_num(at)
+    # np.minimum / np.maximum, not np.clip and np.nan_to_num unasked: a few rows between rounds (issue 23)
+    return np.minimum(np.maximum(at / h, 0.0), 1.0)
 
 
 def _fault_price(cfg: PlanConfig, page_tokens: np.ndarray, prompt: int) -> np.ndarray:
@@ -326,6 +355,80 @@ def _total(slots: Sequence[Slot], idx: Mapping[int, int], inp: PlanInput) -> int
         else:
             other += s.tokens
     return int(inp.tokens[full].sum()) + int(inp.stub_tokens[stub].sum()) + other
+
+
+def _tokens(slots: Sequence[Slot], idx: Mapping[int, int], inp: PlanInput, prior: Prior | None) -> int:
+    """Return ``_total(slots)``, the head ``slots`` shares with ``prior``'s (the very same objects) read from it."""
+    if prior is None:
+        return _total(slots, idx, inp)
+    k = same_objects(slots, prior.slots)
+    return prior.cum[k] + _total(slots[k:], idx, inp)
+
+
+# Up to this many slots past the shared head are read one by one; more, by numpy (a round, a first call).
+_FACTS_LOOP = 32
+
+
+def _facts(
+    slots: tuple[Slot, ...], idx: Mapping[int, int], inp: PlanInput, inline_max: int, prior: Prior | None
+) -> Prior:
+    """Return the ``Prior`` of ``slots`` over ``inp``: ``prior``'s facts for the head they share, the rest read."""
+    k = same_objects(slots, prior.slots) if prior is not None else 0
+    if prior is not None:
+        cum = prior.cum[: k + 1]
+        big = prior.big[: bisect.bisect_left(prior.big, k)]
+        recall = prior.recall[: bisect.bisect_left(prior.recall, k)]
+    else:
+        cum, big, recall = [0], [], []
+    tool, tokens, stub_tokens = inp.tool, inp.tokens, inp.stub_tokens
+    if len(slots) - k <= _FACTS_LOOP:
+        run = cum[-1]
+        for j in range(k, len(slots)):
+            s = slots[j]
+            kind = s.kind
+            if kind is FULL:
+                r = idx[s.page]
+                t = int(tokens[r])
+                if t > inline_max and tool[r]:
+                    big.append(j)
+            elif kind is STUB:
+                t = int(stub_tokens[idx[s.page]])
+            elif kind is CARD:
+                t = inp.card_tokens
+            else:
+                t = s.tokens
+                if kind is RECALL:
+                    recall.append(j)
+            run += t
+            cum.append(run)
+    else:
+        vals = np.zeros(len(slots) - k, dtype=np.int64)
+        full_at: list[int] = []
+        full_rows: list[int] = []
+        stub_at: list[int] = []
+        stub_rows: list[int] = []
+        for j in range(k, len(slots)):
+            s = slots[j]
+            kind = s.kind
+            if kind is FULL:
+                full_at.append(j - k)
+                full_rows.append(idx[s.page])
+            elif kind is STUB:
+                stub_at.append(j - k)
+                stub_rows.append(idx[s.page])
+            elif kind is CARD:
+                vals[j - k] = inp.card_tokens
+            else:
+                vals[j - k] = s.tokens
+                if kind is RECALL:
+                    recall.append(j)
+        vals[full_at] = tokens[full_rows]
+        vals[stub_at] = stub_tokens[stub_rows]
+        cum.extend((np.cumsum(vals) + cum[-1]).tolist())
+        at = np.asarray(full_at, dtype=np.int64)
+        over = (tokens[full_rows] > inline_max) & tool[full_rows]
+        big.extend((at[over] + k).tolist())
+    return Prior(slots, cum, big, recall, inline_max, inp.card_tokens)
 
 
 def _l1_slots(inp: PlanInput) -> tuple[list[Slot], int]:
@@ -580,8 +683,14 @@ def _row_of_slot(slots: list[Slot], k: int, idx: dict[int, int], inp: PlanInput)
     return len(inp)
 
 
-def _invalid(inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int, int]) -> Reason:
-    """Return why ``prev`` cannot be appended to (``Reason.NONE``: it can)."""
+def _invalid(
+    inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int, int], prior: Prior | None = None
+) -> Reason:
+    """Return why ``prev`` cannot be appended to (``Reason.NONE``: it can).
+
+    With ``prior`` (``prev``'s, over this table as it was: it only gained rows since) every row a slot
+    shows is still a row of the table; only the recall blocks are looked at.
+    """
     if prev is None:
         return Reason.FIRST_CALL
     if prev.branch != inp.branch or prev.upto > len(inp):
@@ -593,7 +702,8 @@ def _invalid(inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int
         # task's rose): rebuild now, in one batch, rather than at the next
         # high watermark
         return Reason.TASK_SWITCH
-    for s in prev.slots:  # one pass: this runs every call (issue 23)
+    # one pass: this runs every call (issue 23)
+    for s in prev.slots if prior is None else [prev.slots[j] for j in prior.recall]:
         kind = s.kind
         if kind is FULL or kind is STUB:
             if s.page not in idx:
@@ -608,8 +718,14 @@ def _invalid(inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int
     return Reason.NONE
 
 
-def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) -> list[Slot]:
-    """Return ``prev``'s slots with the new history rows appended (no round)."""
+def _append(
+    inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int], prior: Prior | None = None
+) -> list[Slot]:
+    """Return ``prev``'s slots with the new history rows appended (no round).
+
+    ``prior``: ``prev``'s facts (``Prior``): the big outputs shown in full are read from it, not
+    searched for among every young slot.
+    """
     n = len(inp)
     hard_max = cfg.budget // 4
     inline_max = min(cfg.inline_max or hard_max, hard_max)
@@ -629,18 +745,24 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
     # Under the objective it becomes a stub only when that pays; otherwise
     # it rides in full until the next round.
     tail: list[int] = []
-    # the big outputs among the young slots shown in full, found at C speed over those slots' rows
-    # only (not over the whole history: issue 23), newest first
-    shown = [j for j in range(prev.stable, len(slots)) if slots[j].kind is FULL]
-    if shown:
+    # the big outputs of older steps among the young slots shown in full, newest first
+    over: list[tuple[int, int]]
+    if prior is not None:
+        # named by ``prior.big`` (the recall blocks popped above were the tail: every slot it names is
+        # still here): a few, looked at one by one (issue 23)
+        over = [(j, idx[slots[j].page]) for j in prior.big[bisect.bisect_left(prior.big, prev.stable):]]
+        over = [(j, r) for j, r in over if int(inp.unit[r]) != newest]
+    else:
+        # found at C speed over the young slots' rows only (not over the whole history: issue 23)
+        shown = [j for j in range(prev.stable, len(slots)) if slots[j].kind is FULL]
         rows = np.fromiter((idx[slots[j].page] for j in shown), dtype=np.int64, count=len(shown))
-        over = np.flatnonzero(inp.tool[rows] & (inp.tokens[rows] > inline_max) & (inp.unit[rows] != newest))
-        for i in over[::-1].tolist():
-            j, r = shown[i], int(rows[i])
-            if not cfg.objective or int(inp.tokens[r]) > hard_max:
-                slots[j] = Slot(STUB, slots[j].page)
-            elif int(inp.unit[r]) == prev_newest:
-                tail.append(j)
+        hit = np.flatnonzero(inp.tool[rows] & (inp.tokens[rows] > inline_max) & (inp.unit[rows] != newest))
+        over = [(shown[i], int(rows[i])) for i in hit.tolist()]
+    for j, r in reversed(over):
+        if not cfg.objective or int(inp.tokens[r]) > hard_max:
+            slots[j] = Slot(STUB, slots[j].page)
+        elif int(inp.unit[r]) == prev_newest:
+            tail.append(j)
     new_slots: list[Slot] = []
     for r in range(prev.upto, n):
         big = _is_big(inp, r, inline_max)
@@ -652,7 +774,7 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
     if tail:
         at = [j if j >= 0 else len(slots) - len(new_slots) + (-1 - j) for j in tail]
         # the layout's tokens with the slots at ``at`` in full
-        full_total = _total(slots, idx, inp) + sum(
+        full_total = _tokens(slots, idx, inp, prior) + sum(
             int(inp.tokens[idx[slots[i].page]]) - int(inp.stub_tokens[idx[slots[i].page]])
             for i in at if slots[i].kind is STUB)
         tail_rows = np.asarray([idx[slots[i].page] for i in at], dtype=np.int64)
@@ -696,12 +818,18 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     """
     n = len(inp)
     idx = inp.rows if inp.rows is not None else dict(zip(inp.page.tolist(), range(n)))
-    reason = _invalid(inp, cfg, prev, idx)
+    hard_max = cfg.budget // 4
+    inline_max = min(cfg.inline_max or hard_max, hard_max)
+    prior = inp.prior
+    if prior is not None and (prev is None or prior.slots is not prev.slots or prior.inline_max != inline_max
+                              or prior.card_tokens != inp.card_tokens):
+        prior = None  # facts of another layout, or of figures that changed
+    reason = _invalid(inp, cfg, prev, idx, prior)
     slots: list[Slot] | None = None
     total = 0
     if reason == Reason.NONE and prev is not None:
-        slots = _append(inp, cfg, prev, idx)
-        total = _total(slots, idx, inp)
+        slots = _append(inp, cfg, prev, idx, prior)
+        total = _tokens(slots, idx, inp, prior)
         if total > cfg.budget:
             reason, slots = Reason.OVER_BUDGET, None
         elif total > cfg.high:
@@ -716,4 +844,5 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
         slots=tuple(slots), upto=n, branch=inp.branch, card=inp.card, stable=stable, stable_row=stable_row,
         task=inp.task,
     )
-    return Plan(layout=layout, tokens=total, round=did_round, reason=reason, recalled=recalled)
+    return Plan(layout=layout, tokens=total, round=did_round, reason=reason, recalled=recalled,
+                prior=_facts(layout.slots, idx, inp, inline_max, prior))

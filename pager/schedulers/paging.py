@@ -39,6 +39,7 @@ from pager.core.plan import (
     Layout,
     PlanConfig,
     PlanInput,
+    Prior,
     Slot,
     plan,
 )
@@ -136,6 +137,9 @@ class PagingScheduler:
         self._dumped: tuple[Layout, dict] | None = None  # the last layout dumped, and its state
         self._layered: tuple[History, tuple[int, int], tuple[Slot, ...], list[tuple[int, ...]]] | None = None
         self._rereadable: tuple[History, int, dict[str, str], np.ndarray] | None = None  # ``_stubbable``'s rows
+        self._prior: tuple[History, int, Prior] | None = None  # the last plan's facts of its layout, and its table
+        self._carded: tuple[tuple, GuardResult] | None = None  # ``card``'s last answer, and what it was of
+        self._configs: tuple[Options, int, int, PlanConfig] | None = None  # ``_config``'s last answer
 
     # -- the Scheduler interface ------------------------------------------------------------
 
@@ -159,7 +163,10 @@ class PagingScheduler:
         foreign: tuple[int, ...] = ()
         if state is not None:
             row_of = history.row_of
-            foreign = tuple(p for s in state.slots if s.kind == RECALL for p in s.pages if p not in row_of)
+            prior = self._prior_of(history)
+            recalls = ([state.slots[j] for j in prior.recall] if prior is not None and prior.slots is state.slots
+                       else [s for s in state.slots if s.kind == RECALL])
+            foreign = tuple(p for s in recalls for p in s.pages if p not in row_of)
         return Lookups(self.recall_request(history, state), foreign)
 
     def schedule(self, inputs: CallInputs, state: Layout | None) -> ScheduleResult:
@@ -283,10 +290,18 @@ class PagingScheduler:
         keep = notes[-o.max_notes :] if o.max_notes else []
         if not pins and not keep and not state_text:
             return GuardResult("", (), (), (), bool(o.l1_cap) and fixed_tokens > o.l1_cap)
-        return guard_card(
+        # a pure function of these (the options and the counter are the scheduler's): the last one is
+        # kept, as the card changes only when a pin or note is added (issue 23)
+        key = (o, tuple(pins), tuple(keep), first, fixed_tokens, state_text)
+        memo = self._carded
+        if memo is not None and memo[0][0] is o and memo[0][1:] == key[1:]:
+            return memo[1]
+        guard = guard_card(
             fixed_tokens, items("pin", pins), items("note", keep, first), o.l1_cap, self.counter.count,
             overhead=MESSAGE_OVERHEAD, state=state_text,
         )
+        self._carded = (key, guard)
+        return guard
 
     def _focus_terms(self, call: PagingCall) -> frozenset[str]:
         """Return the active task's terms: pinned goals and the latest user message but the first."""
@@ -404,27 +419,21 @@ class PagingScheduler:
 
         score = self._scorer(h, cols, npin, focus, sent if o.compact_tokens else None)
 
-        budget = o.budget - call.tools_tokens
-        l1 = int(cols["tokens"][:npin].sum()) + card_tokens
+        cfg = self._config(call.tools_tokens, int(cols["tokens"][:npin].sum()) + card_tokens)
+        budget = cfg.budget
         recall, spans = self._candidates(h, call.hits)
         foreign = call.foreign()
-        cfg = PlanConfig(
-            budget=budget, high=min(budget, l1 + o.high_watermark), low=min(budget, l1 + o.low_watermark),
-            recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
-            recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
-            minor_rounds=o.minor_rounds, task_rounds=o.task_rounds and o.task_focus,
-            compact_tokens=o.compact_tokens, objective=o.objective, keep_room=o.keep_room,
-            recall_leaves=o.recall_leaves,
-        )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
             pinned=pinned, tool=self._stubbable(h, cols["tool"], call.reread), heat=None, card_tokens=card_tokens,
             card=card,
             recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
             compact_tokens=cols["compact_tokens"], foreign=frozenset(foreign), score=score, rows=h.row_of,
+            prior=self._prior_of(h, cut.cut),
         )
         prev = call.prev
         result = plan(inp, cfg, prev)
+        self._prior = (h, h.branch, result.prior) if result.prior is not None and not cut.cut else None
         layout = result.layout
         demoted = _demoted(prev, layout)
         rendered, handles = self._render(h, layout, call.messages, foreign, call.reread)
@@ -469,6 +478,38 @@ class PagingScheduler:
             # no commit (a Tantivy commit costs ~0.2 s on the first request of every session)
             flush_index=result.round and (kept < n or bool(demoted)),
         )
+
+    def _config(self, tools_tokens: int, l1: int) -> PlanConfig:
+        """Return the planner's figures for the request's tools and L1 (in tokens); the rest are the options'.
+
+        The last answer is kept: between calls these rarely change (issue 23).
+        """
+        o = self.options
+        memo = self._configs
+        if memo is not None and memo[0] is o and memo[1] == tools_tokens and memo[2] == l1:
+            return memo[3]
+        budget = o.budget - tools_tokens
+        cfg = PlanConfig(
+            budget=budget, high=min(budget, l1 + o.high_watermark), low=min(budget, l1 + o.low_watermark),
+            recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
+            recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
+            minor_rounds=o.minor_rounds, task_rounds=o.task_rounds and o.task_focus,
+            compact_tokens=o.compact_tokens, objective=o.objective, keep_room=o.keep_room,
+            recall_leaves=o.recall_leaves,
+        )
+        self._configs = (o, tools_tokens, l1, cfg)
+        return cfg
+
+    def _prior_of(self, h: History, cut: Sequence[int] = ()) -> Prior | None:
+        """Return the last plan's ``Prior`` while its table is this one's with rows appended, else None.
+
+        That is: the same ``History`` on the same branch (a mirror gains rows between calls; a fork or a
+        reload is a new branch or object), with L1 as the mirror holds it (not ``cut`` to the L1 cap).
+        """
+        memo = self._prior
+        if memo is None or cut or memo[0] is not h or memo[1] != h.branch:
+            return None
+        return memo[2]
 
     def _stubbable(self, h: History, tool: np.ndarray, reread: Mapping[str, str] | None) -> np.ndarray:
         """Return the rows that may be stubbed: every tool output, or (no expand) re-readable file reads.
