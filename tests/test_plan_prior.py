@@ -172,8 +172,8 @@ def test_a_session_planned_with_the_memos_sends_what_one_without_sends(monkeypat
     used = {"prior": 0}
     prior_of = PagingScheduler._prior_of
 
-    def counted(self, h, cut=()):
-        got = prior_of(self, h, cut)
+    def counted(self, h, cut=(), reread=None):
+        got = prior_of(self, h, cut, reread)
         if self is fast._scheduler and got is not None:
             used["prior"] += 1
         return got
@@ -193,5 +193,30 @@ def test_a_session_planned_with_the_memos_sends_what_one_without_sends(monkeypat
         rounds += fast.last_report.round
     assert used["prior"] > len(bounds) // 2  # the fast path was taken, between rounds
     assert rounds >= 2  # and rounds came between
+    fast.close()
+    cold.close()
+
+
+BASH = {"type": "function", "function": {"name": "bash", "description": "run a command",
+                                         "parameters": {"type": "object", "properties": {}}}}
+
+
+def test_re_readable_rows_that_change_with_the_request_s_tools_plan_afresh() -> None:
+    """Without ``expand`` only file reads made with one of the request's tools are stubbable: the facts of a
+    layout planned when the request offered no such tool are not those of one that does."""
+    msgs = _session(160)
+    fast = pager.open(":memory:", session="s", context_window=24_000, log_reports=False)
+    cold = pager.open(":memory:", session="s", context_window=24_000, log_reports=False)
+    sched = cold._scheduler
+    bounds = [k for k in range(3, len(msgs)) if msgs[k]["role"] == "assistant"] + [len(msgs)]
+    stubs = 0
+    for i, k in enumerate(bounds):
+        tools = [BASH] if (i // 4) % 2 else []  # the harness offers its shell on some calls only
+        sched._prior = sched._carded = sched._configs = None
+        a = fast.assemble({"messages": msgs[:k], "tools": tools}, reread_only=True)
+        b = cold.assemble({"messages": msgs[:k], "tools": tools}, reread_only=True)
+        assert a == b, k
+        stubs += fast.last_report.pages_stubbed
+    assert stubs  # file reads were stubbed on the calls that offered the tool
     fast.close()
     cold.close()

@@ -137,7 +137,8 @@ class PagingScheduler:
         self._dumped: tuple[Layout, dict] | None = None  # the last layout dumped, and its state
         self._layered: tuple[History, tuple[int, int], tuple[Slot, ...], list[tuple[int, ...]]] | None = None
         self._rereadable: tuple[History, int, dict[str, str], np.ndarray] | None = None  # ``_stubbable``'s rows
-        self._prior: tuple[History, int, Prior] | None = None  # the last plan's facts of its layout, and its table
+        # the last plan's facts of its layout, and what its table was of: the history, branch and reread tools
+        self._prior: tuple[History, int, Any, Prior] | None = None
         self._carded: tuple[tuple, GuardResult] | None = None  # ``card``'s last answer, and what it was of
         self._configs: tuple[Options, int, int, PlanConfig] | None = None  # ``_config``'s last answer
 
@@ -163,7 +164,8 @@ class PagingScheduler:
         foreign: tuple[int, ...] = ()
         if state is not None:
             row_of = history.row_of
-            prior = self._prior_of(history)
+            # which slots are recall blocks is a fact of the slots alone: the last plan's, if these are its
+            prior = self._prior[-1] if self._prior is not None else None
             recalls = ([state.slots[j] for j in prior.recall] if prior is not None and prior.slots is state.slots
                        else [s for s in state.slots if s.kind == RECALL])
             foreign = tuple(p for s in recalls for p in s.pages if p not in row_of)
@@ -429,11 +431,11 @@ class PagingScheduler:
             card=card,
             recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
             compact_tokens=cols["compact_tokens"], foreign=frozenset(foreign), score=score, rows=h.row_of,
-            prior=self._prior_of(h, cut.cut),
+            prior=self._prior_of(h, cut.cut, call.reread),
         )
         prev = call.prev
         result = plan(inp, cfg, prev)
-        self._prior = (h, h.branch, result.prior) if result.prior is not None and not cut.cut else None
+        self._prior = (h, h.branch, _reread_key(call.reread), result.prior) if not cut.cut else None
         layout = result.layout
         demoted = _demoted(prev, layout)
         rendered, handles = self._render(h, layout, call.messages, foreign, call.reread)
@@ -500,16 +502,18 @@ class PagingScheduler:
         self._configs = (o, tools_tokens, l1, cfg)
         return cfg
 
-    def _prior_of(self, h: History, cut: Sequence[int] = ()) -> Prior | None:
+    def _prior_of(self, h: History, cut: Sequence[int] = (), reread: Mapping[str, str] | None = None,
+                  ) -> Prior | None:
         """Return the last plan's ``Prior`` while its table is this one's with rows appended, else None.
 
         That is: the same ``History`` on the same branch (a mirror gains rows between calls; a fork or a
-        reload is a new branch or object), with L1 as the mirror holds it (not ``cut`` to the L1 cap).
+        reload is a new branch or object), with L1 as the mirror holds it (not ``cut`` to the L1 cap),
+        and the same stubbable rows (``reread``: the request's tools say which file reads are).
         """
         memo = self._prior
-        if memo is None or cut or memo[0] is not h or memo[1] != h.branch:
+        if memo is None or cut or memo[0] is not h or memo[1] != h.branch or memo[2] != _reread_key(reread):
             return None
-        return memo[2]
+        return memo[3]
 
     def _stubbable(self, h: History, tool: np.ndarray, reread: Mapping[str, str] | None) -> np.ndarray:
         """Return the rows that may be stubbed: every tool output, or (no expand) re-readable file reads.
@@ -648,6 +652,11 @@ class PagingScheduler:
         self._layered = (h, (h.branch, npin), layout.slots, cum) if reuse else None
         layers = {"l1": card_tokens + l1, "l2": l2, "stubs": stubs, "l3": l3, "tools": tools_tokens}
         return layers, kept, stubbed
+
+
+def _reread_key(reread: Mapping[str, str] | None) -> Any:
+    """Return what ``_stubbable`` reads of ``reread``, comparable with ``==``."""
+    return None if reread is None else tuple(sorted(reread.items()))
 
 
 def _demoted(prev: Layout | None, new: Layout) -> set[int]:
