@@ -130,7 +130,7 @@ if phase == "steady":
     mean = (time.process_time() - span0) * 1000.0 / len(cpu)
     if prof is not None:
         import pstats
-        pstats.Stats(prof, stream=sys.stderr).sort_stats(os.environ["BENCH_SCALE_PROFILE"]).print_stats(35)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats(os.environ["BENCH_SCALE_PROFILE"]).print_stats(int(os.environ.get("BENCH_SCALE_PROFILE_N", "35")))
     p.close()
     with open(hist_file, "wb") as f:
         f.write(orjson.dumps(history))

@@ -553,6 +553,7 @@ class ReferencePolicy(HeatPolicy):
 # The horizons (calls ahead) at which ``NeedTable.expected`` answers; the planner interpolates.
 HORIZONS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _MAX_AGE = 4096
+_AHEAD = np.asarray(HORIZONS, dtype=np.int64)
 
 
 @attrs.frozen(eq=False)
@@ -573,6 +574,7 @@ class NeedTable:
     sizes: tuple[int, ...]
     rates: Mapping[str, tuple[tuple[float, ...], ...]]
     _cum: np.ndarray = attrs.field(init=False, repr=False)
+    _sizes: np.ndarray = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         groups = ("call", "tool")
@@ -590,6 +592,7 @@ class NeedTable:
                 rate = np.clip(np.asarray(row, dtype=np.float64), 0.0, 1.0)[cols]
                 cum[g, k, 1:] = np.cumsum(rate)
         object.__setattr__(self, "_cum", cum)
+        object.__setattr__(self, "_sizes", np.asarray(self.sizes))
 
     def expected(self, table: PageTable, clock: int, scale: float = 1.0) -> np.ndarray:
         """Return, per row and per horizon of ``HORIZONS``, the calls expected to need the page.
@@ -598,16 +601,28 @@ class NeedTable:
         the chance each needs page ``i`` (times ``scale``), its age counted
         from its last reference.
         """
-        group = np.isin(table.kind, _TOOL_CODES).astype(np.int64)
-        size = np.searchsorted(np.asarray(self.sizes), table.tokens, side="left").clip(0, len(self.sizes) - 1)
-        since = np.maximum(table.created, table.last_ref)
-        age = np.clip(_age(clock, since), 0, _MAX_AGE).astype(np.int64)
-        ahead = np.asarray(HORIZONS, dtype=np.int64)
+        return self.expected_of(table.kind, table.tokens, table.created, table.last_ref, clock, scale)
+
+    def expected_of(
+        self, kind: np.ndarray, tokens: np.ndarray, created: np.ndarray, last_ref: np.ndarray, clock: int,
+        scale: float = 1.0,
+    ) -> np.ndarray:
+        """Return ``expected`` of the rows these columns hold (the page table's ``kind``, ``tokens``, ...).
+
+        The scheduler asks it for a few rows between rounds (a big output at the tail), where building a
+        ``PageTable`` and ``np.isin`` cost more than the arithmetic (issue 23).
+        """
+        group = ((kind == _TOOL_CODES[0]) | (kind == _TOOL_CODES[1])).astype(np.int64)
+        # np.minimum / np.maximum rather than np.clip: the same values, without its Python overhead
+        # (searchsorted gives 0..len(sizes); an age is never negative)
+        size = np.minimum(np.searchsorted(self._sizes, tokens, side="left"), len(self.sizes) - 1)
+        since = np.maximum(created, last_ref)
+        age = np.minimum(_age(clock, since), _MAX_AGE).astype(np.int64)
         # gathered element by element: ``self._cum[group, size]`` would copy a row of span + 1 floats per
         # page (2 GB at 50,000 pages) to read twelve of them (issue 23)
         lo = self._cum[group, size, age + 1][:, None]
-        hi = self._cum[group[:, None], size[:, None], age[:, None] + ahead[None, :] + 1]
-        return np.clip((hi - lo) * scale, 0.0, None)
+        hi = self._cum[group[:, None], size[:, None], age[:, None] + _AHEAD[None, :] + 1]
+        return np.maximum((hi - lo) * scale, 0.0)
 
 
 NEEDS = NeedTable(

@@ -49,47 +49,48 @@ until the next round (changing it later would rewrite the cached prefix).
 A recall block serves one call (``PlanConfig.recall_leaves``): it is placed
 at the tail, and the next call removes it while it is still the tail of the
 previous prompt, so its removal re-bills nothing.
+
+Between rounds a call works out only what its tail changed: the facts of the
+previous layout's slots (their running tokens, the big outputs shown in full,
+the recall blocks) come back as ``PlanInput.prior`` and are read for the head
+the two layouts share (``pager.core.layout.Prior``; issue 23).
+
+The values (``Slot``, ``Layout``, ``PlanConfig``, ``PlanInput``, ``Plan``)
+live in ``pager.core.layout`` and are importable from here.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
-
+import bisect
 import enum
 
 import attrs
 import numpy as np
 
-from pager.core.canonical import same_objects
 from pager.core.heat import HORIZONS
+from pager.core.layout import (
+    CARD,
+    FULL,
+    INDEX,
+    INDEX_OVERHEAD,
+    RECALL,
+    RECALL_OVERHEAD,
+    STUB,
+    Layout,
+    Plan,
+    PlanConfig,
+    PlanInput,
+    Prior,
+    Reason,
+    Slot,
+    SlotKind,
+    _facts,
+    _slot_tokens,
+    _tokens,
+)
 from pager.errors import BudgetError
 
-__all__ = ["INDEX", "Layout", "Plan", "PlanConfig", "PlanInput", "Reason", "Slot", "SlotKind", "plan"]
-
-
-class SlotKind(str, enum.Enum):
-    """What one emitted message of a layout is (a ``str``: it is persisted as its value)."""
-
-    FULL = "full"  # a history row verbatim
-    STUB = "stub"  # a tool output replaced by its head and a handle
-    CARD = "card"  # the task-state card
-    RECALL = "recall"  # a block of recalled pages
-    INDEX = "index"  # compact lines of dropped units (``pager.core.compact``)
-
-
-FULL, STUB, CARD, RECALL, INDEX = SlotKind.FULL, SlotKind.STUB, SlotKind.CARD, SlotKind.RECALL, SlotKind.INDEX
-
-
-class Reason(str, enum.Enum):
-    """Why a call ran a demotion round (empty: it appended to the previous layout)."""
-
-    NONE = ""
-    FIRST_CALL = "first call"
-    DIVERGED = "history diverged"
-    CARD_CHANGED = "card changed"
-    TASK_SWITCH = "task switch"
-    OVER_BUDGET = "over budget"
-    HIGH_WATERMARK = "high watermark"
+__all__ = ["INDEX", "Layout", "Plan", "PlanConfig", "PlanInput", "Prior", "Reason", "Slot", "SlotKind", "plan"]
 
 
 class _Mode(enum.IntEnum):
@@ -99,154 +100,6 @@ class _Mode(enum.IntEnum):
     KEPT = 1  # in full, big outputs stubbed
     VERBATIM = 2  # everything in full
     STUBBED = 3  # every output stubbed
-RECALL_OVERHEAD = 40  # the block's header and message framing, in tokens
-INDEX_OVERHEAD = 40  # the same for an index block
-
-
-@attrs.frozen(slots=True)
-class Slot:
-    """One emitted message: a history row in full or stubbed, the card, or a recall block."""
-
-    kind: SlotKind = attrs.field(converter=SlotKind)
-    page: int = 0
-    pages: tuple[int, ...] = ()
-    tokens: int = 0  # recall blocks: their rendered size, fixed when they are placed
-    spans: tuple[tuple[int, int], ...] = ()  # recall blocks: the line range shown of each page
-
-
-@attrs.frozen(slots=True)
-class Layout:
-    """The slots of the last emitted prompt, and up to which history row they cover."""
-
-    slots: tuple[Slot, ...]
-    upto: int  # number of history rows the layout has considered
-    branch: int = 0
-    card: str = ""  # the card text as emitted; a change forces a round
-    stable: int = 0  # slots[:stable] are L1 and the old generation, kept by minor rounds
-    stable_row: int = 0  # history rows before this are covered by the old generation
-    task: int = -1  # the active task when the layout was planned (-1: unknown)
-
-    def to_state(self, like: "tuple[Layout, dict] | None" = None) -> dict:
-        """Return the layout as the state row keeps it (``from_state`` reads it back equal).
-
-        ``like``: an earlier layout and its state; the rows of the slots this
-        one shares with it (the very same objects: a layout between rounds
-        keeps its predecessor's) are reused, not rebuilt (issue 23).
-        """
-        k = same_objects(self.slots, like[0].slots) if like is not None else 0
-        head = like[1]["slots"][:k] if like is not None and k else []
-        return {
-            "slots": head + [_slot_state(s) for s in self.slots[k:]],
-            "upto": self.upto,
-            "branch": self.branch,
-            "card": self.card,
-            "stable": self.stable,
-            "stable_row": self.stable_row,
-            "task": self.task,
-        }
-
-    @classmethod
-    def from_state(cls, data: dict | None) -> "Layout | None":
-        if not data:
-            return None
-        slots = tuple(
-            Slot(
-                kind=row[0], page=int(row[1]), pages=tuple(int(x) for x in row[2]), tokens=int(row[3]),
-                spans=tuple((int(a), int(b)) for a, b in (row[4] if len(row) > 4 else ())),
-            )
-            for row in data["slots"]
-        )
-        return cls(
-            slots=slots, upto=int(data["upto"]), branch=int(data.get("branch", 0)), card=data.get("card", ""),
-            stable=int(data.get("stable", 0)), stable_row=int(data.get("stable_row", 0)),
-            task=int(data.get("task", -1)),
-        )
-
-
-def _slot_state(s: Slot) -> list:
-    return [s.kind.value, s.page, list(s.pages), s.tokens, [list(x) for x in s.spans]]
-
-
-@attrs.frozen(slots=True)
-class PlanConfig:
-    """Budget figures for one plan, all in tokens."""
-
-    budget: int  # hard ceiling: context window minus output reserve
-    high: int  # a round runs when the layout would pass this
-    low: int  # a round rebuilds down to this
-    recent_units: int = 3  # most recent units always verbatim after a round
-    stub_threshold: int = 2000  # older tool outputs above this are stubbed
-    inline_max: int = 0  # outputs above this are full only in the newest step (0: budget // 4)
-    recall_pages: int = 5
-    recall_tokens: int = 2000
-    old_share: float = 0.9  # the old generation may hold this share of the low watermark
-    minor_rounds: bool = True  # False: every round is a major one (rebuilds everything after L1)
-    task_rounds: bool = False  # a switch of the active task runs a major round at once
-    compact_tokens: int = 0  # a round may spend this much on compact lines of the units it drops (0: none)
-    # the objective: demote a row only when the expected saving beats the expected re-read
-    objective: bool = False
-    keep_room: int = 0  # under the objective, paying units may hold this many tokens past the low watermark
-    read_price: float = 0.1  # a cached token, in base input tokens
-    write_price: float = 1.25  # a written token
-    call_price: float = 200.0  # the output of the extra call a re-read takes
-    recall_leaves: bool = False  # a recall block is removed at the next call, while it is the tail
-
-
-@attrs.frozen(slots=True)
-class PlanInput:
-    """The branch's page table: one row per history message, in history order."""
-
-    page: np.ndarray  # int64 page ids
-    tokens: np.ndarray  # int64 tokens in full
-    stub_tokens: np.ndarray  # int64 tokens as a stub (== tokens for rows never stubbed)
-    unit: np.ndarray  # int64 unit index (a call and its results share one)
-    pinned: np.ndarray  # bool: L1 rows (system messages, first user message)
-    tool: np.ndarray  # bool: tool output rows (stubbable)
-    heat: np.ndarray | None  # float64 heat score (None: ``score`` computes it when the plan needs it)
-    card_tokens: int = 0
-    card: str = ""
-    recall: Sequence[tuple[int, int]] = ()  # (page id, rendered tokens), best first
-    recall_spans: Mapping[int, tuple[int, int]] = attrs.field(factory=dict)  # page -> lines shown
-    # pages from beyond the history that can be shown in a recall block this call (readable, text at hand)
-    foreign: frozenset[int] = frozenset()
-    branch: int = 0
-    task: int = -1  # the active task (-1: unknown); a change is a task switch
-    compact_tokens: np.ndarray | None = None  # int64 tokens of each row's compact line
-    # the objective's inputs (``PlanConfig.objective``): per row, the calls expected to need it
-    # within each horizon of ``heat.HORIZONS`` (rows x horizons); the history tokens a call adds
-    # on average; the calls the session is expected to have left
-    need: np.ndarray | None = None
-    growth: float = 0.0
-    life: float = 0.0
-    # heat and need cost work in proportion to the whole history; a call that appends needs neither.
-    # ``score`` returns this input with them (and growth, life) filled in, and is called only when the
-    # plan runs a round or weighs a big output at the tail (issue 23)
-    score: Callable[..., "PlanInput"] | None = None
-    rows: Mapping[int, int] | None = None  # page id -> row, when the caller keeps one (else built per call)
-
-    def __len__(self) -> int:
-        return int(self.page.shape[0])
-
-    def scored(self, rows: np.ndarray | None = None) -> "PlanInput":
-        """Return this input with its heat and need computed (itself when they are).
-
-        ``rows``: only the need (and growth, life) of these rows is asked for; the input keeps its
-        ``score`` for a round later in the same plan.
-        """
-        if self.score is None:
-            return self
-        return self.score(self) if rows is None else self.score(self, rows)
-
-
-@attrs.frozen(slots=True)
-class Plan:
-    """The planner's answer: the layout and what it did to get there."""
-
-    layout: Layout
-    tokens: int
-    round: bool
-    reason: Reason
-    recalled: tuple[int, ...] = ()
 
 
 MAX_HORIZON = 1000.0  # calls; a horizon this long already makes every saving outweigh a rare re-read
@@ -279,7 +132,10 @@ def _need_over(inp: PlanInput, rows: np.ndarray, h: float) -> np.ndarray:
     else:
         w = (h - grid[k]) / (grid[k + 1] - grid[k])
         at = cum[:, k] * (1.0 - w) + cum[:, k + 1] * w
-    return np.clip(np.nan_to_num(at) / h, 0.0, 1.0)
+    if not np.isfinite(at).all():
+        at = np.nan_to_num(at)
+    # np.minimum / np.maximum, not np.clip and np.nan_to_num unasked: a few rows between rounds (issue 23)
+    return np.minimum(np.maximum(at / h, 0.0), 1.0)
 
 
 def _fault_price(cfg: PlanConfig, page_tokens: np.ndarray, prompt: int) -> np.ndarray:
@@ -298,34 +154,6 @@ def _stub_pays(inp: PlanInput, cfg: PlanConfig, rows: np.ndarray, total: int) ->
     saved = (inp.tokens[rows] - inp.stub_tokens[rows]).astype(np.float64)
     p = _need_over(inp, rows, h)
     return saved * _keep_price(cfg, to_round) > p * _fault_price(cfg, inp.tokens[rows].astype(np.float64), total)
-
-
-def _slot_tokens(slot: Slot, idx: dict[int, int], inp: PlanInput) -> int:
-    if slot.kind == FULL:
-        return int(inp.tokens[idx[slot.page]])
-    if slot.kind == STUB:
-        return int(inp.stub_tokens[idx[slot.page]])
-    if slot.kind == CARD:
-        return inp.card_tokens
-    return slot.tokens
-
-
-def _total(slots: Sequence[Slot], idx: Mapping[int, int], inp: PlanInput) -> int:
-    """Return the tokens of ``slots`` (``_slot_tokens`` summed, the rows' tokens summed by numpy)."""
-    full: list[int] = []
-    stub: list[int] = []
-    other = 0
-    for s in slots:
-        kind = s.kind
-        if kind is FULL:
-            full.append(idx[s.page])
-        elif kind is STUB:
-            stub.append(idx[s.page])
-        elif kind is CARD:
-            other += inp.card_tokens
-        else:
-            other += s.tokens
-    return int(inp.tokens[full].sum()) + int(inp.stub_tokens[stub].sum()) + other
 
 
 def _l1_slots(inp: PlanInput) -> tuple[list[Slot], int]:
@@ -580,8 +408,14 @@ def _row_of_slot(slots: list[Slot], k: int, idx: dict[int, int], inp: PlanInput)
     return len(inp)
 
 
-def _invalid(inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int, int]) -> Reason:
-    """Return why ``prev`` cannot be appended to (``Reason.NONE``: it can)."""
+def _invalid(
+    inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int, int], prior: Prior | None = None
+) -> Reason:
+    """Return why ``prev`` cannot be appended to (``Reason.NONE``: it can).
+
+    With ``prior`` (``prev``'s, over this table as it was: it only gained rows since) every row a slot
+    shows is still a row of the table; only the recall blocks are looked at.
+    """
     if prev is None:
         return Reason.FIRST_CALL
     if prev.branch != inp.branch or prev.upto > len(inp):
@@ -593,7 +427,8 @@ def _invalid(inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int
         # task's rose): rebuild now, in one batch, rather than at the next
         # high watermark
         return Reason.TASK_SWITCH
-    for s in prev.slots:  # one pass: this runs every call (issue 23)
+    # one pass: this runs every call (issue 23)
+    for s in prev.slots if prior is None else [prev.slots[j] for j in prior.recall]:
         kind = s.kind
         if kind is FULL or kind is STUB:
             if s.page not in idx:
@@ -608,8 +443,14 @@ def _invalid(inp: PlanInput, cfg: PlanConfig, prev: Layout | None, idx: dict[int
     return Reason.NONE
 
 
-def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) -> list[Slot]:
-    """Return ``prev``'s slots with the new history rows appended (no round)."""
+def _append(
+    inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int], prior: Prior | None = None
+) -> list[Slot]:
+    """Return ``prev``'s slots with the new history rows appended (no round).
+
+    ``prior``: ``prev``'s facts (``Prior``): the big outputs shown in full are read from it, not
+    searched for among every young slot.
+    """
     n = len(inp)
     hard_max = cfg.budget // 4
     inline_max = min(cfg.inline_max or hard_max, hard_max)
@@ -629,18 +470,24 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
     # Under the objective it becomes a stub only when that pays; otherwise
     # it rides in full until the next round.
     tail: list[int] = []
-    # the big outputs among the young slots shown in full, found at C speed over those slots' rows
-    # only (not over the whole history: issue 23), newest first
-    shown = [j for j in range(prev.stable, len(slots)) if slots[j].kind is FULL]
-    if shown:
+    # the big outputs of older steps among the young slots shown in full, newest first
+    over: list[tuple[int, int]]
+    if prior is not None:
+        # named by ``prior.big`` (the recall blocks popped above were the tail: every slot it names is
+        # still here): a few, looked at one by one (issue 23)
+        over = [(j, idx[slots[j].page]) for j in prior.big[bisect.bisect_left(prior.big, prev.stable):]]
+        over = [(j, r) for j, r in over if int(inp.unit[r]) != newest]
+    else:
+        # found at C speed over the young slots' rows only (not over the whole history: issue 23)
+        shown = [j for j in range(prev.stable, len(slots)) if slots[j].kind is FULL]
         rows = np.fromiter((idx[slots[j].page] for j in shown), dtype=np.int64, count=len(shown))
-        over = np.flatnonzero(inp.tool[rows] & (inp.tokens[rows] > inline_max) & (inp.unit[rows] != newest))
-        for i in over[::-1].tolist():
-            j, r = shown[i], int(rows[i])
-            if not cfg.objective or int(inp.tokens[r]) > hard_max:
-                slots[j] = Slot(STUB, slots[j].page)
-            elif int(inp.unit[r]) == prev_newest:
-                tail.append(j)
+        hit = np.flatnonzero(inp.tool[rows] & (inp.tokens[rows] > inline_max) & (inp.unit[rows] != newest))
+        over = [(shown[i], int(rows[i])) for i in hit.tolist()]
+    for j, r in reversed(over):
+        if not cfg.objective or int(inp.tokens[r]) > hard_max:
+            slots[j] = Slot(STUB, slots[j].page)
+        elif int(inp.unit[r]) == prev_newest:
+            tail.append(j)
     new_slots: list[Slot] = []
     for r in range(prev.upto, n):
         big = _is_big(inp, r, inline_max)
@@ -652,7 +499,7 @@ def _append(inp: PlanInput, cfg: PlanConfig, prev: Layout, idx: dict[int, int]) 
     if tail:
         at = [j if j >= 0 else len(slots) - len(new_slots) + (-1 - j) for j in tail]
         # the layout's tokens with the slots at ``at`` in full
-        full_total = _total(slots, idx, inp) + sum(
+        full_total = _tokens(slots, idx, inp, prior) + sum(
             int(inp.tokens[idx[slots[i].page]]) - int(inp.stub_tokens[idx[slots[i].page]])
             for i in at if slots[i].kind is STUB)
         tail_rows = np.asarray([idx[slots[i].page] for i in at], dtype=np.int64)
@@ -696,12 +543,18 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
     """
     n = len(inp)
     idx = inp.rows if inp.rows is not None else dict(zip(inp.page.tolist(), range(n)))
-    reason = _invalid(inp, cfg, prev, idx)
+    hard_max = cfg.budget // 4
+    inline_max = min(cfg.inline_max or hard_max, hard_max)
+    prior = inp.prior
+    if prior is not None and (prev is None or prior.slots is not prev.slots or prior.inline_max != inline_max
+                              or prior.card_tokens != inp.card_tokens):
+        prior = None  # facts of another layout, or of figures that changed
+    reason = _invalid(inp, cfg, prev, idx, prior)
     slots: list[Slot] | None = None
     total = 0
     if reason == Reason.NONE and prev is not None:
-        slots = _append(inp, cfg, prev, idx)
-        total = _total(slots, idx, inp)
+        slots = _append(inp, cfg, prev, idx, prior)
+        total = _tokens(slots, idx, inp, prior)
         if total > cfg.budget:
             reason, slots = Reason.OVER_BUDGET, None
         elif total > cfg.high:
@@ -716,4 +569,5 @@ def plan(inp: PlanInput, cfg: PlanConfig, prev: Layout | None = None) -> Plan:
         slots=tuple(slots), upto=n, branch=inp.branch, card=inp.card, stable=stable, stable_row=stable_row,
         task=inp.task,
     )
-    return Plan(layout=layout, tokens=total, round=did_round, reason=reason, recalled=recalled)
+    return Plan(layout=layout, tokens=total, round=did_round, reason=reason, recalled=recalled,
+                prior=_facts(layout.slots, idx, inp, inline_max, prior))

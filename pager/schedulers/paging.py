@@ -39,6 +39,7 @@ from pager.core.plan import (
     Layout,
     PlanConfig,
     PlanInput,
+    Prior,
     Slot,
     plan,
 )
@@ -136,6 +137,10 @@ class PagingScheduler:
         self._dumped: tuple[Layout, dict] | None = None  # the last layout dumped, and its state
         self._layered: tuple[History, tuple[int, int], tuple[Slot, ...], list[tuple[int, ...]]] | None = None
         self._rereadable: tuple[History, int, dict[str, str], np.ndarray] | None = None  # ``_stubbable``'s rows
+        # the last plan's facts of its layout, and what its table was of: the history, branch and reread tools
+        self._prior: tuple[History, int, Any, Prior] | None = None
+        self._carded: tuple[tuple, GuardResult] | None = None  # ``card``'s last answer, and what it was of
+        self._configs: tuple[Options, int, int, PlanConfig] | None = None  # ``_config``'s last answer
 
     # -- the Scheduler interface ------------------------------------------------------------
 
@@ -159,7 +164,11 @@ class PagingScheduler:
         foreign: tuple[int, ...] = ()
         if state is not None:
             row_of = history.row_of
-            foreign = tuple(p for s in state.slots if s.kind == RECALL for p in s.pages if p not in row_of)
+            # which slots are recall blocks is a fact of the slots alone: the last plan's, if these are its
+            prior = self._prior[-1] if self._prior is not None else None
+            recalls = ([state.slots[j] for j in prior.recall] if prior is not None and prior.slots is state.slots
+                       else [s for s in state.slots if s.kind == RECALL])
+            foreign = tuple(p for s in recalls for p in s.pages if p not in row_of)
         return Lookups(self.recall_request(history, state), foreign)
 
     def schedule(self, inputs: CallInputs, state: Layout | None) -> ScheduleResult:
@@ -283,10 +292,18 @@ class PagingScheduler:
         keep = notes[-o.max_notes :] if o.max_notes else []
         if not pins and not keep and not state_text:
             return GuardResult("", (), (), (), bool(o.l1_cap) and fixed_tokens > o.l1_cap)
-        return guard_card(
+        # a pure function of these (the options and the counter are the scheduler's): the last one is
+        # kept, as the card changes only when a pin or note is added (issue 23)
+        key = (o, tuple(pins), tuple(keep), first, fixed_tokens, state_text)
+        memo = self._carded
+        if memo is not None and memo[0][0] is o and memo[0][1:] == key[1:]:
+            return memo[1]
+        guard = guard_card(
             fixed_tokens, items("pin", pins), items("note", keep, first), o.l1_cap, self.counter.count,
             overhead=MESSAGE_OVERHEAD, state=state_text,
         )
+        self._carded = (key, guard)
+        return guard
 
     def _focus_terms(self, call: PagingCall) -> frozenset[str]:
         """Return the active task's terms: pinned goals and the latest user message but the first."""
@@ -302,29 +319,32 @@ class PagingScheduler:
         return h.task_resumed()
 
     def _need(
-        self, table: PageTable, pinned: np.ndarray, clock: int, history: History, mixed: bool | None = None
-    ) -> tuple[np.ndarray, float, float]:
-        """Return the objective's inputs: per row the calls expected to need it within each horizon
-        (``heat.NEEDS``), the history tokens a call adds on average, and the calls the session is
-        expected to have left: a session that has lasted ``c`` calls, about ``c`` more (at least
-        ``MIN_LIFE``).
+        self, cols: Mapping[str, np.ndarray], task: np.ndarray | None, clock: int, history: History, mixed: bool
+    ) -> np.ndarray:
+        """Return per row of ``cols`` the calls expected to need it within each horizon (``heat.NEEDS``).
 
-        ``mixed``: whether the whole history holds pages of another task than the active one, when
-        ``table`` holds only some of its rows (the growth returned is then that of those rows).
+        ``cols``: the page table's ``kind``, ``tokens``, ``created`` and ``last_ref`` of the rows asked
+        about (all of the history's, or a few); ``task``: whether each belongs to the active task (None:
+        ``task_focus`` is off); ``mixed``: whether the whole history holds pages of another task.
         """
-        need = NEEDS.expected(table, clock, self.options.need_scale)
-        if mixed is None:
-            mixed = table.task is not None and not table.task.all()
-        if self.options.task_focus and table.task is not None and mixed:
-            # the working set follows the task: a page of another task is less likely to be needed,
-            # and the active task's pages count their age from when the agent returned to it
-            start = self._task_start(history)
-            if start is not None:
-                back = np.where(table.task, np.maximum(table.last_ref, start), table.last_ref)
-                need = NEEDS.expected(attrs.evolve(table, last_ref=back), clock, self.options.need_scale)
-            need = np.where(table.task[:, None], need, need * TASK_AWAY)
-        growth = float(table.tokens[~pinned].sum()) / max(clock, 1)
-        return need, growth, float(max(clock, MIN_LIFE))
+        focus = self.options.task_focus and task is not None and mixed
+        last_ref = cols["last_ref"]
+        start = self._task_start(history) if focus else None
+        if start is not None:
+            # the working set follows the task: the active task's pages count their age from when
+            # the agent returned to it
+            last_ref = np.where(task, np.maximum(last_ref, start), last_ref)
+        need = NEEDS.expected_of(cols["kind"], cols["tokens"], cols["created"], last_ref, clock,
+                                 self.options.need_scale)
+        if focus:
+            need = np.where(task[:, None], need, need * TASK_AWAY)  # another task's page: less likely needed
+        return need
+
+    @staticmethod
+    def _growth_life(h: History, tokens: np.ndarray, npin: int) -> tuple[float, float]:
+        """Return the history tokens a call adds on average, and the calls the session is expected to have
+        left: a session that has lasted ``c`` calls, about ``c`` more (at least ``MIN_LIFE``)."""
+        return float(tokens[npin:].sum()) / max(h.clock, 1), float(max(h.clock, MIN_LIFE))
 
     def _need_rows(self, inp: PlanInput, h: History, cols: Mapping[str, np.ndarray], rows: np.ndarray,
                    npin: int) -> PlanInput:
@@ -334,22 +354,16 @@ class PagingScheduler:
         only whether the history mixes tasks is read from the whole task column.
         """
         task = h.task_column() if self.options.task_focus else None
-        sub = PageTable(
-            page_id=cols["page"][rows], created=cols["created"][rows], last_ref=cols["last_ref"][rows],
-            ref_count=cols["ref_count"][rows], tokens=cols["tokens"][rows], kind=cols["kind"][rows],
-            stale=cols["stale"][rows], relevance=np.zeros(len(rows)),
-            task=task[rows] if task is not None else None,
-        )
-        part, _growth, life = self._need(sub, np.zeros(len(rows), dtype=bool), h.clock, h,
-                                         mixed=task is not None and not task.all())
+        sub = {name: cols[name][rows] for name in ("kind", "tokens", "created", "last_ref")}
+        part = self._need(sub, task[rows] if task is not None else None, h.clock, h,
+                          mixed=task is not None and not task.all())
         need = np.zeros((len(h), part.shape[1]))  # calloc: untouched pages cost nothing
         need[rows] = part
-        growth = float(cols["tokens"][npin:].sum()) / max(h.clock, 1)
+        growth, life = self._growth_life(h, cols["tokens"], npin)
         return attrs.evolve(inp, need=need, growth=growth, life=life)
 
-    def _scorer(self, h: History, cols: Mapping[str, np.ndarray], pinned: np.ndarray, npin: int,
-                focus: frozenset[str], compact_of: Sequence[Mapping[str, Any]] | None = None,
-                ) -> Callable[..., PlanInput]:
+    def _scorer(self, h: History, cols: Mapping[str, np.ndarray], npin: int, focus: frozenset[str],
+                compact_of: Sequence[Mapping[str, Any]] | None = None) -> Callable[..., PlanInput]:
         """Return the planner's deferred scoring of ``h``: heat and need, asked for only when used.
 
         ``compact_of``: the request's messages, when rounds write compact lines; a round's scoring
@@ -372,7 +386,11 @@ class PagingScheduler:
                 overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
             )
             heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
-            need, growth, life = self._need(table, pinned, h.clock, h) if o.objective and n else (None, 0.0, 0.0)
+            need, growth, life = None, 0.0, 0.0
+            if o.objective and n:
+                need = self._need(cols, table.task if o.task_focus else None, h.clock, h,
+                                  mixed=not table.task.all())
+                growth, life = self._growth_life(h, table.tokens, npin)
             if compact_of is not None:
                 h.fill_compact_tokens(compact_of)
                 inp = attrs.evolve(inp, compact_tokens=h.columns()["compact_tokens"])
@@ -401,29 +419,23 @@ class PagingScheduler:
         card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
         focus = self._focus_terms(call)
 
-        score = self._scorer(h, cols, pinned, npin, focus, sent if o.compact_tokens else None)
+        score = self._scorer(h, cols, npin, focus, sent if o.compact_tokens else None)
 
-        budget = o.budget - call.tools_tokens
-        l1 = int(cols["tokens"][:npin].sum()) + card_tokens
+        cfg = self._config(call.tools_tokens, int(cols["tokens"][:npin].sum()) + card_tokens)
+        budget = cfg.budget
         recall, spans = self._candidates(h, call.hits)
         foreign = call.foreign()
-        cfg = PlanConfig(
-            budget=budget, high=min(budget, l1 + o.high_watermark), low=min(budget, l1 + o.low_watermark),
-            recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
-            recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
-            minor_rounds=o.minor_rounds, task_rounds=o.task_rounds and o.task_focus,
-            compact_tokens=o.compact_tokens, objective=o.objective, keep_room=o.keep_room,
-            recall_leaves=o.recall_leaves,
-        )
         inp = PlanInput(
             page=cols["page"], tokens=cols["tokens"], stub_tokens=cols["stub_tokens"], unit=cols["unit"],
             pinned=pinned, tool=self._stubbable(h, cols["tool"], call.reread), heat=None, card_tokens=card_tokens,
             card=card,
             recall=recall, recall_spans=spans, branch=h.branch, task=h.task if h.first_user is not None else -1,
             compact_tokens=cols["compact_tokens"], foreign=frozenset(foreign), score=score, rows=h.row_of,
+            prior=self._prior_of(h, cut.cut, call.reread),
         )
         prev = call.prev
         result = plan(inp, cfg, prev)
+        self._prior = (h, h.branch, _reread_key(call.reread), result.prior) if not cut.cut else None
         layout = result.layout
         demoted = _demoted(prev, layout)
         rendered, handles = self._render(h, layout, call.messages, foreign, call.reread)
@@ -468,6 +480,40 @@ class PagingScheduler:
             # no commit (a Tantivy commit costs ~0.2 s on the first request of every session)
             flush_index=result.round and (kept < n or bool(demoted)),
         )
+
+    def _config(self, tools_tokens: int, l1: int) -> PlanConfig:
+        """Return the planner's figures for the request's tools and L1 (in tokens); the rest are the options'.
+
+        The last answer is kept: between calls these rarely change (issue 23).
+        """
+        o = self.options
+        memo = self._configs
+        if memo is not None and memo[0] is o and memo[1] == tools_tokens and memo[2] == l1:
+            return memo[3]
+        budget = o.budget - tools_tokens
+        cfg = PlanConfig(
+            budget=budget, high=min(budget, l1 + o.high_watermark), low=min(budget, l1 + o.low_watermark),
+            recent_units=o.recent_units, stub_threshold=o.stub_threshold, inline_max=o.inline_max,
+            recall_pages=o.recall_pages, recall_tokens=o.recall_tokens, old_share=o.old_share,
+            minor_rounds=o.minor_rounds, task_rounds=o.task_rounds and o.task_focus,
+            compact_tokens=o.compact_tokens, objective=o.objective, keep_room=o.keep_room,
+            recall_leaves=o.recall_leaves,
+        )
+        self._configs = (o, tools_tokens, l1, cfg)
+        return cfg
+
+    def _prior_of(self, h: History, cut: Sequence[int] = (), reread: Mapping[str, str] | None = None,
+                  ) -> Prior | None:
+        """Return the last plan's ``Prior`` while its table is this one's with rows appended, else None.
+
+        That is: the same ``History`` on the same branch (a mirror gains rows between calls; a fork or a
+        reload is a new branch or object), with L1 as the mirror holds it (not ``cut`` to the L1 cap),
+        and the same stubbable rows (``reread``: the request's tools say which file reads are).
+        """
+        memo = self._prior
+        if memo is None or cut or memo[0] is not h or memo[1] != h.branch or memo[2] != _reread_key(reread):
+            return None
+        return memo[3]
 
     def _stubbable(self, h: History, tool: np.ndarray, reread: Mapping[str, str] | None) -> np.ndarray:
         """Return the rows that may be stubbed: every tool output, or (no expand) re-readable file reads.
@@ -606,6 +652,11 @@ class PagingScheduler:
         self._layered = (h, (h.branch, npin), layout.slots, cum) if reuse else None
         layers = {"l1": card_tokens + l1, "l2": l2, "stubs": stubs, "l3": l3, "tools": tools_tokens}
         return layers, kept, stubbed
+
+
+def _reread_key(reread: Mapping[str, str] | None) -> Any:
+    """Return what ``_stubbable`` reads of ``reread``, comparable with ``==``."""
+    return None if reread is None else tuple(sorted(reread.items()))
 
 
 def _demoted(prev: Layout | None, new: Layout) -> set[int]:
