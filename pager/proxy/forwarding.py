@@ -11,6 +11,7 @@ as read when it is first built), so what is verified does not change.
 from __future__ import annotations
 
 import functools
+import http.cookiejar
 import re
 import ssl
 import threading
@@ -42,7 +43,19 @@ def upstream_client(timeout: float, connect_timeout: float) -> httpx.AsyncClient
     """Return an upstream client: ``timeout`` between bytes, the process's TLS context, a pool of keep-alives."""
     limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=connect_timeout), limits=limits,
-                             verify=tls_context())
+                             verify=tls_context(), cookies=_no_cookies())
+
+
+def _no_cookies() -> http.cookiejar.CookieJar:
+    """A cookie jar that keeps nothing.
+
+    One client serves every agent of the proxy, and httpx keeps the cookies a
+    response sets and sends them with every later request to that host: one
+    client's session cookie would go upstream with everybody's requests. The
+    ``Set-Cookie`` still reaches the client it was meant for (the response's
+    headers are relayed), and a client's own ``Cookie`` header is forwarded.
+    """
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
 
 
 # query parameters known to carry no credential (Claude Code's ?beta=true, Azure's api-version)
