@@ -221,11 +221,12 @@ def test_the_answer_given_at_once_is_the_answer_after_the_commit():
     owner=st.booleans(),
 )
 # one answer of each kind whatever is drawn: nothing beyond the session, asked before (answered at once);
-# a shared page of another session in the running batch (the answer waits)
+# nothing beyond it asked before, then a shared page of another session in the running batch (the answer
+# must wait for it: True after the commit)
 @example(committed=[("session", "A", "", "p")], added=[("session", "A", "", "p")], replaced=[], deleted=[],
          asked_before=True, cross=True, owner=False)
 @example(committed=[("session", "A", "", "p")], added=[("shared", "B", "", "p")], replaced=[], deleted=[],
-         asked_before=False, cross=True, owner=False)
+         asked_before=True, cross=True, owner=False)
 def _answer_at_once(seen, committed, added, replaced, deleted, asked_before, cross, owner):
     ask = dict(session="A", audiences=(owner_audience("A"),) if owner else (pool_audience("p"),),
                cross_session=cross)
