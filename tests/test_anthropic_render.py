@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 import pager
 from pager.formats import breakpoints as bp
@@ -106,7 +107,7 @@ def _tools(rng: random.Random) -> list[Any] | None:
     return tools
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(30, 80), deadline=None)
 @given(seed=st.integers(0, 100_000))
 def test_memoised_render_equals_a_fresh_one(seed: int) -> None:
     rng = random.Random(seed)
@@ -186,7 +187,8 @@ def _place_reference(slots: list[bp.Slot], *, l1: int, stable: int, previous: in
 _slot = st.builds(bp.Slot, st.integers(-1, 40), st.booleans(), st.booleans())
 
 
-@settings(max_examples=400, deadline=None)
+# 150 examples in the suite (400 in the full campaign, tests/sizes.py): up to 90 slots of every kind per draw
+@settings(max_examples=examples(150, 400), deadline=None)
 @given(slots=st.lists(_slot, max_size=90), l1=st.integers(0, 42), stable=st.integers(0, 42),
        previous=st.one_of(st.none(), st.integers(0, 42)), mode=st.sampled_from(MODES))
 def test_place_on_columns_equals_the_walk(slots: list[bp.Slot], l1: int, stable: int, previous: int | None,

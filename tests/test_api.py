@@ -12,6 +12,7 @@ from pager.storage.sqlite import SCHEMA_VERSION, SQLiteStore
 from pager.core.tokens import HeuristicCounter
 
 from helpers import assistant, big_text, call, coding_session, system, tool, user
+from sizes import size
 
 
 class CountingCounter(HeuristicCounter):
@@ -124,8 +125,11 @@ def test_l1_too_big_raises_budget_error_with_amount(tmp_path):
 
 
 def test_budget_never_exceeded_and_l1_always_present(tmp_path):
-    history = coding_session(120, output_lines=60)
+    # 60 steps in the suite (120 in the full campaign, tests/sizes.py): the history outgrows the window
+    # within a few steps, so the suite's session already has dozens of rounds (asserted)
+    history = coding_session(size(60, 120), output_lines=60)
     budget_window = 12_000
+    rounds = 0
     with open_pager(tmp_path, context_window=budget_window, output_reserve=1_000,
                     high_watermark=6_000, low_watermark=3_000) as p:
         for n in range(3, len(history) + 1):
@@ -135,6 +139,8 @@ def test_budget_never_exceeded_and_l1_always_present(tmp_path):
             assert p.last_report.tokens <= 11_000
             assert out[0] == history[0] and out[1] == history[1]
             assert pairing.check(out) == []
+            rounds += p.last_report.round
+    assert rounds >= 10
 
 
 def test_big_tool_output_is_stubbed_and_expandable(tmp_path):

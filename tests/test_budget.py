@@ -8,6 +8,7 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 from pager.core.budget import (
     BudgetAction,
@@ -152,7 +153,7 @@ def claim(state, action):
 ORDER = {"continue": 0, "remind": 1, "fallback": 2, "rollover": 3}
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(100, 300))
 @given(
     cfg=st.builds(
         BudgetConfig,

@@ -11,6 +11,7 @@ import shlex
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 from pager.core import fileread
 from pager.core.fileread import file_read_path
@@ -29,7 +30,7 @@ _BITS = st.sampled_from([
 ])
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(150, 500), deadline=None)
 @given(command=st.lists(_BITS, max_size=12).map("".join) | st.text(max_size=60))
 @example(command="cat a\x0bb")  # \x0b is whitespace to str.split, not to shlex
 @example(command="cat a\xa0b")

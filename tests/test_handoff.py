@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 from pager.errors import PagerError, ToolError
 from pager.core.handoff import (
@@ -217,6 +218,7 @@ _relpath = st.lists(
 ).map("/".join)
 
 
+@settings(max_examples=examples(40, 100))  # the hypothesis default (100) in the full campaign
 @given(
     reqs=st.lists(st.builds(Requirement, _text, _text), max_size=3),
     inf=st.lists(_text, max_size=3),

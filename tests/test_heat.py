@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from sizes import examples
 
 from helpers import python_lines
 from pager.core import heat
@@ -521,12 +522,12 @@ def tables(draw: st.DrawFn, values: st.SearchStrategy[int] = i64) -> PageTable:
 ALL = [get_policy(name) for name in SHIPPED] + [Smallest()]
 
 # Each example is a whole table of up to 40 rows over the full int64 range (nan and inf in
-# relevance), so a property over whole tables sees up to 40 rows per example. These example
-# counts (about half of what they were) still put thousands of rows through the policies;
-# the old ones were ~10 s of the suite's CPU, mostly hypothesis drawing the arrays.
+# relevance), so a property over whole tables sees up to 40 rows per example. The suite's
+# counts (tests/sizes.py; the full campaign's are the ones before them) still put several
+# hundred rows through every policy; the time goes mostly to hypothesis drawing the arrays.
 
 
-@settings(max_examples=70, deadline=None)
+@settings(max_examples=examples(30, 70), deadline=None)
 @given(table=tables(), clock=i64, which=st.integers(0, len(ALL) - 1))
 def test_prop_finite_and_permutation(table: PageTable, clock: int, which: int) -> None:
     policy = ALL[which]
@@ -540,7 +541,7 @@ def test_prop_finite_and_permutation(table: PageTable, clock: int, which: int) -
     assert (pid[1:] < pid[:-1])[s[1:] == s[:-1]].all()
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(25, 50), deadline=None)
 @given(table=tables(small), clock=small, which=st.integers(0, len(SHIPPED) - 1), data=st.data())
 def test_prop_rowwise(table: PageTable, clock: int, which: int, data: st.DataObject) -> None:
     """A row's score depends on that row only: filtering candidates never reorders the rest."""
@@ -549,7 +550,7 @@ def test_prop_rowwise(table: PageTable, clock: int, which: int, data: st.DataObj
     assert np.array_equal(policy.score(table, clock)[perm], policy.score(table.take(perm), clock))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(25, 50), deadline=None)
 @given(table=tables(small), clock=small, row=st.integers(0, 39), data=st.data())
 def test_prop_monotone_evidence(table: PageTable, clock: int, row: int, data: st.DataObject) -> None:
     """More references, more relevance, fresher, smaller, not stale: never colder."""
@@ -577,7 +578,7 @@ def test_prop_monotone_evidence(table: PageTable, clock: int, row: int, data: st
     assert delta(ref, bump("tokens", int(table.tokens[row]) + 10_000)) <= 0
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(20, 40), deadline=None)
 @given(
     half_life=st.floats(1e-6, 1e12),
     ref_weight=st.floats(0, 1e6),

@@ -21,6 +21,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 import pager
 from pager.core.describe import brief
@@ -185,7 +186,9 @@ BASES = {
 }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 50 examples in the suite (150 in the full campaign, tests/sizes.py): each draws a format, a position and a value
+# of every hostile kind: 50 reach each format's keys and strings
+@settings(max_examples=examples(50, 150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fmt=st.sampled_from(sorted(BASES)), where=st.integers(0, 10**6), value=hostile, key=hostile_key,
        on_key=st.booleans(), named=st.booleans())
 def test_a_hostile_value_at_any_string_position_of_any_format_is_typed(fmt, where, value, key, on_key, named):
@@ -204,7 +207,7 @@ def test_a_hostile_value_at_any_string_position_of_any_format_is_typed(fmt, wher
             orjson.dumps(out["messages"] if "messages" in out else out["input"])  # what it sends is JSON
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(100, 200), deadline=None)
 @given(st.recursive(st.one_of(hostile, st.text()), lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.one_of(st.text(max_size=3), hostile_key), inner, max_size=3)),
     max_leaves=10))

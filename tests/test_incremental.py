@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 import pager
 from pager.core.heat import HORIZONS, NEEDS, PageTable, _age
@@ -170,7 +171,9 @@ def _apply(p: Any, history: list[dict[str, Any]], op: tuple[Any, ...], n: int) -
     return history
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 10 examples in the suite (25 in the full campaign, tests/sizes.py): each example is a session of random calls of
+# every kind (steps, forks, behind, copies), the mirror rebuilt after each
+@settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS)
 def test_kept_structures_equal_a_rebuild_after_random_calls(ops):
     history = [system("You are a coding agent."), user("fix compute_1 in src/app/config.py")]
@@ -216,7 +219,9 @@ def test_the_columns_are_read_only_views():
 # -- the planner's deferred scoring decides as the eager one did --------------------------------------
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 8 examples in the suite (15 in the full campaign, tests/sizes.py): the same random sessions; that rounds, tail
+# rows and plain calls all occur is asserted by test_deferred_scoring_runs_for_rounds_and_tail_rows
+@settings(max_examples=examples(8, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
 def test_deferred_heat_and_need_plan_as_computing_them_every_call(monkeypatch_plan, ops):
     # a window where an output can be over inline_max yet under budget / 4: the objective weighs it at the tail

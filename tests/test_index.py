@@ -10,6 +10,7 @@ import pytest
 import pager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 from pager.core.pools import owner_audience, pool_audience
 from pager.errors import RecallIndexError
@@ -395,7 +396,7 @@ def prop_ix() -> PageIndex:
     return index
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(80, 200), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     query=st.text(max_size=300),
     exclude=st.sets(st.integers(1, 60), max_size=30),

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 from pager.core import termscan
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(150, 500), deadline=None)
 @given(text=st.text(st.characters(codec="ascii"), max_size=80) | st.text(max_size=80))
 @example(text="a\x1fb")
 @example(text="a\x1cb")

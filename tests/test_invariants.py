@@ -12,6 +12,7 @@ from __future__ import annotations
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 import pager
 from pager.core import pairing
@@ -66,7 +67,9 @@ def _check(history, out, budget_tokens, report):
     assert seen == sorted(seen)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 10 examples in the suite (25 in the full campaign, tests/sizes.py): each example is a whole session (up to 40
+# steps, outputs of up to 3000 lines) assembled at every prefix: rounds and BudgetError at the 6k window
+@settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     history=histories(),
     window=st.sampled_from([6_000, 20_000, 200_000]),

@@ -9,6 +9,7 @@ consecutive calls send the same bytes for L1 (the provider's cache holds).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -45,6 +46,11 @@ def _materialise(v: Any) -> Any:
 
 def sdk_valid(fmt: str, out: dict[str, Any]) -> None:
     """Validate ``out`` against the provider SDK's request type (raises on an invalid request)."""
+    _materialise(_adapter(fmt).validate_python(out))
+
+
+@functools.cache  # building one is ~0.25 s of CPU (pydantic compiles the SDK's whole TypedDict tree): once a format
+def _adapter(fmt: str) -> TypeAdapter[Any]:
     if fmt == "chat":
         from openai.types.chat import completion_create_params as m
 
@@ -57,7 +63,7 @@ def sdk_valid(fmt: str, out: dict[str, Any]) -> None:
         from openai.types.responses import response_create_params as m
 
         adapter = TypeAdapter(m.ResponseCreateParamsNonStreaming)
-    _materialise(adapter.validate_python(out))
+    return adapter
 
 
 def request(fmt: str, system: str, turn1: str, more: int = 0) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import attrs
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 from pager.core import plan as P
 from pager.core.plan import FULL, INDEX, STUB, Layout, PlanConfig, PlanInput, Slot, _Mode
@@ -80,7 +81,7 @@ def _table(rng: np.random.Generator, n_units: int) -> PlanInput:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(50, 150), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n_units=st.integers(1, 40), n_recent=st.integers(0, 5),
        start=st.integers(0, 30))
 def test_emit_equals_its_loop(seed: int, n_units: int, n_recent: int, start: int) -> None:
@@ -100,7 +101,7 @@ def test_emit_equals_its_loop(seed: int, n_units: int, n_recent: int, start: int
         inp, u, mode, compact, big, l1, l1_tokens, n_recent)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(25, 60), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), objective=st.booleans())
 def test_append_stubs_the_big_outputs_its_loop_stubbed(seed: int, objective: bool) -> None:
     rng = np.random.default_rng(seed)

@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 from pager.proxy.bodies import BodyCache
 
@@ -109,7 +110,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(50, 150), deadline=None)
 @given(items=st.lists(st.dictionaries(st.text("kq\"]", max_size=3), json_values, max_size=3), max_size=6),
        edits=st.lists(st.tuples(st.integers(0, 8), json_values), max_size=4), indent=st.booleans())
 def test_any_sequence_of_bodies_parses_as_orjson_does(items, edits, indent):

@@ -14,6 +14,7 @@ wire format).
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 import attrs
@@ -21,6 +22,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import examples, size
 
 import pager
 from pager.core import pairing
@@ -44,7 +46,9 @@ _change = st.tuples(st.one_of(st.none(), st.integers(0, 30)), st.one_of(st.none(
                     st.lists(_message, max_size=5))
 
 
-@settings(max_examples=300, deadline=None)
+# 100 examples in the suite (300 in the full campaign): each draws up to 6 changes of every kind (a cut,
+# an edited old message, calls without results, results without calls) over 5 ids that collide often
+@settings(max_examples=examples(100, 300), deadline=None)
 @given(first=st.lists(_message, max_size=12), changes=st.lists(_change, max_size=6))
 def test_normalize_after_equals_normalize(first: list[dict[str, Any]], changes: list[Any]) -> None:
     msgs = first
@@ -119,8 +123,14 @@ def _to_anthropic(msgs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"model": "m", "max_tokens": 64, "system": system, "messages": out}
 
 
-def _run(steps: list[tuple[str, Any]], opts: dict[str, Any]) -> None:
-    """Feed the same requests to a reusing session and a from-scratch one; every output must be equal."""
+def _run(steps: list[tuple[str, Any]], opts: dict[str, Any]) -> Counter[str]:
+    """Feed the same requests to a reusing session and a from-scratch one; every output must be equal.
+
+    Return how many calls there were and how many of them were a round, a fork, behind the recorded
+    branch or recalled pages: the cases a reusing call must get right, so that a test can assert its
+    session (shortened in the suite, tests/sizes.py) still reaches them.
+    """
+    seen: Counter[str] = Counter()
     with pager.open(":memory:", **opts) as a, pager.open(":memory:", **opts) as b:
         for kind, request in steps:
             kw: dict[str, Any] = {"reread_only": True} if opts.get("expose_tools") is False else {}
@@ -139,6 +149,10 @@ def _run(steps: list[tuple[str, Any]], opts: dict[str, Any]) -> None:
             # each page in at most one slot (``paging._demoted`` compares only the layouts' tails)
             pages = [s.page for s in sa.scheduler.slots if s.kind in ("full", "stub")]
             assert len(pages) == len(set(pages))
+            report = a.last_report
+            seen.update(calls=1, round=report.round, fork=report.changed_from is not None,
+                        behind=report.behind > 0, recalled=report.pages_recalled > 0, **{kind: 1})
+    return seen
 
 
 def _session(seed: int, n_steps: int) -> list[dict[str, Any]]:
@@ -181,28 +195,43 @@ def _growing(msgs: list[dict[str, Any]], rng: random.Random, edits: bool) -> lis
 ])
 def test_a_reusing_session_emits_what_a_from_scratch_one_does(opts: dict[str, Any]) -> None:
     rng = random.Random(5)
-    _run(_growing(_session(3, 70), rng, edits=True), {"session": "s", **opts})
+    # 35 steps in the suite (70 in the full campaign; a call's cost grows with the session, so half the
+    # steps is a quarter of the time): each of the four sessions still has at least two rounds, forks,
+    # overtaken requests and recalls (measured 4-9, 5-20, 2, 2-9)
+    seen = _run(_growing(_session(3, size(35, 70)), rng, edits=True), {"session": "s", **opts})
+    assert min(seen["round"], seen["fork"], seen["behind"], seen["recalled"]) >= 2, seen
+
+
+def test_reuse_holds_under_random_edits() -> None:
+    seen: Counter[str] = Counter()
+    _random_edits(seen)
+    # over the examples (one session each may be too short for a round): rounds, forks and recalls happen
+    assert min(seen["round"], seen["fork"], seen["recalled"]) > 0, seen
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000))
-def test_reuse_holds_under_random_edits(seed: int) -> None:
+def _random_edits(seen: Counter[str], seed: int) -> None:
     rng = random.Random(seed)
-    _run(_growing(_session(seed, 40), rng, edits=True), {"session": "s", "context_window": 5000})
+    # 25 steps in the suite (40 in the full campaign): a session of 20 already had 2-3 rounds and 4-6 forks
+    seen.update(_run(_growing(_session(seed, size(25, 40)), rng, edits=True), {"session": "s", "context_window": 5000}))
 
 
 def test_switching_the_wire_format_between_calls() -> None:
-    msgs = _session(11, 40)
+    # 20 steps in the suite (40 in the full campaign): still a dozen rounds, and calls in each format
+    msgs = _session(11, size(20, 40))
     steps = _growing(msgs, random.Random(1), edits=False)
     mixed = [("anthropic", _to_anthropic(req["messages"])) if i % 3 == 1 else (k, req)
              for i, (k, req) in enumerate(steps)]
-    _run(mixed, {"session": "s", "context_window": 6000})
+    seen = _run(mixed, {"session": "s", "context_window": 6000})
+    assert seen["round"] >= 5 and seen["anthropic"] >= 5 and seen["chat"] >= 10, seen
 
 
 # -- a format converting only what follows the head of the last call's list ------------------------
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 10 examples in the suite (25 in the full campaign): each converts 6 growing lists with random edits
+@settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000))
 def test_anthropic_conversion_reuses_only_the_same_objects(seed: int) -> None:
     from pager.formats.anthropic_messages import AnthropicMessages
@@ -248,7 +277,7 @@ def _items(spec: list[Any], base: int) -> list[dict[str, Any]]:
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(30, 60), deadline=None)  # each draws up to 5 growths of every item kind
 @given(first=st.lists(_ITEM, max_size=6), more=st.lists(st.tuples(st.lists(_ITEM, max_size=4), st.integers(0, 9)),
                                                         max_size=5))
 def test_responses_conversion_reuses_only_the_same_objects(first: list[Any], more: list[Any]) -> None:

@@ -14,10 +14,13 @@ import pager
 from pager import session as session_module
 from pager.lab.synth import generate_session
 from pager.session import SessionState
+from sizes import size
 
 
 def test_the_saved_row_is_the_state_after_every_call() -> None:
-    _h, msgs = generate_session(9, 80, big_every=5)
+    # 40 steps in the suite (80 in the full campaign, tests/sizes.py): two rounds that demote, dozens of
+    # calls that do not (asserted at the end)
+    _h, msgs = generate_session(9, size(40, 80), big_every=5)
     bounds = [k for k in range(2, len(msgs) + 1) if k == len(msgs) or msgs[k]["role"] == "assistant"]
     kept = grew = 0
     with pager.open(":memory:", session="s", context_window=6000, log_reports=False) as p:
@@ -55,7 +58,8 @@ class _NoScheduler:
 
 def test_two_sessions_in_turn_keep_their_own_rows() -> None:
     """The memo is one entry for the process: two sessions alternating must each save their own set."""
-    _h, msgs = generate_session(2, 60, big_every=4)
+    # 30 steps in the suite (60 in the full campaign): both sessions have demoted pages, and not the same
+    _h, msgs = generate_session(2, size(30, 60), big_every=4)
     bounds = [k for k in range(2, len(msgs) + 1) if k == len(msgs) or msgs[k]["role"] == "assistant"]
     with pager.open(":memory:", session="x", context_window=5000, log_reports=False) as x, \
             pager.open(":memory:", session="y", context_window=9000, log_reports=False) as y:
@@ -64,3 +68,5 @@ def test_two_sessions_in_turn_keep_their_own_rows() -> None:
                 p.assemble({"model": "m", "messages": msgs[:k]})
                 assert orjson.loads(orjson.dumps(p.store.load_state(name)["demoted"])) == sorted(
                     p._mirror.state.demoted)
+        assert x._mirror.state.demoted and y._mirror.state.demoted
+        assert x._mirror.state.demoted != y._mirror.state.demoted

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sizes import examples
 
 from helpers import python_lines
 from pager.core import terms
@@ -186,7 +187,7 @@ def test_a_text_under_the_scan_bound_is_scanned_whole() -> None:
     assert len(text) <= MAX_SCAN_CHARS and "last_name_here" in extract_terms(text, limit=10**9)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(80, 200), deadline=None)
 @given(text=st.text(max_size=400), limit=st.integers(0, 50))
 def test_prop_never_raises_and_respects_limit(text: str, limit: int) -> None:
     terms = extract_terms(text, limit=limit)
@@ -320,7 +321,7 @@ def test_relevance_bounds_and_cases() -> None:
     assert relevance(big_focus, big_focus) == 1.0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(80, 200), deadline=None)
 @given(
     page=st.frozensets(st.sampled_from("abcdefghijkl")),
     focus=st.frozensets(st.sampled_from("abcdefghijkl")),

@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from sizes import every, examples
 
 from pager.core import termscan
 from pager.core.terms import MAX_SCAN_CHARS, MAX_TERM_CHARS, SCAN_TAIL_CHARS, extract_terms
@@ -37,15 +38,25 @@ _OLD_SCAN = re.compile(
 
 
 def old_extract_terms(text: str, *, limit: int = 2000) -> frozenset[str]:
+    return frozenset(old_terms_in_order(text, limit=limit))
+
+
+def old_terms_in_order(text: str, *, limit: int = 2000) -> list[str]:
+    """Return the terms the reference keeps, in the order it keeps them.
+
+    The reference stops at ``limit`` distinct terms, so its set for a smaller
+    limit ``k`` is ``frozenset(old_terms_in_order(text, limit=limit)[:k])``:
+    one scan answers every limit up to ``limit``.
+    """
     out: dict[str, None] = {}
     if limit <= 0 or not text:
-        return frozenset()
+        return []
     for term in _old_scan(_old_scanned(text)):
         if term not in out and len(term) <= MAX_TERM_CHARS:
             out[term] = None
             if len(out) >= limit:
                 break
-    return frozenset(out)
+    return list(out)
 
 
 def _old_scanned(text: str) -> str:
@@ -174,7 +185,9 @@ def _texts() -> st.SearchStrategy[str]:
     return pieces | st.text(max_size=200)
 
 
-@settings(max_examples=600, deadline=None)
+# 200 examples in the suite (600 in the full campaign): the @examples below pin the edges found so far
+# (lookarounds, "line N", the join mark, a small limit), the pieces make every draw hit several of them
+@settings(max_examples=examples(200, 600), deadline=None)
 @given(text=_texts(), limit=st.sampled_from([2000, 1, 2, 3, 5, 8]))
 @example(text="line 42.5 Line 1234 engine 7 `word` call( x-1 `kebab-case`", limit=2000)
 @example(text="query(x) `widget` widget` `widget well-known `well-known` (query)", limit=2000)
@@ -184,7 +197,7 @@ def test_prop_same_terms_as_the_reference(text: str, limit: int) -> None:
     assert extract_terms(text, limit=limit) == old_extract_terms(text, limit=limit)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100, 300), deadline=None)  # the pieces hit every alternative in a few draws
 @given(text=_texts())
 def test_prop_a_tokens_kind_follows_from_its_text(text: str) -> None:
     """What _match_terms assumes: the token alone tells which alternative of the scan matched it."""
@@ -193,7 +206,7 @@ def test_prop_a_tokens_kind_follows_from_its_text(text: str) -> None:
     ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100, 300), deadline=None)  # as above; the Unicode spaces are among the pieces
 @given(text=_texts())
 def test_prop_chunks_hold_every_match(text: str) -> None:
     """The matches of the chunks, in order, are the matches of the whole text (either way of chunking)."""
@@ -248,12 +261,17 @@ def test_same_terms_as_the_reference_on_every_trace_message(traces_dir) -> None:
     from pager.core.messages import message_text
     from pager.lab.replay.session import discover, load_session
 
-    checked = 0
-    for path in discover([traces_dir]):
-        for message in load_session(path).messages:
-            text = message_text(message)
-            for limit in (2000, 25):
-                new, old = extract_terms(text, limit=limit), old_extract_terms(text, limit=limit)
-                assert new == old, (path.name, text[:200], sorted(new ^ old)[:10])
-            checked += 1
-    assert checked > 1000
+    # each distinct text once (a text repeated in the traces is the same check again), in trace order
+    texts = list(dict.fromkeys(message_text(m) for path in discover([traces_dir]) for m in load_session(path).messages))
+    # the suite checks one distinct text in 3 (the full campaign every one): still over a thousand real
+    # messages, among them texts str.split() cannot chunk (asserted below; no trace message is past the
+    # scan bound: test_same_terms_past_the_scan_bound covers that)
+    texts = every(texts, 3)
+    unsplittable = 0
+    for text in texts:
+        in_order = old_terms_in_order(text, limit=2000)
+        for limit in (2000, 25):
+            new, old = extract_terms(text, limit=limit), frozenset(in_order[:limit])
+            assert new == old, (text[:200], sorted(new ^ old)[:10])
+        unsplittable += termscan._NOT_SPLITTABLE.search(text) is not None
+    assert len(texts) > 1000 and unsplittable > 0
