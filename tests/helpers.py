@@ -69,12 +69,14 @@ def take_turns(store: str, session: str, steps: int) -> list[dict[str, Any]]:
     import sys
     from pathlib import Path
 
+    import zygote
+
     tests = Path(__file__).resolve().parent
     code = _TURN_WORKER.format(tests=str(tests))
     history = coding_session(steps)
-    workers = [
-        subprocess.Popen([sys.executable, "-c", code, store, session, str(steps)], cwd=tests.parent,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers = [  # processes of their own, forked with pager imported (tests/zygote.py)
+        zygote.popen([sys.executable, "-c", code, store, session, str(steps)], cwd=tests.parent,
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
     try:
