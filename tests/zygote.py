@@ -42,6 +42,10 @@ import pager, pager.pager  # what every child needs, imported once
 from pager.core.tokens import default_counter
 
 default_counter().count("warm")  # the tokenizer's tables
+try:
+    import pager.storage.postgres  # psycopg, for the PostgreSQL writers
+except ImportError:  # the PostgreSQL extra is not installed: its tests are skipped
+    pass
 wake_r, wake_w = os.pipe()
 os.set_blocking(wake_r, False)
 os.set_blocking(wake_w, False)
