@@ -18,7 +18,7 @@ import pager
 from pager.core.pools import owner_audience, pool_audience
 from pager.errors import RecallIndexError, SchemaError, StoreError
 from pager.storage import pg_index
-from pager.storage.base import RecallIndex, StatUpdate
+from pager.storage.base import RecallIndex
 from pager.storage.pg_index import PgIndex, page_vector
 from pager.storage.postgres import SCHEMA_VERSION, PostgresStore, open_store
 from pager.testing import StoreContract, new_page
