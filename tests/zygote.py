@@ -87,7 +87,8 @@ def child(req, fds):
     except SystemExit as exc:
         code = exit_code(exc.code)
     except BaseException as exc:
-        sys.excepthook(type(exc), exc, exc.__traceback__.tb_next)  # from CODE's first frame, as python -c prints it
+        exc = exc.with_traceback(exc.__traceback__.tb_next)  # from CODE's first frame, as python -c prints it
+        sys.excepthook(type(exc), exc, exc.__traceback__)
         code = 1
     try:
         threading._shutdown()  # as the interpreter does at exit: wait for non-daemon threads
