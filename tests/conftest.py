@@ -51,6 +51,42 @@ def _keep_bytecode() -> None:
 _keep_bytecode()
 
 
+def _share_tls_contexts() -> None:
+    """Build the default TLS context once per worker for every HTTP client built in it.
+
+    Every httpx client (the openai and anthropic SDKs' through httpx2, the proxy's upstream
+    client through httpx) builds a default ``ssl.SSLContext`` when it is made, loading the CA
+    bundle: ~60 ms of CPU each, ~150 times a run (the proxies the tests start and the SDK
+    clients that talk to them). Every test talks plain http to 127.0.0.1, so no context is
+    ever used; one built once serves them all. Only the default (``verify=True``, no client
+    certificate) is shared, keyed by the variables that choose the bundle; any other ``verify``
+    builds its own context as before. The product's own code is not changed: a real
+    ``pager proxy`` builds its one client's context at its start, as before.
+    """
+    import importlib
+    import importlib.util
+
+    for name in ("httpx", "httpx2"):
+        if importlib.util.find_spec(name) is None:
+            continue
+        transports = importlib.import_module(f"{name}._transports.default")
+        build = transports.create_ssl_context
+        built: dict[tuple, object] = {}
+
+        def shared(verify=True, cert=None, trust_env=True, _build=build, _built=built):
+            if verify is not True or cert:
+                return _build(verify=verify, cert=cert, trust_env=trust_env)
+            key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+            if key not in _built:
+                _built[key] = _build(verify=verify, cert=cert, trust_env=trust_env)
+            return _built[key]
+
+        transports.create_ssl_context = shared
+
+
+_share_tls_contexts()
+
+
 def _hypothesis_profile() -> None:
     """No deadline for any property test: a loaded machine makes an example slow, never wrong.
 

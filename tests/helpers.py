@@ -69,12 +69,14 @@ def take_turns(store: str, session: str, steps: int) -> list[dict[str, Any]]:
     import sys
     from pathlib import Path
 
+    import zygote
+
     tests = Path(__file__).resolve().parent
     code = _TURN_WORKER.format(tests=str(tests))
     history = coding_session(steps)
-    workers = [
-        subprocess.Popen([sys.executable, "-c", code, store, session, str(steps)], cwd=tests.parent,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers = [  # processes of their own, forked with pager imported (tests/zygote.py)
+        zygote.popen([sys.executable, "-c", code, store, session, str(steps)], cwd=tests.parent,
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
     try:
@@ -145,3 +147,43 @@ def committed_pages(store: Path) -> int:
         return int(db.execute("SELECT count(*) FROM pages").fetchone()[0])
     finally:
         db.close()
+
+
+def write_pg_sessions(dsn: str, prefix: str, threads: int, batches: int) -> list[int]:
+    """Write ``threads`` sessions at once on PostgreSQL, ``batches`` transactions of 3 pages each; return ids."""
+    import threading
+
+    from pager.storage.base import StatUpdate
+    from pager.storage.postgres import PostgresStore
+    from pager.testing import new_page
+
+    store = PostgresStore(dsn, max_size=threads)
+    out: list[int] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run(t: int) -> None:
+        session = f"{prefix}-{t}"
+        try:
+            branch = store.ensure_session(session)
+            for b in range(batches):
+                with store.transaction():
+                    branch, ids = store.record(
+                        session, branch, None, 3 * b, [new_page(100 * b + i, step=b) for i in range(3)]
+                    )
+                    store.update_stats([StatUpdate(ids[0], last_ref=b, ref_count=1, stale=False)])
+                    store.save_state(session, {"calls": b + 1})
+                with lock:
+                    out.extend(ids)
+        except BaseException as exc:  # collected: a worker thread must not die silently
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    store.close()
+    if errors:
+        raise errors[0]
+    return out

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pager
+import zygote
 
 from helpers import coding_session, take_turns
 
@@ -30,8 +31,8 @@ print("ok")
 def _run_writers(store: Path, jobs: list[tuple[str, int, int]]) -> None:
     code = WRITER.format(tests=str(ROOT / "tests"))
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, str(store), s, str(steps), str(start)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        zygote.popen([sys.executable, "-c", code, str(store), s, str(steps), str(start)],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         for s, steps, start in jobs
     ]
     for p in procs:

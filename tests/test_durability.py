@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import textwrap
 
 import pager
+import zygote
 
 from helpers import coding_session
 
@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent(
 def test_killed_mid_write_leaves_a_store_that_reopens(tmp_path):
     path = tmp_path / "ctx"
     tests_dir = str(__import__("pathlib").Path(__file__).parent)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(path=str(path), tests=tests_dir)])
+    proc = zygote.run([sys.executable, "-c", SCRIPT.format(path=str(path), tests=tests_dir)])
     assert proc.returncode == 9
     history = coding_session(12)
     with pager.open(path, session="s", context_window=200_000) as p:

@@ -231,15 +231,16 @@ with pager.open(sys.argv[1], session="alice/a", owner="alice", scope="project", 
 
 def test_automatic_recall_sees_what_another_process_just_wrote(tmp_path):
     """A reader already open sees, at its next call, a note another process wrote to a pool it may read."""
-    import subprocess
     import sys
+
+    import zygote
 
     store = tmp_path / "ctx"
     with pager.open(store, session="bob/b", owner="bob", recall_min_strength=0) as bob:
         first = [system("agent"), user("status of 5eed7777cafe?")]
         out = bob.assemble({"messages": first})
         assert "5eed7777cafe stays" not in str(out["messages"])
-        subprocess.run([sys.executable, "-c", _WRITER, str(store)], check=True, timeout=120)
+        zygote.run([sys.executable, "-c", _WRITER, str(store)], check=True, timeout=120)
         out = bob.assemble({"messages": first + [{"role": "assistant", "content": "checking 5eed7777cafe"},
                                                  user("and?")]})
         block = out["messages"][-1]["content"]

@@ -6,12 +6,12 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import zygote
 
 import pager
 from pager.core.tokens import HeuristicCounter
@@ -161,8 +161,8 @@ CHILD = textwrap.dedent("""
 def test_sigkill_between_store_and_state_files_is_recovered_on_reopen(tmp_path, where):
     store, state = tmp_path / "ctx", tmp_path / "state"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(store), str(state), where],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = zygote.run([sys.executable, "-c", CHILD, str(store), str(state), where],
+                      capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert "not reached" not in proc.stdout
     # the crash left them apart: the store has the note, the files do not

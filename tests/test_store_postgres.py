@@ -3,18 +3,22 @@ contract, many writers at once, the change feed, migrations and the full-text re
 
 from __future__ import annotations
 
-import multiprocessing
+import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import psycopg
 import pytest
+import zygote
 
 import pager
 
 from pager.core.pools import owner_audience, pool_audience
 from pager.errors import RecallIndexError, SchemaError, StoreError
 from pager.storage import pg_index
-from pager.storage.base import RecallIndex, StatUpdate
+from pager.storage.base import RecallIndex
 from pager.storage.pg_index import PgIndex, page_vector
 from pager.storage.postgres import SCHEMA_VERSION, PostgresStore, open_store
 from pager.testing import StoreContract, new_page
@@ -36,45 +40,24 @@ def store(pg_dsn):
 # -- many writers -------------------------------------------------------------------------
 
 
-def _write_sessions(dsn: str, prefix: str, threads: int, batches: int) -> list[int]:
-    """Write ``threads`` sessions at once, ``batches`` transactions of 3 pages each; return ids."""
-    store = PostgresStore(dsn, max_size=threads)
-    out: list[int] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def run(t: int) -> None:
-        session = f"{prefix}-{t}"
-        try:
-            branch = store.ensure_session(session)
-            for b in range(batches):
-                with store.transaction():
-                    branch, ids = store.record(
-                        session, branch, None, 3 * b, [new_page(100 * b + i, step=b) for i in range(3)]
-                    )
-                    store.update_stats([StatUpdate(ids[0], last_ref=b, ref_count=1, stale=False)])
-                    store.save_state(session, {"calls": b + 1})
-                with lock:
-                    out.extend(ids)
-        except BaseException as exc:  # collected: a worker thread must not die silently
-            errors.append(exc)
-
-    workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    store.close()
-    if errors:
-        raise errors[0]
-    return out
+_WRITER = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from helpers import write_pg_sessions
+print(json.dumps(write_pg_sessions(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))))
+"""
 
 
 def test_many_processes_and_threads_lose_and_duplicate_nothing(pg_dsn):
     procs, threads, batches = 3, 4, 8
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(procs) as pool:
-        results = pool.starmap(_write_sessions, [(pg_dsn, f"p{p}", threads, batches) for p in range(procs)])
+    tests = str(Path(__file__).resolve().parent)
+    writers = [zygote.popen([sys.executable, "-c", _WRITER, tests, pg_dsn, f"p{p}", str(threads), str(batches)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(procs)]
+    results = []
+    for w in writers:  # each a process of its own (tests/zygote.py), its threads writing at once
+        out, err = w.communicate(timeout=120)
+        assert w.returncode == 0, err[-2000:]
+        results.append(json.loads(out))
     ids = [i for r in results for i in r]
     expected = procs * threads * batches * 3
     assert len(ids) == expected and len(set(ids)) == expected

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from helpers import system, user
 
 import pager
+import zygote
 from pager.storage.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # no close, no checkpoint: the WAL holds i
 
 
 def _write_then_die(store: Path, n: int) -> int:
-    out = subprocess.run([sys.executable, "-c", _WRITER, str(store), str(n), str(ROOT)],
+    out = zygote.run([sys.executable, "-c", _WRITER, str(store), str(n), str(ROOT)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == -signal.SIGKILL, out.stderr
     return int(out.stdout.split()[-1])
@@ -133,7 +133,7 @@ def test_opening_while_another_process_writes_raises_no_alarm(tmp_path):
     """The mark is compared under its lock with what the database holds then: a busy writer is no loss."""
     store = tmp_path / "ctx"
     SQLiteStore(store).close()
-    writer = subprocess.Popen([sys.executable, "-c", _BUSY_WRITER, str(store), "40", str(ROOT)])
+    writer = zygote.popen([sys.executable, "-c", _BUSY_WRITER, str(store), "40", str(ROOT)])
     opens = 0
     try:
         with warnings.catch_warnings():
