@@ -88,6 +88,30 @@ def test_run_tasks_keeps_input_order_and_forwards_events():
     assert parallel.run_tasks(_square, [(3,)], jobs=1) == [9]
 
 
+def _worker_state(_: int) -> tuple[str, bool, str | None, str | None]:
+    import os
+    import sys
+
+    from pager.core import tokens
+
+    return (sys.modules["pager"].__file__, tokens._cached_tiktoken.cache_info().currsize > 0,
+            os.environ.get("PYTHONPATH"), os.environ.get("PYTHONSAFEPATH"))
+
+
+def test_workers_start_warm_with_this_checkout_and_this_environment(monkeypatch):
+    import os
+
+    import pager
+
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "") + os.pathsep + "/nonexistent")
+    for state in parallel.run_tasks(_worker_state, [(0,), (1,)], jobs=2):
+        # the fork server loaded the counter, from the package this process runs
+        assert state == (pager.__file__, True, os.environ["PYTHONPATH"], os.environ.get("PYTHONSAFEPATH"))
+    # sys.path changed since the server started: its modules may be another checkout's, so spawn
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "data"))
+    assert parallel._context().get_start_method() == "spawn"
+
+
 def _fake_open(path, session, **options):  # pager.open's signature, no store
     class Fake:
         last_report = None
