@@ -136,8 +136,9 @@ def _warm_server() -> bool:
 
     A worker takes this process's sys.path before it imports anything (``spawn``'s
     preparation data), and so must the server's preloaded imports, or a worker could
-    run another checkout's pager. Python before 3.14 does not give the server that
-    path, so the server is started with it in ``PYTHONPATH`` and with ``PYTHONSAFEPATH``
+    run another checkout's pager. multiprocessing hands the server that path but
+    (3.10 to 3.13 at least) does not apply it before the preload, so the server is started
+    with it in ``PYTHONPATH`` and with ``PYTHONSAFEPATH``
     (no working directory first). Where that cannot hold (Python 3.10, ``-E`` / ``-I``),
     the server is a plain one, each worker importing for itself as before. If sys.path
     changes after the server started, the workers of later runs are spawned afresh.
