@@ -109,8 +109,14 @@ def _worker_state(_: int) -> tuple[str, bool, str | None, str | None]:
 
 def test_workers_start_warm_with_this_checkout_and_this_environment(monkeypatch):
     import os
+    from multiprocessing import forkserver
 
     import pager
+
+    # a fork server another test of this process started (a plain one) stays as it is: stop it, so
+    # that this run starts the warm one (multiprocessing starts a stopped server again when needed)
+    forkserver._forkserver._stop()
+    parallel._warm_path = None
 
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "") + os.pathsep + "/nonexistent")
     for state in parallel.run_tasks(_worker_state, [(0,), (1,)], jobs=2):
