@@ -124,7 +124,7 @@ def _freeze_heap() -> None:
 # test collected last (test_traces.py sorts near the end) can leave one worker running it
 # alone while the other has finished. Started first, they overlap with everything else.
 LONGEST_FIRST = (  # by their duration on a clean clone (--durations), the longest first
-    "tests/test_traces.py::test_replay_every_trace_without_error_or_violation",
+    "tests/test_traces.py::test_replay_representative_traces_without_error_or_violation",
     "tests/test_reuse.py::test_reuse_holds_under_random_edits",
     "tests/test_pools_proxy.py::test_through_the_proxy_the_visible_set_is_exactly_the_specified_one[postgres]",
     "tests/test_invariants.py::test_invariants_hold_on_every_prefix",

@@ -18,11 +18,17 @@ Nothing outside ``pager.lab`` imports it; ``pager.cli`` names the lab's commands
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[1] / "pager"
+import pytest
+
+from _package_source import PKG, SOURCE_GROUP, trees
+
+pytestmark = pytest.mark.xdist_group(SOURCE_GROUP)  # one parse of the package for this file and
+# tests/test_function_length.py (tests/_package_source.py)
 
 # (name, top-level names of pager/ in it); "" is the package root (pager/__init__.py)
 LAYERS = [
@@ -47,13 +53,19 @@ def _module(path: Path) -> str:
 
 
 def _imports() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {}
-    modules = {_module(p) for p in PKG.rglob("*.py")}
-    for path in PKG.rglob("*.py"):
+    """Return the import graph (module -> the package modules it imports); a copy, free to change."""
+    return {name: set(deps) for name, deps in _graph().items()}
+
+
+@functools.cache  # built once per process: five tests read it
+def _graph() -> dict[str, frozenset[str]]:
+    graph: dict[str, frozenset[str]] = {}
+    modules = {_module(p) for p, _ in trees()}
+    for path, tree in trees():
         name = _module(path)
         pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -71,7 +83,7 @@ def _imports() -> dict[str, set[str]]:
             for t in targets:
                 if t in modules and t != name:
                     deps.add(t)
-        graph[name] = deps
+        graph[name] = frozenset(deps)
     return graph
 
 

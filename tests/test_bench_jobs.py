@@ -41,11 +41,21 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def test_bench_figures_do_not_depend_on_jobs(sessions, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def three_sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # in input order middle, shortest, longest: submitted longest first (5, 3, 4) and finished, on two
+    # workers, in the order 3, 5, 4: input order differs from both
+    d = tmp_path_factory.mktemp("three")
+    for seed, steps in ((3, 10), (4, 6), (5, 14)):
+        write_session(d / f"s{seed}.jsonl", seed=seed, n_steps=steps)
+    return d
+
+
+def test_bench_figures_do_not_depend_on_jobs(three_sessions, tmp_path, capsys):
     docs = []
     for jobs in (1, 2):
         out = tmp_path / f"j{jobs}.json"
-        rc = main(["bench", str(sessions), "--min-assistant", "1", "--no-progress",
+        rc = main(["bench", str(three_sessions), "--min-assistant", "1", "--no-progress",
                    "--pager", "name=tight,high_watermark=6000,low_watermark=2000",
                    "--jobs", str(jobs), "--json", str(out)])
         assert rc == 0
@@ -56,8 +66,7 @@ def test_bench_figures_do_not_depend_on_jobs(sessions, tmp_path, capsys):
     assert one == two
     assert [s["strategy"] for s in one["summary"]] == [
         "full", "window-32k", "mask-10", "clear-100k", "pager", "tight"]
-    assert [s["id"] for s in one["sessions"]] == ["synth-3-14", "synth-4-10", "synth-5-18",
-                                                  "synth-6-8"]  # input order, not finish order
+    assert [s["id"] for s in one["sessions"]] == ["synth-3-10", "synth-4-6", "synth-5-14"]  # input order
 
 
 def test_one_progress_bar_counts_every_workers_calls(sessions):
@@ -86,6 +95,36 @@ def test_run_tasks_keeps_input_order_and_forwards_events():
     assert got == [i * i for i in range(7)]
     assert events.count("advance") == 7
     assert parallel.run_tasks(_square, [(3,)], jobs=1) == [9]
+
+
+def _worker_state(_: int) -> tuple[str, bool, str | None, str | None]:
+    import os
+    import sys
+
+    from pager.core import tokens
+
+    return (sys.modules["pager"].__file__, tokens._cached_tiktoken.cache_info().currsize > 0,
+            os.environ.get("PYTHONPATH"), os.environ.get("PYTHONSAFEPATH"))
+
+
+def test_workers_start_warm_with_this_checkout_and_this_environment(monkeypatch):
+    import os
+    from multiprocessing import forkserver
+
+    import pager
+
+    # a fork server another test of this process started (a plain one) stays as it is: stop it, so
+    # that this run starts the warm one (multiprocessing starts a stopped server again when needed)
+    forkserver._forkserver._stop()
+    parallel._warm_path = None
+
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "") + os.pathsep + "/nonexistent")
+    for state in parallel.run_tasks(_worker_state, [(0,), (1,)], jobs=2):
+        # the fork server loaded the counter, from the package this process runs
+        assert state == (pager.__file__, True, os.environ["PYTHONPATH"], os.environ.get("PYTHONSAFEPATH"))
+    # sys.path changed since the server started: its modules may be another checkout's, so spawn
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "data"))
+    assert parallel._context().get_start_method() == "spawn"
 
 
 def _fake_open(path, session, **options):  # pager.open's signature, no store

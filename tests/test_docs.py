@@ -275,7 +275,18 @@ def run_doc(path: Path, work: Path, capsys: pytest.CaptureFixture[str]) -> list[
     return not_run
 
 
-@pytest.mark.parametrize("path", DOC_FILES, ids=[p.name for p in DOC_FILES])
+# conftest.GROUPS' group of the tests that import an SDK costing seconds of CPU (anthropic ~3.5 s):
+# a doc whose examples import one runs on the worker that imports it anyway, not on both
+SDK_GROUP = "sdk"
+SDK_IMPORT = re.compile(r"^\s*(?:import|from)\s+anthropic\b", re.M)
+
+
+def doc_param(path: Path) -> Any:
+    heavy = any(SDK_IMPORT.search(code) for lang, code in all_blocks(path) if lang == "python")
+    return pytest.param(path, id=path.name, marks=[pytest.mark.xdist_group(SDK_GROUP)] if heavy else [])
+
+
+@pytest.mark.parametrize("path", [doc_param(p) for p in DOC_FILES])
 def test_doc_code_blocks_run(path: Path, isolated: Path, capsys: pytest.CaptureFixture[str],
                              monkeypatch: pytest.MonkeyPatch) -> None:
     codes = [code for lang, code in all_blocks(path) if lang == "python"]

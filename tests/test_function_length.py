@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-PKG = Path(__file__).resolve().parent.parent / "pager"
+import pytest
+
+from _package_source import PKG, SOURCE_GROUP, trees
+
+pytestmark = pytest.mark.xdist_group(SOURCE_GROUP)  # shares tests/test_architecture.py's parse
 LIMIT = 100
 
 
 def test_no_function_in_the_package_runs_over_100_lines() -> None:
     long = []
-    for path in sorted(PKG.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for path, tree in trees():
         long += [
             f"{path.relative_to(PKG.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
             for node in ast.walk(tree)

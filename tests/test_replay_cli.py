@@ -15,6 +15,11 @@ from pager.errors import ConfigError
 from _replay_helpers import TINY, write_session
 
 
+# Tests that read the tables and files replay in this process; the process pool (the default,
+# --jobs = the machine's cores) is test_bundled_sessions_run's here, and tests/test_bench_jobs.py's.
+IN_PROCESS = ("--jobs", "1")
+
+
 def parse(argv):
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -42,7 +47,7 @@ def test_bench_prints_table_and_writes_json_and_html(sessions, tmp_path):
     j, h = tmp_path / "r.json", tmp_path / "r.html"
     result, out, err = run_cli([str(sessions), "--min-assistant", "1", "--no-pager",
                                 "--no-progress", "--json", str(j), "--html", str(h),
-                                "--per-session"])
+                                "--per-session", *IN_PROCESS])
     assert result is not None and len(result.runs) == 2
     for name in ("full", "window-32k", "mask-10", "clear-100k"):
         assert re.search(rf"^{name}\s", out, re.M)
@@ -67,7 +72,8 @@ def test_min_assistant_filters_sessions(sessions):
 def test_baseline_settings_from_flags(sessions):
     result, out, _ = run_cli([str(sessions), "--min-assistant", "1", "--no-pager", "--no-progress",
                               "--window", "8000", "--mask-keep", "3", "--clear-trigger", "5000",
-                              "--clear-keep", "1", "--pricing", "openai", "--cache-discount", "0.9"])
+                              "--clear-keep", "1", "--pricing", "openai", "--cache-discount", "0.9",
+                              *IN_PROCESS])
     assert result.strategies == ("full", "window-8k", "mask-3", "clear-5k")
     assert result.pricing.read == pytest.approx(0.1)
     assert "pricing openai" in out
@@ -127,7 +133,7 @@ def test_bundled_sessions_run(monkeypatch):
 def test_traces_baselines_are_sound(traces_dir):
     files = [traces_dir / "swe-agent" / "ctf__crypto__katy.jsonl",
              traces_dir / "mini-swe-agent" / "deepseek_chat_dev__marshmallow-code__marshmallow-1343.jsonl"]
-    result, out, _ = run_cli([*map(str, files), "--no-pager", "--no-progress"])
+    result, out, _ = run_cli([*map(str, files), "--no-pager", "--no-progress", *IN_PROCESS])
     summary = {s.strategy: s for s in result.summary}
     assert len(result.runs) == 2
     assert summary["full"].coverage == 1.0 and summary["full"].cost_vs_full == 1.0

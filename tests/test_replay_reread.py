@@ -176,7 +176,7 @@ def test_bench_cli_json_and_table_carry_the_new_figures(tmp_path):
     bench.register(parser.add_subparsers())
     args = parser.parse_args(["bench", str(tmp_path), "--min-assistant", "1", "--no-pager",
                               "--no-progress", "--mask-keep", "0", "--reread-cap", "5",
-                              "--json", str(j), "--explain"])
+                              "--json", str(j), "--explain", "--jobs", "1"])  # the pool: test_bench_jobs
     out = io.StringIO()
     bench.run_bench(args, out, io.StringIO())
     text = out.getvalue()

@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from importlib.metadata import Distribution
 
 from pager.errors import PagerError
 
@@ -35,6 +38,11 @@ SUBCOMMANDS = {
 }
 
 
+# pyproject.toml's [project] name: looked up first, since finding the distribution that provides
+# ``pager`` by scanning every installed one (packages_distributions) costs ~0.5 s of CPU
+DISTRIBUTION = "llm-context-pager"
+
+
 def version() -> str:
     """Return the installed distribution's version (whatever it is named), else ``pager.__version__``."""
     from importlib import metadata
@@ -42,11 +50,25 @@ def version() -> str:
     import pager
 
     try:
-        for dist in metadata.packages_distributions().get("pager", ()):
-            return metadata.version(dist)
+        dist = metadata.distribution(DISTRIBUTION)
+        if "pager" in _top_level(dist):
+            return dist.version
+    except Exception:  # not installed under that name (or broken metadata): scan for it
+        pass
+    try:
+        for name in metadata.packages_distributions().get("pager", ()):
+            return metadata.version(name)
     except Exception:  # pragma: no cover - broken metadata: the package's own number will do
         pass
     return pager.__version__
+
+
+def _top_level(dist: Distribution) -> set[str]:
+    # the top-level names a distribution provides, read as packages_distributions reads them
+    declared = (dist.read_text("top_level.txt") or "").split()
+    if declared:
+        return set(declared)
+    return {f.parts[0] for f in dist.files or () if len(f.parts) > 1}
 
 
 class _Version(argparse.Action):

@@ -59,17 +59,23 @@ class Facts:
         """Return the canonical bytes of each message."""
         return [self.key(m) for m in messages]
 
-    def tokens(self, message: Mapping[str, Any]) -> int:
-        """Return the message's prompt tokens (``pager.core.tokens.message_tokens``), memoised."""
-        k = self.key(message)
+    def tokens(self, message: Mapping[str, Any], key: bytes | None = None) -> int:
+        """Return the message's prompt tokens (``pager.core.tokens.message_tokens``), memoised.
+
+        ``key``: the message's ``key``, when the caller has it already.
+        """
+        k = self.key(message) if key is None else key
         n = self._tokens.get(k)
         if n is None:
             n = self._tokens[k] = message_tokens(message, self.counter)
         return n
 
-    def terms(self, message: Mapping[str, Any]) -> frozenset[str]:
-        """Return the message's need-matching terms (``needs.terms`` of ``message_text``)."""
-        k = self.key(message)
+    def terms(self, message: Mapping[str, Any], key: bytes | None = None) -> frozenset[str]:
+        """Return the message's need-matching terms (``needs.terms`` of ``message_text``).
+
+        ``key``: the message's ``key``, when the caller has it already.
+        """
+        k = self.key(message) if key is None else key
         t = self._terms.get(k)
         if t is None:
             t = self._terms[k] = terms(message_text(message))

@@ -44,6 +44,7 @@ __all__ = [
     "check_invariants",
     "effective_cost",
     "growth",
+    "history_positions",
     "percentile",
     "reread_cost",
     "summarize_session",
@@ -103,8 +104,15 @@ def check_invariants(
     budget: int | None = None,
     prompt_tokens: int | None = None,
     pins_l1: bool = False,
+    keys: Sequence[bytes] | None = None,
+    positions: Mapping[bytes, Sequence[int]] | None = None,
 ) -> list[str]:
     """Return the invariant violations of one built prompt (empty when it is sound).
+
+    ``keys`` (the prompt's canonical bytes, ``facts.keys(prompt)``) and
+    ``positions`` (``history_positions(history)``) may be passed by a caller that
+    has them already: the replay keeps the positions of its growing history
+    rather than rebuild them for every call and strategy.
 
     Checks, each reported as ``"kind: detail"``:
 
@@ -139,12 +147,13 @@ def check_invariants(
     for cid in open_calls:
         out.append(f"unanswered: tool call {cid} at the end of the prompt")
 
-    positions: dict[bytes, list[int]] = {}
-    for j, h in enumerate(history):
-        positions.setdefault(key(h), []).append(j)
+    if positions is None:
+        positions = history_positions(history, facts)
+    if keys is None:
+        keys = [key(m) for m in prompt]
     last = -1
-    for i, m in enumerate(prompt):
-        where = positions.get(key(m))
+    for i, k in enumerate(keys):
+        where = positions.get(k)
         if not where:
             continue
         # greedy: the earliest copy after the last matched one keeps any valid order valid
@@ -160,6 +169,15 @@ def check_invariants(
     if pins_l1:
         out.extend(_l1_violations(prompt, history))
     return out
+
+
+def history_positions(history: Sequence[Mapping[str, Any]], facts: Facts | None = None) -> dict[bytes, list[int]]:
+    """Return each canonical message of ``history`` -> the indices holding it, ascending."""
+    key = facts.key if facts is not None else canonical
+    positions: dict[bytes, list[int]] = {}
+    for j, h in enumerate(history):
+        positions.setdefault(key(h), []).append(j)
+    return positions
 
 
 def _text(m: Mapping[str, Any]) -> str:

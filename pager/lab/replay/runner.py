@@ -164,10 +164,17 @@ def run_session(
 
     last_seen: dict[str, int] = {}
     seen_in: Counter[str] = Counter()  # earlier messages holding each term: what makes a word rare
+    # where each canonical message is in the history, kept as the history grows (rather than
+    # rebuilt for each call and strategy: every strategy's order check reads the same one)
+    positions: dict[bytes, list[int]] = {}
+    known = 0  # the history messages in positions: msgs[:known]
     try:
         for i, msg in enumerate(msgs):
             if msg.get("role") == "assistant" and i > 0:
                 history = list(msgs[:i])
+                for j in range(known, i):
+                    positions.setdefault(facts.key(msgs[j]), []).append(j)
+                known = i
                 needs = extract_needs(message_text(msg), words=True)
                 appeared = {n for n, kind in needs.items()
                             if n in last_seen and i - last_seen[n] >= need_gap
@@ -197,7 +204,8 @@ def run_session(
                     elapsed_ms = (time.perf_counter() - t0) * 1000.0
                     records[s.name].append(
                         _measure(s, prompt, history, i, appeared, long, completion,
-                                 elapsed_ms, facts, previous, names=names, sources=last_seen)
+                                 elapsed_ms, facts, previous, names=names, sources=last_seen,
+                                 positions=positions)
                     )
                 if progress is not None:
                     progress.advance(1, session.id)
@@ -244,18 +252,19 @@ def _measure(
     *,
     names: set[str] = frozenset(),  # type: ignore[assignment]
     sources: Mapping[str, int] | None = None,
+    positions: Mapping[bytes, Sequence[int]] | None = None,
 ) -> CallRecord:
     keys = facts.keys(prompt)
-    toks = [facts.tokens(m) for m in prompt]
+    toks = [facts.tokens(m, k) for m, k in zip(prompt, keys)]
     total = sum(toks)
     cached = cached_prefix_tokens(previous[strategy.name], keys, toks)
     previous[strategy.name] = keys
     missing = appeared
     # newest first: the needs of the next message are mostly in the latest ones
-    for m in reversed(prompt):
+    for j in range(len(prompt) - 1, -1, -1):
         if not missing:
             break
-        missing = missing - facts.terms(m)  # iterates the small set, not the terms
+        missing = missing - facts.terms(prompt[j], keys[j])  # iterates the small set, not the terms
     violations = check_invariants(
         prompt,
         history,
@@ -263,6 +272,8 @@ def _measure(
         budget=getattr(strategy, "budget", None),
         prompt_tokens=total,
         pins_l1=bool(getattr(strategy, "pins_l1", False)),
+        keys=keys,
+        positions=positions,
     )
     layers_fn = getattr(strategy, "layers", None)
     layers = layers_fn() if layers_fn is not None else None
