@@ -187,3 +187,25 @@ def write_pg_sessions(dsn: str, prefix: str, threads: int, batches: int) -> list
     if errors:
         raise errors[0]
     return out
+
+
+def plan_table(rng: Any, n_units: int, *, most_results: int, sizes: tuple[int, ...]) -> Any:
+    """A random planner input: L1 (two rows) then units of a call and 0..``most_results`` results of ``sizes`` tokens."""
+    import numpy as np
+
+    from pager.core.plan import PlanInput
+
+    pages, tokens, units, tool = [1, 2], [50, 50], [0, 1], [False, False]
+    for u in range(n_units):
+        for k in range(int(rng.integers(1, most_results + 2))):
+            pages.append(10 + len(pages))
+            tokens.append(int(rng.choice(list(sizes))) if k else 40)
+            units.append(2 + u)
+            tool.append(bool(k))
+    tok = np.asarray(tokens, dtype=np.int64)
+    n = len(pages)
+    return PlanInput(
+        page=np.asarray(pages, dtype=np.int64), tokens=tok, stub_tokens=np.where(np.asarray(tool), 60, tok),
+        unit=np.asarray(units, dtype=np.int64), pinned=np.asarray([True, True] + [False] * (n - 2)),
+        tool=np.asarray(tool), heat=rng.random(n), compact_tokens=np.full(n, 12, dtype=np.int64),
+    )

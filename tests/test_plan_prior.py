@@ -23,26 +23,14 @@ from pager.core.heat import HORIZONS, NEEDS, PageTable, _TOOL_CODES, _age
 from pager.core.plan import PlanConfig, PlanInput
 from pager.lab.synth import generate_session
 from pager.schedulers.paging import PagingScheduler
+from helpers import plan_table
 
 _COLUMNS = ("page", "tokens", "stub_tokens", "unit", "pinned", "tool", "heat", "compact_tokens")
 
 
 def _table(rng: np.random.Generator, n_units: int) -> PlanInput:
     """L1 (two rows) then units of a call and 0-3 results, some of them big."""
-    pages, tokens, units, tool = [1, 2], [50, 50], [0, 1], [False, False]
-    for u in range(n_units):
-        for k in range(int(rng.integers(1, 5))):
-            pages.append(10 + len(pages))
-            tokens.append(int(rng.choice([40, 300, 2_500, 6_000, 12_000])) if k else 40)
-            units.append(2 + u)
-            tool.append(bool(k))
-    tok = np.asarray(tokens, dtype=np.int64)
-    n = len(pages)
-    return PlanInput(
-        page=np.asarray(pages, dtype=np.int64), tokens=tok, stub_tokens=np.where(np.asarray(tool), 60, tok),
-        unit=np.asarray(units, dtype=np.int64), pinned=np.asarray([True, True] + [False] * (n - 2)),
-        tool=np.asarray(tool), heat=rng.random(n), compact_tokens=np.full(n, 12, dtype=np.int64),
-    )
+    return plan_table(rng, n_units, most_results=3, sizes=(40, 300, 2_500, 6_000, 12_000))
 
 
 def _fresh(prior: P.Prior, inp: PlanInput, idx: dict[int, int]) -> P.Prior:

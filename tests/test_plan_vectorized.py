@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sizes import examples
+from helpers import plan_table
 
 from pager.core import plan as P
 from pager.core.plan import FULL, INDEX, STUB, Layout, PlanConfig, PlanInput, Slot, _Mode
@@ -65,20 +66,8 @@ def _big_loop(inp, cfg, prev, idx, slots):
 
 
 def _table(rng: np.random.Generator, n_units: int) -> PlanInput:
-    pages, tokens, units, tool = [1, 2], [50, 50], [0, 1], [False, False]
-    for u in range(n_units):
-        for k in range(int(rng.integers(1, 4))):  # a call and 0-2 results
-            pages.append(10 + len(pages))
-            tokens.append(int(rng.choice([40, 300, 2_500, 6_000])) if k else 40)
-            units.append(2 + u)
-            tool.append(bool(k))
-    tok = np.asarray(tokens, dtype=np.int64)
-    n = len(pages)
-    return PlanInput(
-        page=np.asarray(pages, dtype=np.int64), tokens=tok, stub_tokens=np.where(np.asarray(tool), 60, tok),
-        unit=np.asarray(units, dtype=np.int64), pinned=np.asarray([True, True] + [False] * (n - 2)),
-        tool=np.asarray(tool), heat=rng.random(n), compact_tokens=np.full(n, 12, dtype=np.int64),
-    )
+    """L1 (two rows) then units of a call and 0-2 results."""
+    return plan_table(rng, n_units, most_results=2, sizes=(40, 300, 2_500, 6_000))
 
 
 @settings(max_examples=examples(50, 150), deadline=None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import weakref
 from pathlib import Path
-from typing import Any, Iterator
 
 import httpx
 import pytest
@@ -20,20 +19,7 @@ from pager.proxy import ProxyConfig, ServerThread, create_app, gcpolicy  # noqa:
 from proxy_upstream import make_upstream  # noqa: E402
 
 
-class _Node:
-    def __init__(self) -> None:
-        self.other: Any = self  # a cycle: only the collector frees it
-
-
-@pytest.fixture
-def policy() -> Iterator[gcpolicy.GcPolicy]:
-    saved = gc.get_threshold()
-    p = gcpolicy.install(gcpolicy.GcPolicy(threshold0=5000))
-    try:
-        yield p
-    finally:
-        gcpolicy.uninstall()
-        assert gc.get_threshold() == saved
+from test_proxy_latency import _Node, policy  # noqa: E402,F401  (one collector-policy fixture for both files)
 
 
 def test_a_deferred_sweep_waits_for_sweep_if_due(policy: gcpolicy.GcPolicy) -> None:
