@@ -24,6 +24,7 @@ from pager.core.plan import PlanConfig, PlanInput
 from pager.lab.synth import generate_session
 from pager.schedulers.paging import PagingScheduler
 from helpers import plan_table
+from sizes import examples
 
 _COLUMNS = ("page", "tokens", "stub_tokens", "unit", "pinned", "tool", "heat", "compact_tokens")
 
@@ -37,7 +38,9 @@ def _fresh(prior: P.Prior, inp: PlanInput, idx: dict[int, int]) -> P.Prior:
     return P._facts(prior.slots, idx, inp, prior.inline_max, None)
 
 
-@settings(max_examples=80, deadline=None)
+# each example plans a growing table call by call (up to 90 units), so the prior is read at every step
+# and a recall block, a card and both objectives occur within the suite's 30
+@settings(max_examples=examples(30, 80), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), objective=st.booleans(), recall_leaves=st.booleans(),
        card=st.booleans(), n_units=st.integers(5, 90))
 def test_planning_with_the_prior_equals_planning_without(seed: int, objective: bool, recall_leaves: bool,
