@@ -19,7 +19,7 @@ from pager.proxy import ProxyConfig, ServerThread, create_app, gcpolicy  # noqa:
 from proxy_upstream import make_upstream  # noqa: E402
 
 
-from test_proxy_latency import _Node, policy  # noqa: E402,F401  (one collector-policy fixture for both files)
+from gc_fixtures import Node as _Node, policy  # noqa: E402,F401  (a fixture)
 
 
 def test_a_deferred_sweep_waits_for_sweep_if_due(policy: gcpolicy.GcPolicy) -> None:

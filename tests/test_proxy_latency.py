@@ -26,6 +26,7 @@ from pager.proxy import ProxyConfig, ServerThread, create_app, gcpolicy  # noqa:
 from pager.proxy.bodies import BodyCache  # noqa: E402
 from pager.proxy.timings import TimingLog  # noqa: E402
 from proxy_upstream import make_upstream  # noqa: E402
+from gc_fixtures import Node as _Node, policy  # noqa: E402,F401  (a fixture)
 
 KEY = "sk-test-latency"
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}
@@ -118,22 +119,6 @@ def test_the_gc_clock_counts_collections_while_a_call_is_in_flight(tmp_path: Pat
 
 
 # -- the collector policy ---------------------------------------------------------------------------
-
-
-class _Node:
-    def __init__(self) -> None:
-        self.other: Any = self  # a cycle: only the collector frees it
-
-
-@pytest.fixture
-def policy() -> Iterator[gcpolicy.GcPolicy]:
-    saved = gc.get_threshold()
-    p = gcpolicy.install(gcpolicy.GcPolicy(threshold0=5000))
-    try:
-        yield p
-    finally:
-        gcpolicy.uninstall()
-    assert gc.get_threshold() == saved and p._callback not in gc.callbacks
 
 
 def test_a_full_collection_freezes_what_survived_it(policy: gcpolicy.GcPolicy) -> None:
