@@ -39,3 +39,11 @@ def test_a_child_talks_line_by_line_and_can_be_killed():
     assert child.wait(timeout=60) == -9
     child.stdout.close()
     child.stdin.close()
+
+
+def test_input_a_child_never_reads_is_dropped_as_subprocess_drops_it():
+    # more than a pipe holds: the write meets the closed pipe whatever the timing
+    args = [sys.executable, "-c", "import os; os.close(0); print('gone')"]
+    want = subprocess.run(args, input="x" * (1 << 20), capture_output=True, text=True, timeout=60)
+    got = zygote.run(args, input="x" * (1 << 20), capture_output=True, text=True, timeout=60)
+    assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout, want.stderr) == (0, "gone\n", "")

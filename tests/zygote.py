@@ -207,9 +207,16 @@ class Child:
         for t in readers:
             t.start()
         if self.stdin is not None:
-            if input:
-                self.stdin.write(input)
-            self.stdin.close()
+            # as subprocess.communicate: a child that exited without reading its input is not an error
+            try:
+                if input:
+                    self.stdin.write(input)
+            except BrokenPipeError:
+                pass
+            try:
+                self.stdin.close()  # closed even when its flush fails
+            except BrokenPipeError:
+                pass
         for t in readers:
             t.join(timeout)
             if t.is_alive():
