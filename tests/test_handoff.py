@@ -401,7 +401,8 @@ def test_canary_invariant_survives_five_rollovers_and_next_action_is_latest():
 DOC = Path(__file__).resolve().parents[1] / "docs" / "rollover.md"
 
 
-def test_docs_examples_run(capsys):
+def test_docs_examples_run(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the examples open ctx/: not in the checkout
     text = DOC.read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 4
