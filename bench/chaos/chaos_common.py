@@ -20,10 +20,8 @@ if str(ROOT) not in sys.path:  # the worktree's pager, not an installed one
     sys.path.insert(0, str(ROOT))
 
 import pager  # noqa: E402
-import pager.pager  # noqa: E402,F401  (the facade: loaded before a fork server forks)
-from pager.core.tokens import default_counter  # noqa: E402
 
-__all__ = ["ROOT", "conversation", "boundaries", "check_store", "preload"]
+__all__ = ["ROOT", "conversation", "boundaries", "check_store"]
 
 _WORDS = ("parse_config", "load_yaml", "retry_budget", "tantivy", "segment", "watermark", "handle",
           "src/app/config.py", "tests/test_io.py", "KeyError", "timeout", "assert", "migrate")
@@ -68,11 +66,6 @@ def next_boundary(history: list[dict[str, Any]], have: int) -> int | None:
         if b > have:
             return b
     return None
-
-
-def preload() -> None:
-    """Load what every worker needs (token tables) once, before a fork server forks."""
-    default_counter().count("warm up")
 
 
 def check_store(store: str | os.PathLike[str], acked: dict[str, int], notes: dict[str, set[str]],

@@ -24,7 +24,6 @@ prompts* (an ``assemble`` result that fails ``pager.core.pairing.check``).
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
 import random
 import reprlib
@@ -39,6 +38,7 @@ from typing import Any, Callable
 import orjson
 
 import chaos_common as cc
+from pager.lab.replay.parallel import worker_context
 import chaos_shapes as shapes
 
 WATCHDOG_SECONDS = 5.0
@@ -416,8 +416,7 @@ def worker(seed: int, start: int, count: int, folder: str, out_path: str, progre
 def run(calls: int, *, seed: int = 0, workdir: str | None = None, big_every: int = 500,
         huge: bool = False, log: Any = None) -> dict[str, Any]:
     """Make ``calls`` fuzzed calls (resuming past hangs); return the counts."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["chaos_common"])
+    ctx = worker_context()  # children start with pager and the tokenizer loaded
     base = Path(tempfile.mkdtemp(prefix="pager-chaos-fuzz-", dir=workdir))
     counts: dict[str, Any] = {"calls": 0, "typed_errors": 0, "untyped_errors": 0, "hangs": 0,
                               "invalid_prompts": 0, "crashed_workers": 0, "by_method": {}, "samples": []}

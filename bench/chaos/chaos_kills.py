@@ -21,7 +21,6 @@ twice, and every stored page is in the recall index. Counts are returned.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import shutil
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import chaos_common as cc
+from pager.lab.replay.parallel import worker_context
 import pager
 
 FOCUS = (("assemble", 0.45), ("open", 0.2), ("reindex", 0.2), ("export", 0.15))
@@ -138,8 +138,7 @@ def run(kills: int, *, seed: int = 0, max_delay: float = 1.2, workdir: str | Non
         log: Any = None, wait_ready: float = 0.8) -> dict[str, Any]:
     """Run rounds until ``kills`` children were killed mid-work; return the counts."""
     r = random.Random(seed)
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["chaos_common"])
+    ctx = worker_context()  # children start with pager and the tokenizer loaded
     counts: dict[str, Any] = {
         "kills": 0, "rounds": 0, "finished_before_kill": 0, "child_errors": 0, "exit_status_unknown": 0,
         "unopenable": 0,

@@ -24,7 +24,6 @@ acknowledged note once, every page in the recall index.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import shutil
@@ -38,6 +37,7 @@ from typing import Any
 import orjson
 
 import chaos_common as cc
+from pager.lab.replay.parallel import worker_context
 
 STEPS = 80
 
@@ -162,8 +162,7 @@ def run(duration: float | None = None, *, ops: int | None = None, processes: int
     """Run the load for about ``duration`` seconds or ``ops`` operations per thread; return the counts."""
     if duration is None and ops is None:
         raise ValueError("give a duration, an operation count or both")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["chaos_common"])
+    ctx = worker_context()  # children start with pager and the tokenizer loaded
     base = Path(tempfile.mkdtemp(prefix="pager-chaos-load-", dir=workdir))
     store = base / "store"
     try:

@@ -37,7 +37,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
-__all__ = ["Emitter", "LAST_RUN", "default_jobs", "emit", "peak_rss_mib", "run_tasks"]
+__all__ = ["Emitter", "LAST_RUN", "default_jobs", "emit", "peak_rss_mib", "run_tasks", "worker_context"]
 
 # Set in each worker by ``_init_worker``; in this process ``run_tasks`` sets it around serial runs.
 _QUEUE: Any = None
@@ -124,11 +124,22 @@ def _init_worker(q: Any, env: dict[str, str | None]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _context() -> Any:
+def worker_context() -> Any:
+    """Return the multiprocessing context to start pager workers from.
+
+    The fork server with ``warm`` loaded (pager, the SQLite store, the token counter) where
+    it can serve this process's sys.path, else ``spawn``. Anything that starts processes to
+    run pager (the replay pool, ``bench/chaos``) takes it, so that a child starts with pager
+    loaded instead of paying ~1 s of CPU to import it and load the tokenizer. There is one
+    fork server per process: whoever starts it first decides what it preloads.
+    """
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" in methods and _warm_server():
         return multiprocessing.get_context("forkserver")
     return multiprocessing.get_context("spawn")
+
+
+_context = worker_context
 
 
 def _warm_server() -> bool:
