@@ -1,8 +1,10 @@
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -162,6 +164,21 @@ GROUPS = {f"tests/{name}.py": _SDK for name in (
     "test_mcp_server", "test_facade", "test_format_anthropic", "test_format_usage", "test_proxy",
     "test_proxy_latency", "test_proxy_limits", "test_proxy_observe",
 )}
+# Single tests of other modules that import anthropic (~2.8 s of CPU): by node id prefix. Without
+# them in the group, three workers paid for the import (2026-12: test_l1_cut's and
+# test_format_roundtrip's anthropic cases each on a worker of its own).
+GROUP_TESTS = {
+    "tests/test_l1_cut.py::test_a_40k_token_system_prompt_or_turn_1_is_cut_to_the_cap[anthropic-": _SDK,
+    "tests/test_format_roundtrip.py::test_facade_speaks_anthropic_end_to_end": _SDK,
+}
+
+
+def group_of(nodeid: str) -> str | None:
+    """Return the xdist group ``nodeid`` belongs to (GROUPS by module, GROUP_TESTS by prefix), or None."""
+    group = GROUPS.get(nodeid.split("::")[0])
+    if group:
+        return group
+    return next((g for prefix, g in GROUP_TESTS.items() if nodeid.startswith(prefix)), None)
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # before pytest-xdist's own; absent with -p no:xdist
@@ -190,13 +207,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     rank = {nodeid: i + 1 for i, nodeid in enumerate(LONGEST_FIRST)}
 
     def order(item: pytest.Item) -> int:
-        if item.nodeid.split("::")[0] in GROUPS:
+        if group_of(item.nodeid):
             return 0  # the group is one unit of work: on one worker, from the start
         return rank.get(item.nodeid, len(rank) + 1)
 
     items.sort(key=order)  # stable: the rest keep their order
     for item in items:
-        group = GROUPS.get(item.nodeid.split("::")[0])
+        group = group_of(item.nodeid)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
 
@@ -208,7 +225,7 @@ class _GroupsApplied:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not getattr(config.option, "loadgroup", False):  # set on the workers of a loadgroup run
             return
-        lost = [item.nodeid for item in items if item.nodeid.split("::")[0] in GROUPS and "@" not in item.nodeid]
+        lost = [item.nodeid for item in items if group_of(item.nodeid) and "@" not in item.nodeid]
         if lost:
             raise pytest.UsageError(
                 f"pytest-xdist ignored the xdist_group of {len(lost)} tests (e.g. {lost[0]}): with pytest "
@@ -272,16 +289,30 @@ def pg_server(request: pytest.FixtureRequest):
         yield server
 
 
-@pytest.fixture
-def pg_dsn(pg_server):
-    """Return a DSN whose tables land in a schema of this test's own (dropped afterwards)."""
+@contextlib.contextmanager
+def _pg_schema(server: Any) -> Iterator[str]:
+    """Yield a DSN whose tables land in a new schema of its own (dropped afterwards)."""
     import uuid
 
     import psycopg
 
     schema = "t_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    yield f"{pg_server.dsn}?options=-csearch_path%3D{schema}"
-    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+    yield f"{server.dsn}?options=-csearch_path%3D{schema}"
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def pg_dsn(pg_server):
+    """Return a DSN whose tables land in a schema of this test's own (dropped afterwards)."""
+    with _pg_schema(pg_server) as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def pg_module_schema(pg_server):
+    """Return a DSN whose tables land in a schema shared by one module's tests (dropped afterwards)."""
+    with _pg_schema(pg_server) as dsn:
+        yield dsn

@@ -33,13 +33,21 @@ def upstream() -> Iterator[Any]:
         yield app, url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def shared_store(request, tmp_path) -> Iterator[str]:
-    """The store every proxy and writer shares, populated by the writers: its folder or URL."""
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def shared_store(request, tmp_path_factory) -> Iterator[str]:
+    """The store every proxy and writer shares, populated by the writers: its folder or URL.
+
+    One per backend for the module (populating is ~0.5 s of CPU): each test's readers
+    use session names of their own, and what they record has the default scope (``session``:
+    seen by that session alone), so no test reads another's pages; the handles checked are
+    the writers'.
+    """
     if request.param == "sqlite":
-        where = str(tmp_path / "ctx")
+        where = str(tmp_path_factory.mktemp("pools-proxy") / "ctx")
+        schema = None
     else:
-        where = request.getfixturevalue("pg_dsn")
+        schema = request.getfixturevalue("pg_module_schema")
+        where = schema
     from pager.session import open_store
 
     store = open_store(where)
