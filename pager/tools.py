@@ -15,7 +15,8 @@ than handed a list of near misses to chase.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import orjson
 

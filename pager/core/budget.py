@@ -44,7 +44,8 @@ than re-rendering it, since the numbers in it would change).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 import attrs
 

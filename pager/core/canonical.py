@@ -22,7 +22,8 @@ bytes the caller sent, and the prompt pager emits is built from them.
 from __future__ import annotations
 
 import operator
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 

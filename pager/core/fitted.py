@@ -15,7 +15,8 @@ The policy registers itself when this module is imported, and
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
 

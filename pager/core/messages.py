@@ -19,7 +19,8 @@ recall index see only neutral messages. Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import attrs
 import orjson

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from pager.errors import ConfigError, InputError
 

@@ -24,7 +24,8 @@ import itertools
 import operator
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import orjson
 

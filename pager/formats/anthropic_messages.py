@@ -29,7 +29,8 @@ Malformed input raises ``MessageError`` naming the message and the block
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pager.core.describe import brief
 from pager.errors import InputError, MessageError, ToolError

@@ -33,7 +33,8 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 import orjson

@@ -33,7 +33,8 @@ format that reads a response's usage by the formats' claims.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 

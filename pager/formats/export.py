@@ -7,7 +7,8 @@ is what ``pager inspect --format NAME`` prints.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pager.formats._convert import first_text
 from pager.formats.base import RenderHints, get_format

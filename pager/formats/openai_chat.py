@@ -8,7 +8,8 @@ call ids, the tool's name, the path of a file read).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 from pager.errors import InputError, ToolError

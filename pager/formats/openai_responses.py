@@ -27,7 +27,8 @@ response; pager still sends everything it schedules.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pager.core.describe import brief
 from pager.errors import InputError, MessageError, ToolError

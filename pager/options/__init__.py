@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import operator
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import attrs
 import orjson

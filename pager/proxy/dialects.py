@@ -21,7 +21,8 @@ served at a path (``register_dialect``) and its upstream
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 

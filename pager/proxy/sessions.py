@@ -29,7 +29,8 @@ import logging
 import os
 import re
 from collections import OrderedDict
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 

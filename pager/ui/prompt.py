@@ -12,7 +12,8 @@ shows what was emitted, not a second rendering of it.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pager.core.history import History
 from pager.core.messages import message_text

@@ -23,7 +23,8 @@ Caches never expire within a replay (Claude Code writes 1-hour entries).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 import orjson

@@ -24,8 +24,9 @@ history (``messages`` or ``input``) and the history itself.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import attrs
 import orjson

@@ -31,7 +31,8 @@ neither a source nor a place of coverage.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
 
