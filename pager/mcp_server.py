@@ -39,7 +39,7 @@ from pager.core.tokens import default_counter
 from pager.options import Options
 from pager.recording import record_aside
 from pager.sharing import read_handle
-from pager.storage.base import Store
+from pager.storage.base import Store, is_store
 
 __all__ = ["SessionTools", "build_server"]
 
@@ -58,7 +58,7 @@ class SessionTools:
 
         self.session = session
         self._lock = threading.Lock()
-        self._owns_store = not isinstance(store, Store)
+        self._owns_store = not is_store(store)
         self.store = open_store(store, must_exist=True)  # serving a store that is not there is a mistake
         try:
             self.store.ensure_session(session)

@@ -52,7 +52,7 @@ from pager.session import SessionMirror, check_session_name, open_store, resolve
 from pager.sharing import Pools, check_retire_reason, read_handle
 from pager.statedir import attach_state_dir
 from pager.statefiles import TaskState
-from pager.storage.base import Store
+from pager.storage.base import Store, is_store
 from pager.storage.index import IndexDoc
 from pager.storage.indexing import IndexFeeder
 
@@ -125,7 +125,7 @@ class Pager:
         self.session = check_session_name(session)
         self.counter = counter or default_counter()
         self._closed = True
-        self._owns_store = not isinstance(path, Store)
+        self._owns_store = not is_store(path)
         self.store: Store = open_store(path)
         self.path = Path(self.store.path) if getattr(self.store, "path", None) else None  # a Store may have none
         feeder: IndexFeeder | None = None

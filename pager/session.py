@@ -37,7 +37,7 @@ from pager.core.terms import extract_terms
 from pager.errors import ConfigError, PagerError
 from pager.options import Options, load_config
 from pager.schedulers.base import Scheduler
-from pager.storage.base import Store, branch_columns
+from pager.storage.base import Store, branch_columns, is_store
 
 __all__ = ["SessionMirror", "SessionState", "check_session_name", "open_store", "resolve_options"]
 
@@ -48,7 +48,7 @@ SNAPSHOT_ROWS = 4096
 
 def open_store(where: str | os.PathLike[str] | Store, *, must_exist: bool = False) -> Store:
     """Return the store ``where`` names: a ``Store`` as is, ``":memory:"``, a URL or a folder."""
-    if isinstance(where, Store):
+    if is_store(where):
         return where
     if isinstance(where, str) and where == MEMORY:
         from pager.storage.memory import MemoryStore
