@@ -128,13 +128,17 @@ def test_a_full_collection_freezes_what_survived_it(policy: gcpolicy.GcPolicy) -
     assert frozen > 0 and policy.examined > 0
     alive = [_Node() for _ in range(500)]
     gc.collect()
-    # the survivors are frozen: the next full collection does not walk them again
-    assert gc.get_freeze_count() >= frozen + 500
+    # the survivors are frozen: the next full collection does not walk them again. Asked of the survivors
+    # themselves (no generation the collector walks holds one): the frozen count alone also falls by
+    # whatever frozen object died by reference count meanwhile (2 runs in 16 saw 493 more, not 500)
+    walked = {id(o) for o in gc.get_objects()}
+    assert not any(id(n) in walked for n in alive)
+    assert gc.get_freeze_count() > frozen
     assert len(gc.get_objects(generation=2)) < 500
     del alive
 
 
-def test_cycles_that_died_frozen_are_freed_once_the_frozen_part_has_grown_by_half(policy: gcpolicy.GcPolicy) -> None:
+def test_cycles_that_died_frozen_are_freed_once_the_frozen_part_has_grown_by_regrow(policy: gcpolicy.GcPolicy) -> None:
     policy.after_startup()
     sweeps = policy.sweeps  # the first full collection walks everything (here: what the test run froze)
     node = _Node()
@@ -143,8 +147,8 @@ def test_cycles_that_died_frozen_are_freed_once_the_frozen_part_has_grown_by_hal
     del node
     gc.collect()  # frozen and dead: this collection does not walk it
     assert ref() is not None and policy.sweeps == sweeps
-    grown = [_Node() for _ in range(int(policy.examined * policy.regrow) + 1000)]
-    gc.collect()  # the survivors grow the frozen part past half ...
+    grown = [_Node() for _ in range(int(policy.examined * policy.regrow * 1.5))]  # mid-band: past regrow, not past twice it
+    gc.collect()  # the survivors grow the frozen part past regrow ...
     gc.collect()  # ... so this one walks everything
     assert ref() is None and policy.sweeps > sweeps
     # and counts anew from there (frozen objects still die by reference count: roughly, not exactly)
