@@ -164,6 +164,11 @@ GROUPS = {f"tests/{name}.py": _SDK for name in (
     "test_mcp_server", "test_facade", "test_format_anthropic", "test_format_usage", "test_proxy",
     "test_proxy_latency", "test_proxy_limits", "test_proxy_observe",
 )}
+# Modules whose module-scoped fixture is costly to build, each kept on one worker of its own choosing
+# (--dist loadgroup spreads other modules' tests over every worker, and each worker that runs one of
+# them builds the fixture again): test_pools_proxy's populated stores (~0.5 s of CPU each, and a
+# PostgreSQL schema), test_index_heal's base store, test_report_html's replay.
+GROUPS.update({f"tests/{name}.py": name for name in ("test_pools_proxy", "test_index_heal", "test_report_html")})
 # Single tests of other modules that import anthropic (~2.8 s of CPU): by node id prefix. Without
 # them in the group, three workers paid for the import (2026-12: test_l1_cut's and
 # test_format_roundtrip's anthropic cases each on a worker of its own).
