@@ -36,11 +36,18 @@ the worker, assemble, the hop back, serialising, the upstream, relaying, and
 the garbage collector's pauses during the request; for streams also the
 start of the response to the client and its first event), at p50 and p99,
 and the breakdown of the slowest requests.
+
+The scripted model answers at once by default, so a request arrives while the
+previous one's background work (the index commit a demotion round starts, 20-50
+ms on disk) may still run, and waits for it if it searches: a worst case no real
+model allows. ``--model-ms N`` makes the model take N ms to its first byte,
+direct and proxied alike, as a real model's time to its first token does.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import signal
@@ -124,13 +131,29 @@ class _Nothing(list):  # type: ignore[type-arg]
         pass
 
 
+MODEL_MS_ENV = "PROXY_OVERHEAD_MODEL_MS"  # --model-ms, handed to the model server's process
+
+
 def make_upstream() -> Any:
-    """The scripted model server (``uvicorn --factory proxy_overhead:make_upstream``), keeping no requests."""
+    """The scripted model server (``uvicorn --factory proxy_overhead:make_upstream``), keeping no requests.
+
+    With ``PROXY_OVERHEAD_MODEL_MS`` set, every POST waits that long before it is answered: the time a
+    model takes to its first token, which the direct request and the proxied one wait alike.
+    """
     from proxy_upstream import make_upstream as make
 
     app = make()
     app.state.seen = _Nothing()
-    return app
+    delay = float(os.environ.get(MODEL_MS_ENV) or 0) / 1000.0
+    if delay <= 0:
+        return app
+
+    async def thinking(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("method") == "POST":
+            await asyncio.sleep(delay)
+        await app(scope, receive, send)
+
+    return thinking
 
 
 def _free_port() -> int:
@@ -341,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
                                                           "(pager proxy --timings) and print where the time goes")
     ap.add_argument("--proxy-cmd", default="", help="run this checkout's proxy under this prefix "
                                                     "(e.g. 'python -m cProfile -o FILE')")
+    ap.add_argument("--model-ms", type=float, default=0.0,
+                    help="the scripted model answers each request after this many ms, direct and proxied "
+                         "alike (a model's time to its first token; default 0: at once)")
     args = ap.parse_args(argv)
 
     formats = [f for f in args.formats.split(",") if f]
@@ -362,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         up_port = _free_port()
         up_cmd = [sys.executable, "-m", "uvicorn", "--factory", "proxy_overhead:make_upstream", "--port", str(up_port),
                   "--log-level", "warning", "--no-access-log"]
-        up, _ = stack.enter_context(_process(up_cmd, up_port, _env(ROOT)))
+        up, _ = stack.enter_context(_process(up_cmd, up_port, {**_env(ROOT), MODEL_MS_ENV: str(args.model_ms)}))
         proxies = []
         for j, (label, src) in enumerate(checkouts):
             port = _free_port()
@@ -392,9 +418,11 @@ def main(argv: list[str] | None = None) -> int:
                    for j, (label, _) in enumerate(checkouts)}
     load1 = os.getloadavg()
     report: dict[str, Any] = {"load_before": load0, "load_after": load1, "messages": args.messages,
+                              "model_ms": args.model_ms,
                               "requests": args.requests, "checkouts": [str(src) for _, src in checkouts], "modes": []}
     print(f"conversation: {args.messages} messages at the first measured request, +2 per request, "
-          f"{args.requests} requests per mode (after {args.warm} warm-up); times in ms")
+          f"{args.requests} requests per mode (after {args.warm} warm-up); the model answers after "
+          f"{args.model_ms:g} ms; times in ms")
     print(f"{'mode':<26}{'proxy':<12}{'KiB':>5}  {'direct':>7} {'proxied':>8}  {'added p50':>9} {'p99':>7}"
           f"  {'-assemble p50':>13} {'p99':>7}  {'assemble':>8}  {'TTFB added p50':>14} {'p99':>7}"
           f"  {'CPU/req loop':>12} {'workers':>7}")
