@@ -264,6 +264,30 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_GroupsApplied(), "pager-groups-applied")
     if not hasattr(config, "workerinput"):  # the controller (or a run without workers)
         config._pager_pg_run_dir = Path(tempfile.mkdtemp(prefix="pager-pg-run-"))  # type: ignore[attr-defined]
+        _precompile(config)
+
+
+def _precompile(config: pytest.Config) -> None:
+    """Before the workers start, write the bytecode they would each compile at once (tests/precompile.py)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not isinstance(workers, int) or workers < 2 or sys.dont_write_bytecode:
+        return
+    if config.getoption("assertmode", "rewrite") != "rewrite" or config.getini("enable_assertion_pass_hook"):
+        return  # the test modules are compiled otherwise: leave them to the workers
+    import importlib.util
+
+    from precompile import precompile
+
+    root = Path(__file__).resolve().parents[1]
+    roots = [root / "tests", root / "bench"]
+    spec = importlib.util.find_spec("pager")
+    if spec is not None and spec.origin and Path(spec.origin).resolve().is_relative_to(root):
+        roots.append(root / "pager")  # imported from the checkout, not an installed (compiled) copy
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    precompile(roots, config.getini("python_files"), cores)
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent with -p no:xdist
