@@ -38,14 +38,11 @@ from pager.formats._convert import (
 )
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats._usage import count, optional_count, own_usage
+from pager.formats.responses_render import CALL_TYPES, ItemMemo
 
 __all__ = ["FORMAT", "ItemError", "OpenAIResponses", "item_text"]
 
 USER_ROLES = frozenset({"user", "system", "developer"})
-# output items that expect an answering "*_output" item from the caller
-CALL_TYPES = frozenset(
-    {"function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call"}
-)
 TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 
 FULL_INPUT = (
@@ -197,6 +194,7 @@ class OpenAIResponses:
         self._memo = ConversionMemo()
         self._heads = HeadMemo()
         self._instructions = ValueMemo()
+        self._items = ItemMemo()
 
     def detect(self, request: Mapping[str, Any]) -> bool:
         return "input" in request and "messages" not in request
@@ -301,27 +299,7 @@ class OpenAIResponses:
         hints: RenderHints,
     ) -> dict[str, Any]:
         out = dict(request)
-        items: list[Any] = []
-        instructions: list[str] = []
-        call_types: dict[str, str] = {}
-        for m in messages:
-            role = m.get("role")
-            native = m.get("native")
-            if role in ("system", "developer") and native is None:
-                instructions.append(_text(m.get("content")))
-            elif role == "assistant":
-                items.extend(_assistant_items(m, call_types))
-            elif role == "tool":
-                cid = m.get("tool_call_id")
-                if native is not None and native.get("call_id") == cid:
-                    items.append(native)
-                else:
-                    itype = call_types.get(str(cid), "function_call") + "_output"
-                    items.append({"type": itype, "call_id": cid, "output": _text(m.get("content"))})
-            elif native is not None:
-                items.append(native)
-            else:
-                items.append({"role": role, "content": m.get("content")})
+        items, instructions = self._items.render(messages)  # what follows the last call's head (responses_render)
         if instructions:
             out["instructions"] = "\n\n".join(instructions)
         if isinstance(request.get("input"), str) and len(items) == 1 and items[0].get("role") == "user" \
@@ -372,36 +350,6 @@ class OpenAIResponses:
             cached_tokens=optional_count(details, "cached_tokens"),
             cache_write_tokens=optional_count(details, "cache_write_tokens"),
         )
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and "text" in p)
-
-
-def _assistant_items(m: Mapping[str, Any], call_types: dict[str, str]) -> list[Any]:
-    native = m.get("native")
-    calls = m.get("tool_calls") or ()
-    if native is not None:
-        ids = [it.get("call_id") for it in native if isinstance(it, Mapping) and it.get("type") in CALL_TYPES]
-        if ids == [c.get("id") for c in calls]:
-            for it in native:
-                if isinstance(it, Mapping) and it.get("type") in CALL_TYPES:
-                    call_types[str(it.get("call_id"))] = str(it["type"])
-            return list(native)
-    out: list[Any] = []
-    text = _text(m.get("content"))
-    if text:
-        out.append({"role": "assistant", "content": text})
-    for c in calls:
-        fn = c.get("function") or {}
-        call_types[str(c.get("id"))] = "function_call"
-        out.append({"type": "function_call", "call_id": c.get("id"), "name": fn.get("name"),
-                    "arguments": fn.get("arguments", "")})
-    return out
 
 
 FORMAT = register_format(OpenAIResponses())
