@@ -8,6 +8,7 @@ replaced by another that continues from what the store holds.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
@@ -31,8 +32,13 @@ def _rng(session: str) -> random.Random:
     return random.Random(int.from_bytes(hashlib.blake2b(session.encode(), digest_size=8).digest(), "big"))
 
 
+@functools.lru_cache(maxsize=64)
 def conversation(session: str, steps: int = 120) -> list[dict[str, Any]]:
-    """Return session ``session``'s whole conversation (the same list of values every time)."""
+    """Return session ``session``'s whole conversation: the same list every time, which callers must not change.
+
+    Memoised: drawing one (~30 ms) was most of what a chaos child did before its first call, and the
+    checks draw each session's again after every round.
+    """
     r = _rng(session)
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a coding agent."},

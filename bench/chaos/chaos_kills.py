@@ -45,14 +45,14 @@ def _ack(fd: int, line: str) -> None:
     os.write(fd, (line + "\n").encode())  # one write(2): a kill leaves a whole line or none
 
 
-def child(store: str, session: str, focus: str, ack_path: str, state_dir: str, seed: int) -> None:
-    """Work on ``store`` until killed (or a few seconds passed)."""
+def child(store: str, session: str, focus: str, ack_path: str, state_dir: str, seed: int,
+          history: list[dict[str, Any]]) -> None:
+    """Work on ``store`` until killed (or a few seconds passed); ``history`` is the session's conversation."""
     import pager
     from pager.cli import main as cli
 
     r = random.Random(seed)
     fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    history = cc.conversation(session, STEPS)
     stop = time.monotonic() + 8.0
     with open(os.devnull, "w") as null:
         os.dup2(null.fileno(), 1)  # the CLI prints what it wrote; nobody reads it
@@ -169,8 +169,10 @@ def run(kills: int, *, seed: int = 0, max_delay: float = 1.2, workdir: str | Non
             ack_path = base / "acks"
             ack_path.write_bytes(b"")
             Path(str(ack_path) + ".err").unlink(missing_ok=True)
+            # the conversation travels with the child (drawn once here, not again in every child)
             proc = ctx.Process(target=child, args=(str(store), session, focus, str(ack_path),
-                                                   str(base / "state"), r.randrange(1 << 30)))
+                                                   str(base / "state"), r.randrange(1 << 30),
+                                                   cc.conversation(session, STEPS)))
             proc.start()
             if focus == "assemble" and r.random() < wait_ready:
                 # opening takes a few hundred ms on a loaded machine: wait until the child has opened
