@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from typing import Any, Iterator
 
@@ -21,12 +22,32 @@ class Node:
 TEST_REGROW = 0.05
 
 
-@pytest.fixture
-def policy() -> Iterator[gcpolicy.GcPolicy]:
+@contextlib.contextmanager
+def _installed(p: gcpolicy.GcPolicy) -> Iterator[gcpolicy.GcPolicy]:
     saved = gc.get_threshold()
-    p = gcpolicy.install(gcpolicy.GcPolicy(threshold0=5000, regrow=TEST_REGROW))
+    gcpolicy.install(p)
     try:
         yield p
     finally:
         gcpolicy.uninstall()
     assert gc.get_threshold() == saved and p._callback not in gc.callbacks
+
+
+@pytest.fixture
+def fresh_policy() -> Iterator[gcpolicy.GcPolicy]:
+    """A policy as ``pager proxy`` installs it: its first full collection walks the whole heap."""
+    with _installed(gcpolicy.GcPolicy(threshold0=5000, regrow=TEST_REGROW)) as p:
+        yield p
+
+
+@pytest.fixture
+def policy() -> Iterator[gcpolicy.GcPolicy]:
+    """A policy that has walked the heap as it is now (what ``after_startup`` leaves), without walking it.
+
+    A suite worker's heap is over a million objects (every SDK the tests import): the walk a fresh
+    policy's first collection makes cost ~1 s of CPU in each test that started one; one test
+    (``fresh_policy``) keeps it.
+    """
+    with _installed(gcpolicy.GcPolicy(threshold0=5000, regrow=TEST_REGROW)) as p:
+        p.examined = gc.get_freeze_count()
+        yield p

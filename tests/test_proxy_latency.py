@@ -26,7 +26,7 @@ from pager.proxy import ProxyConfig, ServerThread, create_app, gcpolicy  # noqa:
 from pager.proxy.bodies import BodyCache  # noqa: E402
 from pager.proxy.timings import TimingLog  # noqa: E402
 from proxy_upstream import make_upstream  # noqa: E402
-from gc_fixtures import Node as _Node, policy  # noqa: E402,F401  (a fixture)
+from gc_fixtures import Node as _Node, fresh_policy, policy  # noqa: E402,F401  (fixtures)
 
 KEY = "sk-test-latency"
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}
@@ -138,9 +138,21 @@ def test_a_full_collection_freezes_what_survived_it(policy: gcpolicy.GcPolicy) -
     del alive
 
 
+def test_the_collection_after_startup_walks_everything_once(fresh_policy: gcpolicy.GcPolicy) -> None:
+    node = _Node()
+    ref = weakref.ref(node)
+    gc.freeze()  # frozen, as what a server holds before its policy's first collection (no collection yet)
+    del node  # a cycle that died frozen: no collection that skips frozen objects frees it
+    fresh_policy.after_startup()
+    assert ref() is None and fresh_policy.sweeps == 1 and fresh_policy.fulls == 1
+    assert fresh_policy.examined == gc.get_freeze_count() > 0  # counted from here
+    gc.collect()  # the next full collection walks only what is not frozen
+    assert fresh_policy.sweeps == 1 and fresh_policy.fulls == 2
+
+
 def test_cycles_that_died_frozen_are_freed_once_the_frozen_part_has_grown_by_regrow(policy: gcpolicy.GcPolicy) -> None:
     policy.after_startup()
-    sweeps = policy.sweeps  # the first full collection walks everything (here: what the test run froze)
+    sweeps = policy.sweeps
     node = _Node()
     ref = weakref.ref(node)
     gc.collect()  # node is alive: frozen
