@@ -23,11 +23,18 @@ from pager.lab.synth import write_session
 from _replay_helpers import TINY, write_session as write_tiny
 
 
+@pytest.fixture(scope="module")
+def _session_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    path = tmp_path_factory.mktemp("synth") / "s.jsonl"
+    write_session(path, seed=5, n_steps=12)  # drawn once for the module's tests (~60 ms each)
+    return path.read_bytes()
+
+
 @pytest.fixture
-def sessions(tmp_path: Path) -> Path:
+def sessions(tmp_path: Path, _session_bytes: bytes) -> Path:
     d = tmp_path / "sessions"
     d.mkdir()
-    write_session(d / "s.jsonl", seed=5, n_steps=12)
+    (d / "s.jsonl").write_bytes(_session_bytes)
     return d
 
 
