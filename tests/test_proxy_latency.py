@@ -145,7 +145,8 @@ def test_the_collection_after_startup_walks_everything_once(fresh_policy: gcpoli
     del node  # a cycle that died frozen: no collection that skips frozen objects frees it
     fresh_policy.after_startup()
     assert ref() is None and fresh_policy.sweeps == 1 and fresh_policy.fulls == 1
-    assert fresh_policy.examined == gc.get_freeze_count() > 0  # counted from here
+    # counted from here (frozen objects still die by reference count meanwhile: never more, maybe fewer)
+    assert 0 < gc.get_freeze_count() <= fresh_policy.examined
     gc.collect()  # the next full collection walks only what is not frozen
     assert fresh_policy.sweeps == 1 and fresh_policy.fulls == 2
 
