@@ -199,11 +199,15 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # pytest-xdist's own hook reads it
+    return _cores() + 1
+
+
+def _cores() -> int:
+    """Return how many processors this process may use."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return cores + 1
+        return os.cpu_count() or 1
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
@@ -283,11 +287,7 @@ def _precompile(config: pytest.Config) -> None:
     spec = importlib.util.find_spec("pager")
     if spec is not None and spec.origin and Path(spec.origin).resolve().is_relative_to(root):
         roots.append(root / "pager")  # imported from the checkout, not an installed (compiled) copy
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    precompile(roots, config.getini("python_files"), cores)
+    precompile(roots, config.getini("python_files"), _cores())
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent with -p no:xdist

@@ -44,10 +44,8 @@ def shared_store(request, tmp_path_factory) -> Iterator[str]:
     """
     if request.param == "sqlite":
         where = str(tmp_path_factory.mktemp("pools-proxy") / "ctx")
-        schema = None
     else:
-        schema = request.getfixturevalue("pg_module_schema")
-        where = schema
+        where = request.getfixturevalue("pg_module_schema")
     from pager.session import open_store
 
     store = open_store(where)
