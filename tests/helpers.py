@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def user(text: str) -> dict[str, Any]:
@@ -209,3 +209,32 @@ def plan_table(rng: Any, n_units: int, *, most_results: int, sizes: tuple[int, .
         unit=np.asarray(units, dtype=np.int64), pinned=np.asarray([True, True] + [False] * (n - 2)),
         tool=np.asarray(tool), heat=rng.random(n), compact_tokens=np.full(n, 12, dtype=np.int64),
     )
+
+
+def scheduler_prompts(full: list[Any], rng: Any, count: int, edited: Any) -> Iterator[list[Any]]:
+    """Yield ``count`` prompts of ``full``'s neutral messages the way the scheduler hands them over.
+
+    Between rounds the turn's new messages are appended; otherwise a message of the head is
+    replaced by a new object (``edited(message, index)``: a stub, an edit), the tail is dropped (a
+    rollover, a retry), pager's own message or a late system message is inserted, or the same
+    prompt comes again as a new list. A caller may draw from ``rng`` between yields.
+    """
+    cur = full[: rng.randrange(2, 8)]
+    for _ in range(count):
+        r = rng.random()
+        if r < 0.45:  # the turn's new messages
+            k = len(cur)
+            cur = cur + full[k: k + rng.randrange(1, 5)]
+        elif r < 0.6 and len(cur) > 2:  # a new object in the head
+            i = rng.randrange(1, len(cur))
+            cur = cur[:i] + [edited(cur[i], i)] + cur[i + 1:]
+        elif r < 0.7 and len(cur) > 3:  # the tail dropped
+            cur = cur[: rng.randrange(2, len(cur))]
+        elif r < 0.85:  # pager's own message (the card, a recalled page) or a late system message
+            i = rng.randrange(1, len(cur) + 1)
+            new = ({"role": "user", "content": f"## Task state {i}"} if rng.random() < 0.7 else
+                   {"role": "system", "content": f"late {i}"})
+            cur = cur[:i] + [new] + cur[i:]
+        else:  # the same prompt again, as a new list
+            cur = list(cur)
+        yield cur

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from helpers import scheduler_prompts
 from sizes import examples
 
 import pager
@@ -67,30 +68,14 @@ def _steps(seed: int) -> list[tuple[list[Any], RenderHints]]:
                                                        **({"cache_control": {"type": "ephemeral"}} if rng.random() < 0.5 else {})}]
     req = {"model": "claude", "max_tokens": 64, "system": system, "messages": _conversation(rng, 14)}
     full = list(AnthropicMessages().to_messages(req).messages)
-    cur = full[: rng.randrange(2, 8)]
+
+    def edited(m: dict[str, Any], i: int) -> dict[str, Any]:  # a stub, or an edited user message
+        if m["role"] == "tool":
+            return {"role": "tool", "tool_call_id": m["tool_call_id"], "content": f"[stub {i}]"}
+        return {**m, "content": f"edited {i}", "native": None} if m["role"] == "user" else dict(m)
+
     out = []
-    for _ in range(12):
-        r = rng.random()
-        if r < 0.45:  # the turn's new messages
-            k = len(cur)
-            cur = cur + full[k: k + rng.randrange(1, 5)]
-        elif r < 0.6 and len(cur) > 2:  # a stub, or an edited user message: a new object in the head
-            i = rng.randrange(1, len(cur))
-            m = cur[i]
-            if m["role"] == "tool":
-                new = {"role": "tool", "tool_call_id": m["tool_call_id"], "content": f"[stub {i}]"}
-            else:
-                new = {**m, "content": f"edited {i}", "native": None} if m["role"] == "user" else dict(m)
-            cur = cur[:i] + [new] + cur[i + 1:]
-        elif r < 0.7 and len(cur) > 3:  # the tail dropped (a rollover, a retry)
-            cur = cur[: rng.randrange(2, len(cur))]
-        elif r < 0.85:  # pager's own message (the card, a recalled page) or a late system message
-            i = rng.randrange(1, len(cur) + 1)
-            new = ({"role": "user", "content": f"## Task state {i}"} if rng.random() < 0.7 else
-                   {"role": "system", "content": f"late {i}"})
-            cur = cur[:i] + [new] + cur[i:]
-        else:  # the same prompt again, as a new list
-            cur = list(cur)
+    for cur in scheduler_prompts(full, rng, 12, edited):
         n = len(cur)
         hints = RenderHints(l1=rng.randrange(0, n + 1), stable=rng.randrange(0, n + 1),
                             previous=rng.choice([None, rng.randrange(0, n + 1)]))

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from helpers import scheduler_prompts
 from sizes import examples
 
 from pager.formats import responses_render
@@ -59,34 +60,13 @@ def _steps(seed: int) -> list[list[Any]]:
     rng = random.Random(seed)
     req = {"model": "gpt-5", "instructions": "You are careful.", "input": _items(rng, 14)}
     full = list(OpenAIResponses().to_messages(req).messages)
-    cur = full[: rng.randrange(2, 8)]
-    out = []
-    for _ in range(14):
-        r = rng.random()
-        if r < 0.45:  # the turn's new messages
-            k = len(cur)
-            cur = cur + full[k: k + rng.randrange(1, 5)]
-        elif r < 0.6 and len(cur) > 2:  # a stub, or an edited message: a new object in the head
-            i = rng.randrange(1, len(cur))
-            m = cur[i]
-            if m["role"] == "tool":
-                new = {"role": "tool", "tool_call_id": m["tool_call_id"], "content": f"[stub {i}]"}
-            elif m["role"] == "assistant":
-                new = {**m, "native": None, "content": f"edited {i}"}  # the calls rendered as function_call items
-            else:
-                new = {**m, "content": f"edited {i}", "native": None}
-            cur = cur[:i] + [new] + cur[i + 1:]
-        elif r < 0.7 and len(cur) > 3:  # the tail dropped (a rollover, a retry)
-            cur = cur[: rng.randrange(2, len(cur))]
-        elif r < 0.85:  # pager's own message (the card, a recalled page) or a late system message
-            i = rng.randrange(1, len(cur) + 1)
-            new = ({"role": "user", "content": f"## Task state {i}"} if rng.random() < 0.7 else
-                   {"role": "system", "content": f"late {i}"})
-            cur = cur[:i] + [new] + cur[i:]
-        else:  # the same prompt again, as a new list
-            cur = list(cur)
-        out.append(cur)
-    return out
+
+    def edited(m: dict[str, Any], i: int) -> dict[str, Any]:  # a stub, or an edited message
+        if m["role"] == "tool":
+            return {"role": "tool", "tool_call_id": m["tool_call_id"], "content": f"[stub {i}]"}
+        return {**m, "native": None, "content": f"edited {i}"}  # an assistant's calls as function_call items
+
+    return list(scheduler_prompts(full, rng, 14, edited))
 
 
 @settings(max_examples=examples(40, 120), deadline=None)

@@ -34,7 +34,7 @@ from pager.core.describe import brief, encode_problem, envelope
 from pager.errors import InputError, ToolError
 
 __all__ = [
-    "ConversionMemo", "HeadMemo", "ValueMemo", "as_plain", "check_encodable", "flat_tool_name", "function_specs", "id_text",
+    "ConversationCache", "ConversionMemo", "HeadMemo", "ValueMemo", "as_plain", "check_encodable", "flat_tool_name", "function_specs", "id_text",
     "json_text", "tool_arguments", "text_part",
 ]
 
@@ -151,6 +151,44 @@ def _contents(messages: Sequence[Any]) -> list[Any]:
         return list(map(dict.get, messages, itertools.repeat("content")))
     except TypeError:  # not all dicts
         return list(map(_CONTENT, messages))
+
+
+class ConversationCache:
+    """The last value kept for each recent conversation, least recently used dropped past ``capacity``.
+
+    Conversations are told apart by their first two message objects (the system
+    prompt alone is shared by every session that has the same one). What a value
+    is resumed from must still be checked against the messages (``same_objects``):
+    two conversations that collide cost each other a full pass, never a wrong one.
+    Thread-safe.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._d: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(messages: Sequence[Any]) -> tuple[int, ...]:
+        return tuple(id(m) for m in messages[:2])
+
+    def get(self, messages: Sequence[Any]) -> Any:
+        """Return the value kept for the conversation ``messages`` begins (None if none)."""
+        if not messages:
+            return None
+        with self._lock:
+            return self._d.get(self._key(messages))
+
+    def put(self, messages: Sequence[Any], value: Any) -> None:
+        """Keep ``value`` for the conversation ``messages`` begins."""
+        if not messages:
+            return
+        with self._lock:
+            key = self._key(messages)
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.capacity:
+                self._d.popitem(last=False)
 
 
 class HeadMemo:

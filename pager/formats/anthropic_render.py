@@ -31,8 +31,6 @@ a different prompt (tests/test_anthropic_render.py renders with and without).
 from __future__ import annotations
 
 import bisect
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,7 +39,7 @@ import orjson
 
 import pager.formats.breakpoints as bp
 from pager.core.canonical import same_objects
-from pager.formats._convert import as_plain, strip_key, text_part
+from pager.formats._convert import ConversationCache, as_plain, strip_key, text_part
 from pager.formats.anthropic_blocks import UNMARKABLE
 
 __all__ = ["EPHEMERAL", "Pass", "TurnMemo", "assistant_blocks", "has_mark", "mark", "markable", "merge", "result_block",
@@ -122,32 +120,17 @@ class TurnMemo:
     """
 
     def __init__(self, capacity: int = 64) -> None:
-        self.capacity = capacity
-        self._d: OrderedDict[tuple[int, ...], Pass] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _key(messages: Sequence[Any]) -> tuple[int, ...]:
-        return tuple(id(m) for m in messages[:2])
+        self._passes = ConversationCache(capacity)
 
     def start(self, messages: Sequence[Any]) -> tuple[Pass, int]:
         """Return a pass to go on from and the index of the first message it has not merged."""
-        with self._lock:
-            last = self._d.get(self._key(messages)) if messages else None
+        last = self._passes.get(messages)
         if last is None:
             return Pass(msgs=list(messages)), 0
         return last.resume(messages, same_objects(messages, last.msgs))
 
     def put(self, done: Pass) -> None:
-        if not done.msgs:
-            return
-        with self._lock:
-            key = self._key(done.msgs)
-            self._d[key] = done
-            self._d.move_to_end(key)
-            while len(self._d) > self.capacity:
-                self._d.popitem(last=False)
-
+        self._passes.put(done.msgs, done)
 
 
 def merge(messages: Sequence[Mapping[str, Any]], memo: TurnMemo | None) -> Pass:

@@ -30,12 +30,11 @@ a full pass, never a wrong one. Neutral messages are never changed in place
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pager.core.canonical import same_objects
+from pager.formats._convert import ConversationCache
 
 __all__ = ["CALL_TYPES", "ItemMemo", "message_text"]
 
@@ -135,29 +134,16 @@ class ItemMemo:
     """Each recent conversation's last fold, to render only what follows its head. Thread-safe."""
 
     def __init__(self, capacity: int = 64) -> None:
-        self.capacity = capacity
-        self._d: OrderedDict[tuple[int, ...], _Fold] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _key(messages: Sequence[Any]) -> tuple[int, ...]:
-        return tuple(id(m) for m in messages[:2])
+        self._folds = ConversationCache(capacity)
 
     def render(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[str]]:
         """Return ``messages`` as (``input`` items, instructions), the items pager made copied for the caller."""
         msgs = list(messages)
-        with self._lock:
-            last = self._d.get(self._key(msgs)) if msgs else None
+        last = self._folds.get(msgs)
         fold = last.head(msgs, same_objects(msgs, last.msgs)) if last is not None else _Fold(msgs)
         call_types = dict(fold.types)
         for m in msgs[len(fold.item_ends):]:
             fold.add(m, call_types)
-        if msgs:
-            with self._lock:
-                key = self._key(msgs)
-                self._d[key] = fold
-                self._d.move_to_end(key)
-                while len(self._d) > self.capacity:
-                    self._d.popitem(last=False)
+        self._folds.put(msgs, fold)
         items = [dict(it) if own else it for it, own in zip(fold.items, fold.own)]
         return items, list(fold.instructions)
