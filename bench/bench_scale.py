@@ -1,6 +1,6 @@
 """How assemble's cost grows with the history: steady-state CPU per call, reopen time and memory.
 
-    python bench/bench_scale.py [--sizes 100,1000,10000,50000] [--calls 60] [--json out.json]
+    python bench/bench_scale.py [--sizes 100,1000,10000,50000] [--calls 60] [--json out.json] [--fresh]
     BENCH_SCALE_PROFILE=cumulative python bench/bench_scale.py --sizes 10000   # and a cProfile of the calls
 
 For each size N a synthetic session (``pager.lab.synth``) of about N messages is
@@ -14,7 +14,9 @@ leaves to a background thread (the index commit) is counted in whichever calls
 it overlaps, so two more figures stand beside the p50: the mean, every
 thread's CPU over the measured calls divided by their number (what the calls
 cost in all, wherever it ran), and the calling thread's own p50
-(``time.thread_time``). Finally a fresh
+(``time.thread_time``). With ``--fresh`` each call's history is first decoded
+anew from JSON, untimed: equal values in new objects, as a harness that
+rebuilds its history sends them. Finally a fresh
 process reopens the store and assembles once with the whole history as new
 objects (what a restarted harness sends): its CPU time and peak RSS (with the
 RSS the history itself holds before ``pager.open``, for comparison). What
@@ -59,7 +61,7 @@ def rss_mb(field):
 
 phase, store, hist_file = sys.argv[1], sys.argv[2], sys.argv[3]
 if phase == "steady":
-    n, calls, warm = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+    n, calls, warm, fresh = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7] == "1"
     # synthetic sessions of 400 steps stitched together (one long synth session costs quadratic time to
     # draw), call ids kept unique, until there are N messages and the steady-state tail after them
     msgs, seed = [], 7
@@ -113,7 +115,8 @@ if phase == "steady":
     span0 = None
     for s, step in enumerate(steps):
         history.extend(step)
-        req = {{"messages": list(history)}}
+        # --fresh: the history as new objects each call (decoded anew, as a harness that rebuilds it sends)
+        req = {{"messages": orjson.loads(orjson.dumps(history)) if fresh else list(history)}}
         if prof is not None and s >= warm:
             prof.enable()
         if s == warm:
@@ -183,12 +186,12 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-def run(sizes: list[int], calls: int, warm: int) -> list[dict]:
+def run(sizes: list[int], calls: int, warm: int, fresh: bool = False) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as d:
         for n in sizes:
             store, hist = str(Path(d) / f"ctx-{n}"), str(Path(d) / f"history-{n}.json")
-            steady = _child("steady", store, hist, str(n), str(calls), str(warm))
+            steady = _child("steady", store, hist, str(n), str(calls), str(warm), "1" if fresh else "0")
             reopen = _child("reopen", store, hist)
             row = {
                 "size": n, "messages": steady["messages"], "build_s": round(steady["build_s"], 1),
@@ -233,15 +236,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=60, help="steady-state calls measured per size (default 60)")
     ap.add_argument("--warm", type=int, default=5, help="calls run first and not measured (default 5)")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--fresh", action="store_true",
+                    help="send each steady-state call's history as new objects (decoded anew), not the same list")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     load0 = os.getloadavg()
     t = time.perf_counter()
-    rows = run(sizes, args.calls, args.warm)
+    rows = run(sizes, args.calls, args.warm, args.fresh)
     load1 = os.getloadavg()
     print(table(rows))
     print(f"\nload average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end (1-minute; {os.cpu_count()} CPUs); "
-          f"{time.perf_counter() - t:.0f} s in all; {args.calls} calls per size, two new messages each")
+          f"{time.perf_counter() - t:.0f} s in all; {args.calls} calls per size, two new messages each"
+          + ("; each call's history decoded anew (--fresh)" if args.fresh else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "load": [load0, load1], "calls": args.calls}, indent=1))
     return 0

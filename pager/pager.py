@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from pager import tools as agent_tools
+from pager.core.canonical import resent
 from pager.core.describe import brief
 from pager.core.handoff import render_handoff
 from pager.core.heat import HeatPolicy
@@ -151,6 +152,7 @@ class Pager:
         self._recorded_generation = self._mirror.generation  # the mirror the recorder follows
         self._pools = Pools(self.store, self.session, o.owner, o.recall_pools, self._feeder, self._writing)
         self._wire = "openai-chat"  # the wire format of the last assembled request: the tools' default
+        self._last_history: list[Any] | None = None  # the last call's history list, for canonical.resent
         self.reports = ReportLog(self.store.path, enabled=o.log_reports)
         self.last_report: Report | None = None
         self._layouts = LayoutLog()
@@ -249,6 +251,15 @@ class Pager:
             t0 = time.perf_counter()
             self._follow_mirror()
             fmt = self._format(request, format)
+            key = getattr(fmt, "history_key", "messages")
+            items = request.get(key)
+            if self._last_history is not None and isinstance(items, list):
+                # a history rebuilt for this call (new objects, equal values) as the very objects of the last
+                # call's: every same-object path after this one then does work for what is new only
+                same = resent(self._last_history, items)
+                if same is not items:
+                    request = {**request, key: same}
+                    items = same
             converted = fmt.to_messages(request)
             messages = converted.messages
             known = self._recorder.same_prefix(messages)
@@ -294,6 +305,7 @@ class Pager:
                 self._feeder.forget([d.page_id for d in docs])
                 raise
             if not recorded.behind:
+                self._last_history = items if isinstance(items, list) else None
                 self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
                 if result.flush_index:
                     self._feeder.flush()  # rounds are rare; what was just demoted is recallable now

@@ -155,8 +155,8 @@ def test_count_tokens_with_a_memo_counts_only_new_messages_and_agrees(monkeypatc
     assert n == counting.count_request(grown) and len(texts) == 12
 
 
-def test_reuse_known_keeps_the_same_objects_and_maps_equal_ones_to_the_previous():
-    from pager.proxy.bodies import reuse_known
+def test_resent_keeps_the_same_objects_and_maps_equal_ones_to_the_previous():
+    from pager.core.canonical import resent as reuse_known
 
     prev = [{"role": "user", "content": "a"}, {"role": "tool", "content": "served"}]
     items = [prev[0], {"role": "tool", "content": "served"}, {"role": "user", "content": "new"}]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import orjson
 
+from pager.core.canonical import resent
 from pager.proxy.app import _split_events
-from pager.proxy.dialects import DIALECTS, reuse_items
+from pager.proxy.dialects import DIALECTS
 from pager.proxy.streams import sse_data
 
 TOOLS = frozenset({"recall", "expand", "note"})
@@ -108,5 +109,5 @@ def test_split_events_and_reuse():
     assert events == [b"data: 1\n\n", b"data: 2\r\n\r\n"] and rest == b"data: 3"
     prev = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     new = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "B"}, {"role": "user", "content": "c"}]
-    out = reuse_items(prev, new)
+    out = resent(prev, new)
     assert out[0] is prev[0] and out[1] is new[1] and out == new

@@ -64,6 +64,7 @@ class AnthropicMessages:
     """
 
     name = "anthropic-messages"
+    history_key = "messages"  # the request's list of history items
 
     def __init__(self, cache_marks: str = DEFAULT_CACHE_MARKS) -> None:
         self.cache_marks = bp.check_mode(cache_marks)

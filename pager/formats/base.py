@@ -101,6 +101,8 @@ class WireFormat(Protocol):
     """One provider wire format. See the module docstring."""
 
     name: str
+    # the request key of the caller's history list ("messages", "input"); a format without one is read as "messages"
+    history_key: str
 
     def detect(self, request: Mapping[str, Any]) -> bool:
         """Whether ``request`` is in this format (by its keys; cheap)."""

@@ -45,6 +45,7 @@ class OpenAIChat:
     """
 
     name = "openai-chat"
+    history_key = "messages"  # the request's list of history items
     part_types = PART_TYPES
 
     def detect(self, request: Mapping[str, Any]) -> bool:

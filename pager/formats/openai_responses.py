@@ -189,6 +189,7 @@ class OpenAIResponses:
     """OpenAI Responses API requests (``instructions``, ``input`` items, ``tools``)."""
 
     name = "openai-responses"
+    history_key = "input"  # the request's list of history items
 
     def __init__(self) -> None:
         self._memo = ConversionMemo()

@@ -46,12 +46,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
+from pager.core.canonical import resent
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
 from pager.proxy.forwarding import client_headers, parsed_url, tracer, upstream_client, upstream_headers
 from pager.proxy.forwarding import split_events as _split_events  # tests/test_proxy_streams imports it from here
 from pager.proxy.gcpolicy import after_startup, defer_sweeps, sweep_if_due
-from pager.proxy.bodies import BodyCache, reuse_known
+from pager.proxy.bodies import BodyCache
 from pager.proxy.clients import passthrough_kind, serve_refusals
 from pager.proxy.dialects import (DIALECTS, UPSTREAMS, Dialect, base_url, check_upstreams,
                                   upstream_for)
@@ -178,7 +179,7 @@ class _Proxy:
             await self._settle(name)
             key = dialect.history_key
             served = serve_refusals(dialect.format, req, self.refusals)
-            req[key] = reuse_known(self.pool.last.get(name), req.get(key))
+            req[key] = resent(self.pool.last.get(name), req.get(key))
             expose = self.config.tools and bool(req.get("tools"))
             try:
                 # the request comes back as soon as it is rendered; the COMMIT, checkpoint files and report

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A client resends its whole history as JSON on every call; at 1k messages that
 is megabytes, and parsing it (then comparing it with the previous request to
-reuse its objects, ``dialects.reuse_items``) grew with the history. But the
+reuse its objects, ``pager.core.canonical.resent``) grew with the history. But the
 bytes of the history's first items are the previous request's bytes: where
 two bodies agree byte for byte up to the end of item k, items 0..k-1 parse to
 equal values. ``BodyCache.parse`` keeps, per recent conversation, the previous
@@ -25,16 +25,12 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from itertools import compress, count
-from operator import is_not
 from typing import Any
 
 import attrs
 import orjson
 
-from pager.proxy.dialects import reuse_items
-
-__all__ = ["BodyCache", "KEY_BYTES", "reuse_known"]
+__all__ = ["BodyCache", "KEY_BYTES"]
 
 KEY_BYTES = 4096
 CHAIN = 4  # conversations remembered per opening (forks, subagents with one system prompt)
@@ -249,15 +245,3 @@ class BodyCache:
         for seen, raw, (start, ends) in found:
             if seen.start is None and seen.raw is raw:
                 seen.start, seen.ends = start, ends
-
-
-def reuse_known(previous: list[Any] | None, items: Any) -> Any:
-    """``dialects.reuse_items``, past the leading items that already are the previous objects (``parse``)."""
-    if not previous or not isinstance(items, list):
-        return items
-    n = min(len(previous), len(items))
-    # the first position whose object is not the previous one, found at C speed (no Python step per item)
-    k = next(compress(count(), map(is_not, items, previous)), n)
-    if k == len(items):
-        return items
-    return items[:k] + reuse_items(previous[k:], items[k:])

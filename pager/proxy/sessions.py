@@ -96,7 +96,7 @@ class SessionPool:
         self.options = dict(options)
         self.max_open = max_open
         self._open: OrderedDict[str, AsyncPager] = OrderedDict()
-        self.last: dict[str, list[Any]] = {}  # each session's last history, for dialects.reuse_items
+        self.last: dict[str, list[Any]] = {}  # each session's last history, for pager.core.canonical.resent
         self._busy: dict[str, int] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._closed = False
