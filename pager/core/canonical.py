@@ -147,8 +147,8 @@ def resent(previous: Sequence[Any] | None, items: Any) -> Any:
     rebuilt from its own records, a proxy's parsed body) sends equal values
     in new objects, and every same-object path after it (the formats'
     conversion memos, the recorder, the renderers) would start from scratch:
-    an Anthropic history of 1k messages cost 62 ms a call that way, 4 ms as
-    the same objects (issue 23). Handing back the previous objects for the
+    an Anthropic history of 1k messages cost ~60 ms a call that way, ~4 ms
+    as the same objects (issue 23). Handing back the previous objects for the
     head the two share makes the call cost what is new again.
 
     The head is found in C: the run of the very same objects, then of equal
