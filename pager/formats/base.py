@@ -98,11 +98,15 @@ class ToolCallRequest:
 
 @runtime_checkable
 class WireFormat(Protocol):
-    """One provider wire format. See the module docstring."""
+    """One provider wire format. See the module docstring.
+
+    A format may also name the request key of the caller's history list in a
+    ``history_key`` attribute (``"input"`` for Responses); without one it is
+    ``"messages"``. Optional, so that a format written before it still passes
+    ``isinstance(fmt, WireFormat)``.
+    """
 
     name: str
-    # the request key of the caller's history list ("messages", "input"); a format without one is read as "messages"
-    history_key: str
 
     def detect(self, request: Mapping[str, Any]) -> bool:
         """Whether ``request`` is in this format (by its keys; cheap)."""
