@@ -35,6 +35,9 @@ def test_the_head_of_equal_items_becomes_the_previous_objects():
     grown = [*prev, {"role": "assistant", "content": "e"}]
     assert resent(prev, grown) is grown
     assert resent(None, new) is new and resent([], new) is new and resent(prev, "text") == "text"
+    # the last item the two share is the same object: taken as resent whole, in one identity test
+    mid = [prev[0], {"role": "assistant", "content": "b"}, prev[2]]
+    assert resent(prev, mid) is mid
     # a shorter resend (an overtaken request) maps what it has
     short = [{"role": "user", "content": "a"}]
     assert resent(prev, short)[0] is prev[0]
