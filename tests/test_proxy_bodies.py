@@ -155,16 +155,6 @@ def test_count_tokens_with_a_memo_counts_only_new_messages_and_agrees(monkeypatc
     assert n == counting.count_request(grown) and len(texts) == 12
 
 
-def test_resent_keeps_the_same_objects_and_maps_equal_ones_to_the_previous():
-    from pager.core.canonical import resent
-
-    prev = [{"role": "user", "content": "a"}, {"role": "tool", "content": "served"}]
-    items = [prev[0], {"role": "tool", "content": "served"}, {"role": "user", "content": "new"}]
-    out = resent(prev, items)
-    assert out == items and out[0] is prev[0] and out[1] is prev[1] and out[2] is items[2]
-    assert resent(prev, prev[:]) == prev and resent(None, items) is items
-
-
 def test_boundaries_found_ahead_spare_the_next_body_its_scan(monkeypatch):
     import pager.proxy.bodies as bodies
 

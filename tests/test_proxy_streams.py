@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import orjson
 
-from pager.core.canonical import resent
 from pager.proxy.app import _split_events
 from pager.proxy.dialects import DIALECTS
 from pager.proxy.streams import sse_data
@@ -104,10 +103,6 @@ def test_chat_usage_chunk_kept_from_a_client_that_did_not_ask():
     assert turn.feed(ev(b"[DONE]")) and turn.ended
 
 
-def test_split_events_and_reuse():
+def test_split_events():
     events, rest = _split_events(b"data: 1\n\ndata: 2\r\n\r\ndata: 3")
     assert events == [b"data: 1\n\n", b"data: 2\r\n\r\n"] and rest == b"data: 3"
-    prev = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
-    new = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "B"}, {"role": "user", "content": "c"}]
-    out = resent(prev, new)
-    assert out[0] is prev[0] and out[1] is new[1] and out == new

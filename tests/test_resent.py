@@ -30,6 +30,10 @@ def test_the_head_of_equal_items_becomes_the_previous_objects():
     out = resent(prev, new)
     assert out == new and out is not new
     assert out[0] is prev[0] and out[1] is prev[1] and out[2] is new[2] and out[3] is new[3]
+    # a history decoded anew: new objects from the first, equal up to an edit
+    fresh = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "B"}, {"role": "user", "content": "c"}]
+    out = resent(prev, fresh)
+    assert out == fresh and out[0] is prev[0] and out[1] is fresh[1] and out[2] is fresh[2]
     # nothing to replace: the caller's own list comes back
     assert resent(prev, prev) is prev and resent(prev, [*prev, {"x": 1}])[:3] == prev
     grown = [*prev, {"role": "assistant", "content": "e"}]

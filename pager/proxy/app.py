@@ -46,7 +46,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
-from pager.core.canonical import resent
 from pager.errors import BudgetError, InputError, PagerError
 from pager.formats.base import formats, get_format
 from pager.proxy.forwarding import client_headers, parsed_url, tracer, upstream_client, upstream_headers
@@ -177,9 +176,7 @@ class _Proxy:
         sent = threading.Event()  # the request is written upstream: the call's rest may run (aassemble_early)
         try:
             await self._settle(name)
-            key = dialect.history_key
             served = serve_refusals(dialect.format, req, self.refusals)
-            req[key] = resent(self.pool.last.get(name), req.get(key))
             expose = self.config.tools and bool(req.get("tools"))
             try:
                 # the request comes back as soon as it is rendered; the COMMIT, checkpoint files and report
@@ -200,8 +197,6 @@ class _Proxy:
                 log.error("assemble failed in session %s: %s", name, exc)
                 return self._error(dialect, 500, f"pager failed to page this request: {exc}")
             self._finish_later(p, name, done, ph)
-            if isinstance(req.get(key), list):
-                self.pool.last[name] = req[key]
             if served:
                 log.info("session=%s served %d refused re-read(s)", name, served)
             added = self._added_tools(p, dialect, req) if expose else frozenset()

@@ -96,7 +96,6 @@ class SessionPool:
         self.options = dict(options)
         self.max_open = max_open
         self._open: OrderedDict[str, AsyncPager] = OrderedDict()
-        self.last: dict[str, list[Any]] = {}  # each session's last history, for pager.core.canonical.resent
         self._busy: dict[str, int] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._closed = False
@@ -167,7 +166,6 @@ class SessionPool:
             victim = next((n for n in self._open if n not in self._busy), None)
             if victim is None:
                 return
-            self.last.pop(victim, None)
             await self._open.pop(victim).aclose()
 
     def names(self) -> list[str]:
@@ -177,7 +175,6 @@ class SessionPool:
         """Close every session (after their queued calls)."""
         self._closed = True
         pagers, self._open = list(self._open.values()), OrderedDict()
-        self.last.clear()
         await asyncio.gather(*(p.aclose() for p in pagers))
         if self._warm is not None:
             store, feeder = self._warm
