@@ -142,3 +142,77 @@ def test_a_feeder_flush_commits_in_the_background_and_close_waits(tmp_path):
     raw = tantivy.Index(index_mod._SCHEMA, str(where / "index"), reuse=True)
     raw.reload()
     assert raw.searcher().num_docs >= COMMIT_EVERY + 3
+
+
+def _scored(index: PageIndex) -> list[list[tuple[int, float]]]:
+    return [[(h.page_id, h.score) for h in index.search(q, session="A", k=8)]
+            for q in ("retry loop", "alpha gamma", "run1 run9 run17", "kappa")]
+
+
+def _merged(where) -> tuple[int, ...]:
+    """The documents of each committed segment, deleted ones included (``meta.json``: merges change it)."""
+    import json
+
+    meta = json.loads((where / "meta.json").read_text())
+    return tuple(sorted(seg["max_doc"] for seg in meta["segments"]))
+
+
+def test_a_merge_ending_later_changes_no_answer(tmp_path):
+    """Commits that replace pages leave deleted documents, which BM25 still counts until a merge drops them.
+
+    Answers are those of the state each commit left, whenever its merges end:
+    once they have, a refresh loads nothing (a merge keeps the opstamp), and the
+    scores are exactly the ones given before. The next commit builds on the
+    merged state, the same one whether the merges ended early or late.
+    """
+    where = tmp_path / "ix"
+    ix = PageIndex(where)
+    try:
+        layouts = []
+        for n in range(12):  # Tantivy merges once about eight segments are committed
+            # six new pages and three of the last commit's again: each commit deletes three documents
+            ix.add(_docs(6 * n + 1, 6) + (_docs(6 * n - 5, 3) if n else []))
+            ix.commit(wait=False)
+            before = _scored(ix)  # the searcher of this commit: loaded before its merges end
+            generation = ix.generation
+            ix.wait()  # its merges too
+            layouts.append(_merged(where))
+            ix.refresh()
+            assert ix.generation == generation  # the merges loaded no new searcher
+            assert _scored(ix) == before
+        # merges happened (else this test shows nothing): the segments got fewer at some commit
+        assert any(len(b) < len(a) for a, b in zip(layouts, layouts[1:]))
+        assert len(ix) == 72
+    finally:
+        ix.close()
+
+
+def test_a_search_does_not_wait_for_the_merges_of_the_commit_before(tmp_path, monkeypatch):
+    """The writer is let go only after its merges (``_settle``); a search needs just the committed searcher."""
+    import threading
+
+    merging, end = threading.Event(), threading.Event()
+    settle = PageIndex._settle
+
+    def slow_merges(self, w):
+        if w is not None:
+            merging.set()
+            assert end.wait(30)
+        settle(self, w)
+
+    monkeypatch.setattr(PageIndex, "_settle", slow_merges)
+    ix = PageIndex(tmp_path / "ix")
+    try:
+        ix.add(_docs(1, 5))
+        ix.commit(wait=False)
+        assert merging.wait(30)  # committed; waiting for its merges
+        assert [h.page_id for h in ix.search("run3", session="A", k=1)] == [3]  # answered meanwhile
+        assert len(ix) == 5 and ix.indexed_upto() == 5 and not end.is_set()
+        ix.add(_docs(6, 2))
+        ix.commit(wait=False)  # waits for those merges in its own thread, then commits
+        assert not end.is_set()
+        end.set()
+        assert [h.page_id for h in ix.search("run7", session="A", k=1)] == [7]
+    finally:
+        end.set()
+        ix.close()

@@ -117,10 +117,12 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         # Which committed state the searcher shows: bumped at every load of a searcher, so a
         # memoized search (``SearchMixin``) is never served from another state than its own.
         self.generation = 0
-        self._seen_meta: bytes | None = None  # meta.json as it was when the searcher was loaded
+        self._seen_stamp: tuple[int, int] | None = None  # meta.json's opstamp when the searcher was loaded
         self._memo: dict[tuple[Any, ...], tuple[list[str], list[tuple[float, int, Any]]]] = {}
         # a commit under way in the background (``commit(wait=False)``), and how it failed
         self._bg: threading.Thread | None = None
+        self._bg_ready = threading.Event()
+        self._settling: threading.Thread | None = None  # a background commit waiting for its merges
         self._bg_failed: tuple[BaseException, int | None] | None = None
         self._bg_keys: frozenset[str] = frozenset()  # the audience keys of the pages it commits
         self._beyond: dict[tuple[int, tuple[str, ...]], bool] = {}  # beyond_session's answers, per generation
@@ -172,16 +174,24 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
                 pause = min(pause * 2, 0.2)
 
     def _release(self) -> None:
-        # give Tantivy's lock back to the other writers, after its merge threads finished:
-        # nothing of ours may write to the folder once commit (or close) returned
+        """Let go of the writer this object holds, after its merges (``_settle``)."""
         w, self._writer = self._writer, None
         if w is not None:
-            try:
-                w.wait_merging_threads()
-            except BaseException as e:
-                if not is_damage(e):
-                    raise
-                log.warning("recall index: waiting for merges failed: %s", e)
+            self._settle(w)
+
+    def _settle(self, w: tantivy.IndexWriter | None) -> None:
+        # give Tantivy's lock back to the other writers, after its merge threads finished:
+        # nothing of ours may write to the folder once the writer is let go
+        if w is None:
+            return
+        try:
+            w.wait_merging_threads()
+        except BaseException as e:
+            if not is_damage(e):
+                raise
+            log.warning("recall index: waiting for merges failed: %s", e)
+        if self._path is not None:
+            tighten(self._path)  # the merged segments' files: 0600, as the store's
 
     # -- writing -------------------------------------------------------------
 
@@ -302,13 +312,20 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             if self._start_behind(upto_page_id):
                 return
             self._join()  # another thread's commit started since: wait for it, commit here
-        self._guarded("cannot commit the recall index", lambda: self._commit(upto_page_id))
+        self._settled()
+        self._guarded("cannot commit the recall index", lambda: self._settle(self._commit(upto_page_id)))
 
-    def _commit(self, upto_page_id: int | None, batch: Any = None) -> None:
-        """Commit ``batch`` (``_take``: a background commit's, taken when it was asked for), else the buffer."""
+    def _commit(self, upto_page_id: int | None, batch: Any = None) -> tantivy.IndexWriter:
+        """Commit ``batch`` (``_take``: a background commit's, taken when it was asked for), else the buffer.
+
+        Return the writer, still holding Tantivy's lock while its merges run:
+        the caller lets it go with ``_settle``. The searcher is loaded before
+        the merges end (``index_behind`` says why the answers do not depend on when they end).
+        """
         with self._lock:
             buffer, deletes, pending_max, _keys = self._take() if batch is None else batch
             w = self._w()
+            committed = False
             try:
                 # another process may have committed since we last looked: its ids decide
                 # which of ours replace a document, and its watermark is kept if higher
@@ -335,6 +352,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
                 meta.add_integer("format", INDEX_FORMAT)
                 w.add_document(meta)
                 w.commit()
+                committed = True
             except BaseException as e:
                 if not is_damage(e):
                     self._rollback()
@@ -346,11 +364,19 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
                 raise _Damaged(f"cannot commit the recall index: {e}") from e
             finally:
                 self._alone = None  # before the writer's lock is let go
-                self._release()
+                if committed:
+                    self._writer = None  # the caller's now, until its merges end (``_settle``)
+                else:
+                    self._release()
             if self._path is not None:
                 tighten(self._path)  # the new segment's files: 0600, as the store's
             self._upto, self._max_id, self._has_meta = upto, max_id, True
-            self._reload()
+            try:
+                self._reload()
+            except BaseException:
+                self._settle(w)  # no writer may outlive a failed call (a rebuild would wait for it)
+                raise
+            return w
 
     def _rollback(self) -> None:
         # the batch being committed is dropped (the store re-feeds it on the next open, or a rebuild
@@ -405,6 +431,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         A damaged index is set aside instead: a new empty one is as clear.
         """
         self._join()
+        self._settled()
         with self._lock:
             try:
                 self._clear()
@@ -441,7 +468,10 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         try:
             self._join()
         finally:
-            self._close()
+            try:
+                self._settled()
+            finally:
+                self._close()
 
     def _close(self) -> None:
         w, self._writer = self._writer, None

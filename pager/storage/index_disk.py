@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
 import tantivy
 
 from pager.errors import PagerError, RecallIndexError
@@ -67,7 +68,7 @@ class DiskMixin:
     _pending: set[int]
     _pending_max: int
     generation: int
-    _seen_meta: bytes | None
+    _seen_stamp: tuple[int, int] | None
     _memo: dict[Any, Any]
     _recount_beyond: Callable[[], None]  # SearchMixin's (after this mixin in PageIndex's bases): beyond_session again
 
@@ -124,6 +125,7 @@ class DiskMixin:
     def _set_aside(self, why: BaseException) -> None:
         """Move the damaged folder aside and start an empty index in its place (never the store)."""
         assert self._path is not None
+        self._settled()  # a background commit's merges write in the folder until they end
         self._drop()
         where = move_aside(self._path)
         log.warning("recall index at %s is damaged (%s); moved aside to %s, rebuilding it from the store",
@@ -137,12 +139,17 @@ class DiskMixin:
             raise RecallIndexError(f"cannot start a new recall index at {self._path}: {e}") from e
 
     def _refresh(self) -> None:
-        """Load a new searcher only if a commit landed since the last one was loaded (``meta.json`` changed)."""
+        """Load a new searcher only if a commit landed since the last one was loaded (``meta.json``'s opstamp moved).
+
+        A merge rewrites ``meta.json`` with the opstamp it found, so this
+        object's own merges load nothing (``index_behind``: the answers stay
+        those of the state the commit left, whenever the merges end).
+        """
         with self._lock:
             if self._path is None:
                 return  # in RAM only this object commits, and each of its commits loads a searcher
-            seen = self._seen_meta
-            if seen is None or self._meta_bytes() != seen:
+            seen = self._seen_stamp
+            if seen is None or self._meta_stamp() != seen:
                 self._reload()
 
     def _reload(self) -> None:
@@ -152,23 +159,27 @@ class DiskMixin:
     def _load_searcher(self) -> None:
         # meta.json is read *before* the reload: a commit landing in between leaves an older
         # copy, so the next refresh loads once more, where the other order could skip a commit
-        meta = self._meta_bytes()
+        stamp = self._meta_stamp()
         self._index.reload()
         self._searcher = self._index.searcher()
-        self._seen_meta = meta
+        self._seen_stamp = stamp
         self.generation += 1
         self._memo.clear()
         self._recount_beyond()
 
-    def _meta_bytes(self) -> bytes | None:
-        """Return the committed ``meta.json`` (it names every segment and the last opstamp), None in RAM."""
+    def _meta_stamp(self) -> tuple[int, int] | None:
+        """Return which commit the folder shows: its inode and ``meta.json``'s opstamp (None in RAM or unreadable).
+
+        The inode tells a folder another process set aside and started again
+        (its opstamps start over) from the one the searcher was loaded from.
+        """
         if self._path is None:
             return None
         try:
             with open(self._path / "meta.json", "rb") as f:
-                return f.read()
-        except OSError:
-            return None  # not written yet, or moved aside: the caller reloads
+                return os.stat(self._path).st_ino, int(orjson.loads(f.read())["opstamp"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # not written yet, moved aside, or not Tantivy's: the caller reloads
 
     def bind_source(self, source: Any) -> None:
         """Register what can rebuild this index (``source.rebuild(index)``) and knows its pages (``present``)."""
@@ -203,6 +214,9 @@ class DiskMixin:
             return None
 
     def _join(self) -> None:  # provided by BehindMixin (index_behind): wait for a background commit
+        raise NotImplementedError
+
+    def _settled(self) -> None:  # provided by BehindMixin: wait for a background commit's merges
         raise NotImplementedError
 
     def _guarded(self, what: str, fn: Callable[[], _T]) -> _T:
