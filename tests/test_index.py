@@ -486,3 +486,22 @@ def test_a_closed_index_leaves_its_folder_alone(tmp_path):
     # once tantivy's threads are gone nothing can write again: wait for that state, not for a time
     wait_until(lambda: native_threads() <= before, "the closed indexes' threads exited")
     assert list(tmp_path.iterdir()) == []  # nothing recreated a folder or a lock file
+
+
+def test_a_folder_another_writer_set_aside_and_started_again_is_reloaded(tmp_path: Path) -> None:
+    """The new folder's opstamps start over: the same opstamp as before must still read as another commit."""
+    reader, healer = PageIndex(tmp_path), PageIndex(tmp_path)
+    try:
+        reader.add([doc(1, "alpha"), doc(2, "alpha")])
+        reader.commit()
+        assert sorted(ids(reader.search("alpha", session="A", k=5))) == [1, 2]
+        healer.refresh()
+        healer._set_aside(RuntimeError("a damaged segment"))  # as a rebuild after damage does
+        healer.add([doc(1, "omega"), doc(2, "omega")])  # the same number of operations: the same opstamp
+        healer.commit()
+        reader.refresh()
+        assert sorted(ids(reader.search("omega", session="A", k=5))) == [1, 2]
+        assert reader.search("alpha", session="A", k=5) == []
+    finally:
+        reader.close()
+        healer.close()
