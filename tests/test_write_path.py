@@ -9,9 +9,11 @@ number SQLite would have given it.
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from pager.storage import acked as acked_mod
 from pager.storage.acked import MAX_RANGES, MAX_SESSIONS, AckedMark
+from pager.storage.base import branch_columns
 
 
 def _reference_merge(data: dict, max_page: int, versions: dict, ranges: dict, at: float) -> dict:
@@ -76,13 +78,13 @@ def _numbered(db, vocab, terms):
 
 
 def test_new_terms_take_the_numbers_sqlite_gives_and_the_table_is_read_once_a_transaction(tmp_path):
-    from pager.storage.sqlite_terms import TermVocab
+    from pager.storage.sqlite_terms import StoreWords, TermVocab
 
     path = tmp_path / "v.db"
     a_db, b_db = _vocab_db(path), _vocab_db(path)  # two writers (processes) of one store
-    a, b = TermVocab(), TermVocab()
+    a, b = TermVocab(StoreWords(path)), TermVocab(StoreWords(path))  # each process its own copy
     reads: list[str] = []
-    a_db.set_trace_callback(lambda sql: reads.append(sql) if "json_group_array" in sql else None)
+    a.shared._reader.db.set_trace_callback(lambda sql: reads.append(sql) if "json_group_array" in sql else None)
     pages = [["alpha", "beta"], ["beta", "gamma", "delta"], ["delta", "alpha", "eps"]]
     a_db.execute("BEGIN IMMEDIATE")
     for terms in pages:  # one call: several pages with new terms
@@ -104,11 +106,11 @@ def test_new_terms_take_the_numbers_sqlite_gives_and_the_table_is_read_once_a_tr
 
 
 def test_numbers_of_a_rolled_back_transaction_are_forgotten_and_reused(tmp_path):
-    from pager.storage.sqlite_terms import TermVocab
+    from pager.storage.sqlite_terms import StoreWords, TermVocab
 
     path = tmp_path / "v.db"
     a_db, b_db = _vocab_db(path), _vocab_db(path)
-    a, b = TermVocab(), TermVocab()
+    a, b = TermVocab(StoreWords(path)), TermVocab(StoreWords(path))
     a_db.execute("BEGIN IMMEDIATE")
     _numbered(a_db, a, ["alpha", "beta"])
     a_db.execute("ROLLBACK")
@@ -121,6 +123,65 @@ def test_numbers_of_a_rolled_back_transaction_are_forgotten_and_reused(tmp_path)
     assert _numbered(a_db, a, ["beta", "gamma"]) == ["beta", "gamma"]
     a_db.execute("COMMIT")
     assert dict(a_db.execute("SELECT term, id FROM vocab")) == {"gamma": 1, "beta": 2}
+
+
+def test_the_connections_of_one_process_share_one_copy_of_the_committed_numbers(tmp_path):
+    # many sessions of one store in one process (a proxy, a worker pool): one copy, and no session reads
+    # again the numbers another committed; a rolled-back transaction's numbers never reach the others
+    from pager.storage.sqlite import SQLiteStore
+    from pager.testing import new_page
+
+    a, b = SQLiteStore(tmp_path / "ctx"), SQLiteStore(tmp_path / "ctx")
+    assert a._vocab.shared is b._vocab.shared
+    reads: list[str] = []
+    a._vocab.shared._reader.db.set_trace_callback(lambda sql: reads.append(sql) if "FROM vocab WHERE id" in sql
+                                                   else None)
+    ha, hb = a.ensure_session("a"), b.ensure_session("b")
+    a.record("a", ha, None, 0, [new_page(1, terms=("alpha", "beta"))])
+    with pytest.raises(RuntimeError):
+        with b.transaction():
+            b.record("b", hb, None, 0, [new_page(2, terms=("beta", "taken_back"))])
+            assert b._vocab.ids["taken_back"] == 3 and "taken_back" not in a._vocab.ids
+            raise RuntimeError("the call failed")
+    assert "taken_back" not in b._vocab.ids and len(b._vocab.words) == 3
+    before = len(reads)
+    b.record("b", hb, None, 0, [new_page(3, terms=("alpha", "gamma"))])  # one read: nothing new to learn
+    assert len(reads) == before + 1
+    (got,) = reads[before:]
+    a.record("a", ha, None, 1, [new_page(4, terms=("gamma", "delta"))])
+    assert a._vocab.ids["gamma"] == 3 and a._vocab.ids["delta"] == 4  # b's number, learnt at b's commit
+    table = dict(a._db.execute("SELECT term, id FROM vocab"))
+    assert table == {"alpha": 1, "beta": 2, "gamma": 3, "delta": 4}
+    for s, session, head in ((a, "a", ha), (b, "b", hb)):
+        want = [p.terms for p in s.load_pages(s.branch_page_ids(head))]
+        assert [set(t) for t in branch_columns(s, head).terms] == [set(t) for t in want]
+    a.close()
+    assert b._vocab.ids["delta"] == 4  # the copy outlives one store while another is open
+    b.close()
+    assert b._vocab.shared._reader.db is None  # the last store closed it
+    c = SQLiteStore(tmp_path / "ctx")
+    assert c._vocab.shared is not b._vocab.shared  # a store opened afterwards starts a new copy
+    c.close()
+
+
+def test_a_database_replaced_under_an_open_store_is_refused_not_renumbered(tmp_path):
+    import sqlite3
+
+    from pager.errors import StoreError
+    from pager.storage.sqlite import SQLiteStore
+    from pager.testing import new_page
+
+    store = SQLiteStore(tmp_path / "ctx")
+    head = store.ensure_session("s")
+    store.record("s", head, None, 0, [new_page(1, terms=("alpha", "beta", "gamma"))])
+    assert len(store._vocab.words) == 4
+    raw = sqlite3.connect(tmp_path / "ctx" / "pager.db", isolation_level=None)
+    raw.execute("DELETE FROM vocab WHERE id > 1")  # an older copy put back: the numbers it lacks are free again
+    raw.execute("INSERT INTO vocab VALUES (2, 'delta'), (3, 'eps')")
+    raw.close()
+    with pytest.raises(StoreError, match="replaced while open"):
+        store.record("s", head, None, 1, [new_page(2, terms=("zeta",))])  # would have numbered zeta 4, after eps
+    store.close()
 
 
 # -- the state row --------------------------------------------------------------------------------

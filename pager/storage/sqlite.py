@@ -33,7 +33,7 @@ import orjson
 from pager.errors import StoreError
 from pager.stateio import PRIVATE_DIR
 from pager.storage.sqlite_snapshot import read_snapshot, write_snapshot
-from pager.storage.sqlite_terms import TermVocab
+from pager.storage.sqlite_terms import TermVocab, release_words, store_words
 from pager.storage.acked import AckedMark, LostWrites
 # DB_NAME, SCHEMA_VERSION, STORE_FILES and PAGE_COLUMNS were defined here: still importable from here
 from pager.storage.sqlite_schema import (DB_NAME, PAGE_COLUMNS, SCHEMA_VERSION, STATS_JOIN, STORE_FILES, _COLS,
@@ -90,18 +90,28 @@ class SQLiteStore(TransactionMixin):
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=OFF")
             self._start_caches()  # the transaction and what it knows (sqlite_tx)
-            self._vocab = TermVocab()  # the store's term numbers, as far as this process has read them
+            # the store's term numbers, as far as this process has read them: one copy for all its stores
+            self._vocab = TermVocab(store_words(self.path / DB_NAME))
+            self._released = False
             self._acked = AckedMark(self.path)
             self.lost_writes: LostWrites | None = None
             with self.transaction():
                 migrate(self._db, self.path)
             self._check_acked()
-        except StoreError:
-            raise
-        except sqlite3.DatabaseError as exc:
+        except BaseException as exc:
+            self._abandon()
+            if isinstance(exc, StoreError) or not isinstance(exc, (sqlite3.DatabaseError, OSError)):
+                raise
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
-        except OSError as exc:
-            raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+
+    def _abandon(self) -> None:
+        """Let go of what a failed open had taken (the connection, the share of the term numbers)."""
+        db = getattr(self, "_db", None)
+        if db is not None:
+            db.close()
+        vocab = getattr(self, "_vocab", None)
+        if vocab is not None:
+            release_words(vocab.shared)
 
     def close(self) -> None:
         with self._reader_lock:
@@ -109,6 +119,9 @@ class SQLiteStore(TransactionMixin):
                 self._reader.close()
                 self._reader = None
         self._db.close()
+        if not self._released:  # closed twice: let go of the numbers once
+            self._released = True
+            release_words(self._vocab.shared)
 
     def open_index(self) -> Any:
         """Return the Tantivy recall index kept beside the database (``index/``)."""

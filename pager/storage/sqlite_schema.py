@@ -210,7 +210,7 @@ def rows_columns(db: sqlite3.Connection, vocab: TermVocab, cols: dict[str, Any],
     """
     if not cols["id"]:
         return PageColumns.of([])
-    vocab.refresh(db)
+    vocab.refresh()
     if None not in blobs:
         lens = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4
         table = TermTable(vocab.words, vocab.ids, decode(blobs), lens)

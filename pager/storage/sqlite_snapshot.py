@@ -87,7 +87,7 @@ def read_snapshot(db: sqlite3.Connection, vocab: TermVocab, branch: int, rows_fr
     if k == 0:
         return None
     snap = snap.cut(k)
-    vocab.refresh(db)
+    vocab.refresh()
     if snap.words > len(vocab.words):
         return None  # numbers the store does not have: not this store's snapshot
     cols = snap.columns
@@ -103,7 +103,7 @@ def read_snapshot(db: sqlite3.Connection, vocab: TermVocab, branch: int, rows_fr
             cols[name].extend(tail[name])
         tid = np.concatenate([tid, decode(blobs)])
         lens = np.concatenate([lens, np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) // 4])
-        vocab.refresh(db)
+        vocab.refresh()
     table = TermTable(vocab.words, vocab.ids, tid, lens, snap.posted if len(pages) == k else None)
     return PageColumns(**{name: cols[name] for name in _FIELDS}, terms=table.rows(), term_table=table)
 
@@ -121,7 +121,7 @@ def write_snapshot(db: sqlite3.Connection, vocab: TermVocab, session: str, histo
         return False
     if orjson.loads(db.execute(_PAGE_IDS, (history.branch,)).fetchone()[0]) != history.page:
         return False
-    vocab.refresh(db)
+    vocab.refresh()
     digests = dict(db.execute("SELECT id, digest FROM pages WHERE session=? AND digest IS NOT NULL", (session,)))
     moved = db.execute("SELECT 1 FROM snapshot_moved WHERE session=?", (session,)).fetchone()
     stats = branch_stats(db, history.branch, len(history.page)) if moved else None

@@ -8,13 +8,42 @@ cost a table read instead of ~2 s of Python (issue 23). The numbering is
 the store's, shared by every session and every process: a number, once
 committed, never changes its word; a process learns the numbers other
 processes added by reading the rows past the last it knows.
+
+Theory of operation
+-------------------
+One process keeps **one copy of the committed numbering per store**
+(``StoreWords``, shared by every ``SQLiteStore`` of that database file
+while one is open: ``store_words``). A proxy or a worker pool runs many
+sessions of one store, each with its own connection; with a copy each,
+every session read again every number the others had added, and held its
+own copy (measured in ``bench/proxy_overhead.py``: up to 97 ms of CPU in
+one request, 34 of 41 ms in ``refresh``). The shared copy:
+
+- holds committed numbers only, and only grows: ``words[i]`` never changes
+  once set, so a ``TermTable`` may hold ``words`` and ``ids`` by reference;
+- reads the table through a connection of its own (``_Reader``), never
+  through a writer's: a connection inside a write transaction sees its own
+  uncommitted rows, which a rollback takes back;
+- checks, each time it reads on, that its last number still has its word
+  in the table: a database replaced under a live process is refused
+  (``StoreError``), not silently renumbered.
+
+Each connection's ``TermVocab`` numbers new terms inside its write
+transaction (which holds SQLite's write lock, so no other writer numbers
+meanwhile) into an **overlay** of its own: the shared copy learns them
+when the transaction commits (``committed``), and a rollback just drops
+them, so a sibling never sees a number that was taken back.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
+import threading
+import weakref
 from itertools import repeat
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -22,7 +51,8 @@ import orjson
 
 from pager.errors import StoreError
 
-__all__ = ["VOCAB_SCHEMA", "TermVocab", "fill_term_ids", "save_vocab_snapshot"]
+__all__ = ["VOCAB_SCHEMA", "StoreWords", "TermVocab", "fill_term_ids", "release_words", "save_vocab_snapshot",
+           "store_words"]
 
 VOCAB_SCHEMA = "CREATE TABLE IF NOT EXISTS vocab (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE)"
 _INT32 = np.dtype("<i4")
@@ -31,11 +61,11 @@ _INT32 = np.dtype("<i4")
 class _Numbers(dict):  # type: ignore[type-arg]
     """term -> number: those this process has read, and those a vocabulary snapshot covers, looked up on demand.
 
-    A reopen reads the snapshot's words (one string split, ``TermVocab.load``)
+    A reopen reads the snapshot's words (one string split, ``StoreWords``)
     but not this inverse: 238k dict entries at 50k pages cost 0.2 s. A term
     numbered below ``covered`` is looked up in ``vocab`` the first time it is
     asked for (its number never changes: kept from then on); one numbered
-    later is read by ``refresh`` as before.
+    later is read by ``catch_up`` as before.
     """
 
     __slots__ = ("_lookup", "_absent")
@@ -71,73 +101,204 @@ class _Numbers(dict):  # type: ignore[type-arg]
         return default if got is None else got
 
 
-class TermVocab:
-    """A process's copy of the store's ``vocab``: ``words[i]`` is term ``i``, ``ids`` the inverse."""
+class _Reader:
+    """The shared copy's own connection, for committed rows only (serialised: one statement at a time).
 
-    def __init__(self) -> None:
-        self.words: list[str | None] = [None]  # numbers start at 1 (SQLite's first rowid)
-        self.ids: dict[str, int] = _Numbers()
-        self._committed = 1
-        self._fresh = False  # read inside the write transaction under way: no other writer can add a number
-        self._covered = 0  # words 1 .. covered-1 came from the vocabulary snapshot
-        # the connection's ``PRAGMA data_version`` when this copy was last read whole inside a write transaction,
-        # and the one the transaction under way began at (``begin``): while the two agree no other connection
-        # committed since, so no other writer numbered a term this copy lacks
-        self._known: int | None = None
-        self._began: int | None = None
+    Apart from ``StoreWords`` so that a ``_Numbers`` still in a mirror's
+    hands keeps it open without keeping the copy (no reference cycle: freed
+    by reference counting, closed by ``weakref.finalize``).
+    """
 
-    def begin(self, data_version: int | None) -> None:
-        """Say a write transaction began at the connection's ``data_version`` (the store calls it after BEGIN).
-
-        When no other connection committed since this copy was last read
-        whole, the transaction need not read the table again: only this
-        process numbered terms since, and it kept them (issue 23: a read per
-        call with a new term, about every other call).
-        """
-        self._began = data_version
-        self._fresh = data_version is not None and data_version == self._known
-
-    def load(self, db: sqlite3.Connection) -> None:
-        """Start from the store's vocabulary snapshot, if it has a sound one and nothing was read yet."""
-        if len(self.words) > 1:
-            return
+    def __init__(self, path: Path) -> None:
+        self.lock = threading.Lock()
         try:
-            row = db.execute("SELECT words, data FROM vocab_snapshot WHERE id=1").fetchone()
-        except sqlite3.OperationalError:  # a store mid-migration, before the table
-            return
-        words = _unpack_words(row[1], int(row[0])) if row is not None else None
+            self.db: sqlite3.Connection | None = sqlite3.connect(
+                path, isolation_level=None, timeout=30.0, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {path}: {exc}") from exc
+        weakref.finalize(self, self.db.close)
+
+    def all(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """Run ``sql``; every row, read to the end (no read transaction left open to hold back a checkpoint)."""
+        with self.lock:
+            if self.db is None:
+                raise StoreError("cannot read the store's term numbers: the store is closed")
+            try:
+                return self.db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):  # a store not yet created or migrated: no numbers yet
+                    return []
+                raise StoreError(f"cannot read the store's term numbers: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read the store's term numbers: {exc}") from exc
+
+    def close(self) -> None:
+        with self.lock:
+            if self.db is not None:
+                self.db.close()
+                self.db = None
+
+
+class StoreWords:
+    """One process's copy of a store's committed numbering: ``words[i]`` is term ``i``, ``ids`` the inverse.
+
+    Shared by the store's connections in this process (``store_words``);
+    see the module docstring. ``words`` only grows.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.words: list[str | None] = [None]  # numbers start at 1 (SQLite's first rowid)
+        self.ids: _Numbers = _Numbers()
+        self.covered = 0  # words 1 .. covered-1 came from the vocabulary snapshot
+        self.users = 0  # open stores using this copy (``store_words``)
+        self.key: tuple[int, int, int] | None = None  # its place in ``store_words``' table
+        self._lock = threading.Lock()
+        self._reader = _Reader(self.path)
+
+    def catch_up(self) -> int:
+        """Read the numbers committed since this copy last looked (by any connection); return ``len(words)``."""
+        with self._lock:
+            words = self.words
+            if len(words) == 1:
+                self._load()
+            last = len(words) - 1
+            check = last > 0 and words[last] is not None
+            start = last if check else len(words)
+            # two JSON arrays from one pass: one string each to parse in C, not a Python tuple per term
+            got = self._reader.all("SELECT json_group_array(id), json_group_array(term) FROM "
+                                   "(SELECT id, term FROM vocab WHERE id >= ? ORDER BY id)", (start,))
+            numbers, terms = (orjson.loads(got[0][0]), orjson.loads(got[0][1])) if got else ([], [])
+            if check:
+                if not numbers or numbers[0] != last or terms[0] != words[last]:
+                    raise StoreError(f"store {self.path}: the term numbered {last} is no longer in its table: "
+                                     "was pager.db replaced while open? Close every store of it and open again")
+                numbers, terms = numbers[1:], terms[1:]
+            if numbers:
+                if numbers[0] == len(words) and numbers[-1] == len(words) + len(numbers) - 1:
+                    words.extend(terms)  # dense and in order, as SQLite numbers rows
+                else:
+                    for i, term in sorted(zip(numbers, terms)):
+                        words.extend([None] * (i - len(words)))  # a gap: keep the list indexable by number
+                        words.append(term)
+                self.ids.update(zip(terms, numbers))
+            return len(words)
+
+    def absorb(self, first: int, new: Sequence[str]) -> None:
+        """Learn the numbers ``first``, ``first+1``, ... a transaction of this process just committed for ``new``.
+
+        Skipped when this copy is not at ``first``: past it (a ``catch_up``
+        read them already) or short of it (numbers committed in between it
+        has not read: the next ``catch_up`` reads them all, these included).
+        """
+        with self._lock:
+            if len(self.words) == first:
+                self.words.extend(new)
+                self.ids.update(zip(new, range(first, first + len(new))))
+
+    def _load(self) -> None:
+        """Start from the store's vocabulary snapshot, if it has a sound one (under the lock, nothing read yet)."""
+        row = self._reader.all("SELECT words, data FROM vocab_snapshot WHERE id=1")
+        words = _unpack_words(row[0][1], int(row[0][0])) if row else None
         if not words:
             return
         self.words.extend(words)
-        covered = self._covered = len(self.words)
-        ids = self.ids
-        if isinstance(ids, _Numbers):
-            def lookup(term: str) -> int | None:
-                try:
-                    got = db.execute("SELECT id FROM vocab WHERE term=? AND id<?", (term, covered)).fetchone()
-                except sqlite3.Error as exc:  # the store was closed under a mirror still in use
-                    raise StoreError(f"cannot read the store's term numbers: {exc}") from exc
-                return int(got[0]) if got else None
-            ids._lookup = lookup
+        covered = self.covered = len(self.words)
+        reader = self._reader
 
-    def refresh(self, db: sqlite3.Connection) -> None:
-        """Read the numbers added since this copy last looked (by this or another process)."""
-        if len(self.words) == 1:
-            self.load(db)
-        # two JSON arrays from one pass: one string each to parse in C, not a Python tuple per term
-        got = db.execute("SELECT json_group_array(id), json_group_array(term) FROM "
-                         "(SELECT id, term FROM vocab WHERE id >= ? ORDER BY id)", (len(self.words),)).fetchone()
-        numbers, terms = orjson.loads(got[0]), orjson.loads(got[1])
-        if not numbers:
+        def lookup(term: str) -> int | None:
+            got = reader.all("SELECT id FROM vocab WHERE term=? AND id<?", (term, covered))
+            return int(got[0][0]) if got else None
+        self.ids._lookup = lookup
+
+    def close(self) -> None:
+        """Close the connection: numbers not yet looked up then raise ``StoreError`` (the store is closed)."""
+        self._reader.close()
+
+
+_OPEN: dict[tuple[int, int, int], StoreWords] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def store_words(path: str | os.PathLike[str]) -> StoreWords:
+    """Return this process's copy of the numbering of the database file ``path`` (opened, or shared).
+
+    One per file (device and inode: a file replaced is another file) while
+    a store of it is open; ``release_words`` when that store closes.
+    """
+    st = os.stat(path)
+    key = (os.getpid(), st.st_dev, st.st_ino)  # a forked child opens its own: the connection is not its to use
+    with _OPEN_LOCK:
+        got = _OPEN.get(key)
+        if got is None:
+            got = _OPEN[key] = StoreWords(path)
+            got.key = key
+        got.users += 1
+        return got
+
+
+def release_words(words: StoreWords) -> None:
+    """Say a store that had ``words`` from ``store_words`` closed; the last one closes the copy."""
+    with _OPEN_LOCK:
+        words.users -= 1
+        if words.users > 0:
             return
-        words = self.words
-        if numbers[0] == len(words) and numbers[-1] == len(words) + len(numbers) - 1:
-            words.extend(terms)  # dense and in order, as SQLite numbers rows
-        else:
-            for i, term in sorted(zip(numbers, terms)):
-                words.extend([None] * (i - len(words)))  # a gap: keep the list indexable by number
-                words.append(term)
-        self.ids.update(zip(terms, numbers))
+        if words.key is not None and _OPEN.get(words.key) is words:
+            del _OPEN[words.key]
+    words.close()
+
+
+class _Merged:
+    """A shared copy's ``ids`` with a transaction's own numbers over it (read only: ``TermVocab.ids``)."""
+
+    __slots__ = ("own", "base")
+
+    def __init__(self, own: dict[str, int], base: _Numbers) -> None:
+        self.own, self.base = own, base
+
+    def get(self, term: str, default: Any = None) -> Any:
+        got = self.own.get(term)
+        return self.base.get(term, default) if got is None else got
+
+    def __getitem__(self, term: str) -> int:
+        got = self.own.get(term)
+        return self.base[term] if got is None else got
+
+    def __contains__(self, term: object) -> bool:
+        return term in self.own or term in self.base
+
+
+class TermVocab:
+    """A connection's numbering: the store's shared copy (``StoreWords``) and its write transaction's new numbers.
+
+    ``words`` and ``ids`` read both; without new numbers under way they are
+    the shared copy's own objects, which a ``TermTable`` may keep.
+    """
+
+    def __init__(self, shared: StoreWords) -> None:
+        self.shared = shared
+        self._first = 0  # the number of the first of _new (set when the transaction reads the table)
+        self._new: list[str] = []  # the terms this transaction numbered, in order
+        self._new_ids: dict[str, int] = {}
+        self._fresh = False  # read inside the write transaction under way: no other writer can add a number
+
+    @property
+    def words(self) -> list[str | None]:
+        if not self._new:
+            return self.shared.words
+        return [*self.shared.words[: self._first], *self._new]  # a copy, only mid-transaction (rare)
+
+    @property
+    def ids(self) -> Any:
+        return self.shared.ids if not self._new else _Merged(self._new_ids, self.shared.ids)
+
+    def begin(self) -> None:
+        """Say a write transaction began (the store calls it after BEGIN)."""
+        self._drop()
+
+    def refresh(self) -> None:
+        """Read the numbers committed since the shared copy last looked (by this or another process)."""
+        self.shared.catch_up()
 
     def encode(self, db: sqlite3.Connection, terms: Sequence[str]) -> bytes:
         """Return ``terms`` as numbers (int32 bytes), numbering the new ones (inside the caller's write transaction)."""
@@ -147,19 +308,18 @@ class TermVocab:
         """Return each page's ``terms`` as numbers (int32 bytes), numbering the new ones of all pages at once.
 
         Inside the caller's write transaction. The table is read once per
-        transaction, the first time a term is new (and not even then when no
-        other connection committed since it was last read: ``begin``): the
-        transaction holds SQLite's write lock (``BEGIN IMMEDIATE``), so no
-        other writer adds a number until it ends, and new terms take the
-        numbers SQLite would give them (the highest plus one, in order of
-        first appearance), written in one statement, not read back (issue 23).
+        transaction, the first time a term is new: the transaction holds
+        SQLite's write lock (``BEGIN IMMEDIATE``), so no other writer adds a
+        number until it ends, and new terms take the numbers SQLite would
+        give them (the highest plus one, in order of first appearance),
+        written in one statement, not read back (issue 23).
         """
-        ids = self.ids
+        ids = self.shared.ids
         out: list[bytes] = []
         lacking: list[tuple[int, list[int | None]]] = []
         for terms in pages:
-            # looked up in C (``dict.get`` skips ``_Numbers``' own lookups): only the terms this copy lacks
-            # (new, or covered by the vocabulary snapshot) take the slow path below
+            # looked up in C (``dict.get`` skips ``_Numbers``' own lookups): only the terms the shared copy
+            # lacks (new, numbered in this transaction, or covered by the vocabulary snapshot) go on below
             nums = list(map(dict.get, repeat(ids), terms))
             if None in nums:
                 lacking.append((len(out), nums))
@@ -169,9 +329,10 @@ class TermVocab:
         if lacking:
             self._number(db, list(dict.fromkeys(
                 t for i, nums in lacking for t, n in zip(pages[i], nums) if n is None)))
+            number = self.ids.__getitem__
             for i, _nums in lacking:
                 terms = pages[i]
-                out[i] = np.fromiter(map(ids.__getitem__, terms), dtype=_INT32, count=len(terms)).tobytes()
+                out[i] = np.fromiter(map(number, terms), dtype=_INT32, count=len(terms)).tobytes()
         return out
 
     def _number(self, db: sqlite3.Connection, absent: Sequence[str]) -> None:
@@ -179,43 +340,37 @@ class TermVocab:
 
         Reads the table first, once a transaction (see ``encode_many``).
         """
-        ids = self.ids
-        new = [t for t in absent if t not in ids]  # ``in`` finds those below the vocabulary snapshot's cover
+        ids, own = self.shared.ids, self._new_ids
+        # ``in ids`` finds those below the vocabulary snapshot's cover
+        new = [t for t in absent if t not in own and t not in ids]
         if new and not self._fresh:
-            self.refresh(db)
+            size = self.shared.catch_up()
             self._fresh = db.in_transaction  # committed() or rolled_back() ends it with the transaction
-            if self._fresh:
-                self._known = self._began
+            if not self._new:
+                self._first = size
             new = [t for t in new if t not in ids]
         if new:
-            words = self.words
-            first = len(words)  # refresh pads gaps: the highest number in the table is first - 1
+            first = self._first + len(self._new)  # catch_up pads gaps: the highest number in the table is one less
             numbered = list(zip(range(first, first + len(new)), new))
             db.executemany("INSERT INTO vocab (id, term) VALUES (?, ?)", numbered)
-            words.extend(new)
-            ids.update((t, i) for i, t in numbered)
+            self._new.extend(new)
+            own.update((t, i) for i, t in numbered)
+            if not db.in_transaction:  # written outside a transaction: committed already
+                self.committed()
 
     def committed(self) -> None:
-        self._committed = len(self.words)
-        self._fresh = False
-        self._began = None
+        if self._new:
+            self.shared.absorb(self._first, self._new)
+        self._drop()
 
     def rolled_back(self) -> None:
         """Forget the numbers this transaction added: rolled back, another writer may reuse them."""
+        self._drop()
+
+    def _drop(self) -> None:
         self._fresh = False
-        self._began = None
-        for term in self.words[self._committed :]:
-            if term is not None:
-                self.ids.pop(term, None)
-        del self.words[self._committed :]
-        if self._committed < self._covered:  # read from the snapshot in the rolled-back transaction: anew
-            self._covered = 0
-            self._known = None  # read anew, whole
-            del self.words[1:]
-            self.ids.clear()
-            if isinstance(self.ids, _Numbers):
-                self.ids._lookup = None
-                self.ids._absent.clear()
+        self._new = []
+        self._new_ids = {}
 
 
 def decode(blobs: Iterable[bytes]) -> np.ndarray:
@@ -224,17 +379,29 @@ def decode(blobs: Iterable[bytes]) -> np.ndarray:
 
 
 def fill_term_ids(db: sqlite3.Connection) -> None:
-    """Number the terms of every page stored before ``term_ids`` (a migration: once, O(pages))."""
-    vocab = TermVocab()
-    vocab.refresh(db)
+    """Number the terms of every page stored before ``term_ids`` (a migration: once, O(pages)).
+
+    Inside the opening write transaction, with a numbering of its own (not
+    the shared copy's: a rollback of the migration must leave that alone).
+    """
+    ids: dict[str, int] = dict(db.execute("SELECT term, id FROM vocab"))
+    top = max(ids.values(), default=0)
     last = 0
     while True:
         rows = db.execute("SELECT id, terms FROM pages WHERE id > ? AND terms IS NOT NULL AND term_ids IS NULL "
                           "ORDER BY id LIMIT 2000", (last,)).fetchall()
         if not rows:
             return
-        db.executemany("UPDATE pages SET term_ids=? WHERE id=?",
-                       [(vocab.encode(db, orjson.loads(t)), pid) for pid, t in rows])
+        out = []
+        for pid, text in rows:
+            terms = orjson.loads(text)
+            for t in terms:
+                if t not in ids:
+                    top += 1
+                    ids[t] = top
+                    db.execute("INSERT INTO vocab (id, term) VALUES (?, ?)", (top, t))
+            out.append((np.fromiter(map(ids.__getitem__, terms), dtype=_INT32, count=len(terms)).tobytes(), pid))
+        db.executemany("UPDATE pages SET term_ids=? WHERE id=?", out)
         last = rows[-1][0]
 
 

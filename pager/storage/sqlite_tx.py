@@ -99,7 +99,8 @@ class TransactionMixin:
         self._tx_thread = threading.get_ident()
         self._touched.clear()
         try:
-            self._vocab.begin(self._check_seen())
+            self._check_seen()
+            self._vocab.begin()
             yield self._db
             self._write_raises()
         except BaseException as exc:
