@@ -164,6 +164,21 @@ def test_the_connections_of_one_process_share_one_copy_of_the_committed_numbers(
     c.close()
 
 
+def test_a_store_dropped_without_closing_lets_its_copy_of_the_numbers_go(tmp_path):
+    import gc
+
+    from pager.storage import sqlite_terms
+    from pager.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "ctx")
+    reader = store._vocab.shared._reader
+    assert len([w for w in list(sqlite_terms._OPEN.values()) if w.path.parent == tmp_path / "ctx"]) == 1
+    del store
+    gc.collect()
+    assert not [w for w in list(sqlite_terms._OPEN.values()) if w.path.parent == tmp_path / "ctx"]
+    assert reader.db is not None  # still someone's (this test's): closed when that goes too
+
+
 def test_a_database_replaced_under_an_open_store_is_refused_not_renumbered(tmp_path):
     import sqlite3
 

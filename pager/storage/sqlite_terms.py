@@ -216,7 +216,8 @@ class StoreWords:
         self._reader.close()
 
 
-_OPEN: dict[tuple[int, int, int], StoreWords] = {}
+# weakly: a store dropped without ``close`` drops its copy too (its reader closes when nothing holds it)
+_OPEN: "weakref.WeakValueDictionary[tuple[int, int, int], StoreWords]" = weakref.WeakValueDictionary()
 _OPEN_LOCK = threading.Lock()
 
 
