@@ -34,6 +34,8 @@ import keyword
 import re
 from typing import Any, Callable, Iterable, Iterator
 
+from pager.core.memo import Memo
+
 __all__ = [
     "ERROR_TERM",
     "HEX_ID",
@@ -156,32 +158,21 @@ _SPLIT_SPACES = (
 )
 _NOT_SPLITTABLE = re.compile("[\x00" + _SPLIT_SPACES[6:] + "]")
 _JOIN = "\x00"
-# Memo bounds: entries (each memo: at most ~3 MB), and the length of a key worth keeping (over the
-# development traces, chunks over 64 characters are 0.4% of all and their repeats 0.2%). A
-# session's distinct chunks are under 9,000 in the traces: the largest fits.
-_MEMO_ENTRIES = 16_384
+# Memo bounds: entries a generation (``pager.core.memo``: two generations, each memo at most ~3 MB in
+# all), and the length of a key worth keeping (over the development traces, chunks over 64 characters
+# are 0.4% of all and their repeats 0.2%). A session's distinct chunks are under 9,000 in the traces:
+# the largest fits in the two generations, its keys in use moved back at each turn.
+_MEMO_ENTRIES = 8_192
 _MEMO_KEY_CHARS = 64
 
 
-class _Memo(dict):  # type: ignore[type-arg]
-    """A bounded memo of a pure function of one key: computed on a miss; when full, the older half goes.
+def _key_chars(key: Any) -> int:
+    return len(key[0] if isinstance(key, tuple) else key)
 
-    A pure function's cache, so no result depends on what it holds; ``dict``
-    so that a hit costs one C-level lookup (``map(memo.__getitem__, keys)``).
-    """
 
-    def __init__(self, fn: Callable[[Any], tuple[str, ...]]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def __missing__(self, key: Any) -> tuple[str, ...]:
-        value = self.fn(key)
-        if len(key[0] if isinstance(key, tuple) else key) <= _MEMO_KEY_CHARS:
-            if len(self) >= _MEMO_ENTRIES:
-                for old in list(itertools.islice(self, len(self) // 2 or 1)):  # insertion order: oldest first
-                    self.pop(old, None)  # None: another thread may have dropped it
-            self[key] = value
-        return value
+def _Memo(fn: Callable[[Any], tuple[str, ...]]) -> Memo:
+    """A memo of ``fn`` with the bounds above (``pager.core.memo``; read when made, so a test may lower them)."""
+    return Memo(fn, _MEMO_ENTRIES, _MEMO_KEY_CHARS, _key_chars)
 
 
 def scanned(text: str) -> str:

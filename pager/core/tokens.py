@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from pager.core.memo import Memo
 from pager.errors import ConfigError, InputError
 
 __all__ = [
@@ -74,7 +75,7 @@ except re.error:  # possessive quantifiers are Python 3.11's: 3.10 counts every 
 # common in tool output and in pager's own texts (stubs, compact lines).
 PIECE_SAFE = "—–‐‑‒―…‘’‚“”„•·‧′″→←↑↓↔⇒✓✔✗✘×÷°±€£¥§¶©®™│─├└┌┐┘┬┴┼═║╔╗╚╝▶►◀■□●○◆★☆"
 _UNSAFE = re.compile(f"[^\x00-\x7f{PIECE_SAFE}]")
-PIECE_MEMO_ENTRIES = 65_536  # distinct pieces remembered (cleared when full)
+PIECE_MEMO_ENTRIES = 32_768  # distinct pieces remembered, a generation (pager.core.memo): two at most
 PIECE_KEY_CHARS = 64  # longer pieces (base64, long runs) are rarely repeated and not kept
 
 
@@ -147,29 +148,20 @@ class TiktokenCounter:
         return len(self._enc.encode_ordinary(text))  # what encode(text, disallowed_special=()) does, faster
 
 
-class _PieceCounts(dict):  # type: ignore[type-arg]
+class _PieceCounts(Memo):
     """cl100k counts by piece: ``count(text)`` is tiktoken's count for a text ``_UNSAFE`` passes.
 
-    A ``dict`` of piece -> tokens whose misses run the BPE of that piece
-    (``CoreBPE.encode_single_piece``: what tiktoken does for each piece), so a
-    hit is one C-level lookup. A pure function's cache: no count depends on
-    what it holds.
+    A memo (``pager.core.memo``) of piece -> tokens whose misses run the BPE
+    of that piece (``CoreBPE.encode_single_piece``: what tiktoken does for
+    each piece), so a hit is one C-level lookup. A pure function's cache: no
+    count depends on what it holds.
     """
 
     def __init__(self, encode_piece: Callable[[bytes], list[int]]) -> None:
-        super().__init__()
-        self.encode_piece = encode_piece
+        super().__init__(lambda piece: len(encode_piece(piece.encode())), PIECE_MEMO_ENTRIES, PIECE_KEY_CHARS)
 
     def count(self, text: str) -> int:
         return sum(map(self.__getitem__, _CL100K_SPLIT.findall(text)))  # type: ignore[union-attr]
-
-    def __missing__(self, piece: str) -> int:
-        n = len(self.encode_piece(piece.encode()))
-        if len(piece) <= PIECE_KEY_CHARS:
-            if len(self) >= PIECE_MEMO_ENTRIES:
-                self.clear()
-            self[piece] = n
-        return n
 
 
 class HeuristicCounter:
