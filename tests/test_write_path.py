@@ -89,15 +89,18 @@ def test_new_terms_take_the_numbers_sqlite_gives_and_the_table_is_read_once_a_tr
     a_db.execute("BEGIN IMMEDIATE")
     for terms in pages:  # one call: several pages with new terms
         assert _numbered(a_db, a, terms) == terms
+    a.write(a_db)
     a_db.execute("COMMIT")
     a.committed()
     assert len(reads) == 1  # read once, numbered without reading back
     b_db.execute("BEGIN IMMEDIATE")
     assert _numbered(b_db, b, ["gamma", "zeta"]) == ["gamma", "zeta"]  # learns a's numbers, adds its own
+    b.write(b_db)
     b_db.execute("COMMIT")
     b.committed()
     a_db.execute("BEGIN IMMEDIATE")
     assert _numbered(a_db, a, ["zeta", "eta"]) == ["zeta", "eta"]  # a new transaction reads b's numbers
+    a.write(a_db)
     a_db.execute("COMMIT")
     a.committed()
     table = dict(a_db.execute("SELECT term, id FROM vocab"))
@@ -117,10 +120,12 @@ def test_numbers_of_a_rolled_back_transaction_are_forgotten_and_reused(tmp_path)
     a.rolled_back()
     b_db.execute("BEGIN IMMEDIATE")
     _numbered(b_db, b, ["gamma"])  # takes number 1, which a had given alpha in its rolled-back transaction
+    b.write(b_db)
     b_db.execute("COMMIT")
     b.committed()
     a_db.execute("BEGIN IMMEDIATE")
     assert _numbered(a_db, a, ["beta", "gamma"]) == ["beta", "gamma"]
+    a.write(a_db)
     a_db.execute("COMMIT")
     assert dict(a_db.execute("SELECT term, id FROM vocab")) == {"gamma": 1, "beta": 2}
 
@@ -162,6 +167,35 @@ def test_the_connections_of_one_process_share_one_copy_of_the_committed_numbers(
     c = SQLiteStore(tmp_path / "ctx")
     assert c._vocab.shared is not b._vocab.shared  # a store opened afterwards starts a new copy
     c.close()
+
+
+def test_new_numbers_are_written_at_the_end_of_the_transaction_and_rolled_back_with_it(tmp_path):
+    # the proxy sends a request on before the call's transaction ends: the vocab rows wait for its end
+    from pager.storage.sqlite import SQLiteStore
+    from pager.testing import new_page
+
+    store = SQLiteStore(tmp_path / "ctx")
+    head = store.ensure_session("s")
+    sql: list[str] = []
+    store._db.set_trace_callback(sql.append)
+    with store.transaction():
+        store.record("s", head, None, 0, [new_page(1, terms=("alpha", "beta"))])
+        store.record("s", head, None, 1, [new_page(2, terms=("beta", "gamma"))])
+        assert not [q for q in sql if "INTO vocab" in q]
+        sql.clear()
+    writes = [q for q in sql if "INTO vocab" in q]
+    assert len(writes) == 3 and sql[-1] == "COMMIT"  # one statement, its three rows, then COMMIT
+    assert dict(store._db.execute("SELECT term, id FROM vocab")) == {"alpha": 1, "beta": 2, "gamma": 3}
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.record("s", head, None, 2, [new_page(3, terms=("delta",))])
+            raise RuntimeError("the call failed after its request was sent")
+    store.record("s", head, None, 2, [new_page(4, terms=("eps", "delta"))])
+    assert dict(store._db.execute("SELECT term, id FROM vocab")) == {"alpha": 1, "beta": 2, "gamma": 3, "eps": 4,
+                                                                     "delta": 5}
+    assert [set(t) for t in branch_columns(store, head).terms] == [{"alpha", "beta"}, {"beta", "gamma"},
+                                                                   {"eps", "delta"}]
+    store.close()
 
 
 def test_a_store_dropped_without_closing_lets_its_copy_of_the_numbers_go(tmp_path):

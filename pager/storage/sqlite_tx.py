@@ -103,6 +103,7 @@ class TransactionMixin:
             self._vocab.begin()
             yield self._db
             self._write_raises()
+            self._vocab.write(self._db)
         except BaseException as exc:
             self._depth = 0
             self._touched.clear()
