@@ -198,6 +198,57 @@ def test_new_numbers_are_written_at_the_end_of_the_transaction_and_rolled_back_w
     store.close()
 
 
+def test_sessions_in_threads_numbering_the_same_new_terms_with_failures_read_back_what_they_wrote(tmp_path):
+    import contextlib
+    import random
+    import threading
+
+    from pager.storage.sqlite import SQLiteStore
+    from pager.storage.sqlite_terms import StoreWords, TermVocab, decode
+    from pager.testing import new_page
+
+    stores = [SQLiteStore(tmp_path / "ctx") for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        rng = random.Random(k)
+        store, session = stores[k], f"s{k}"
+        head, n = store.ensure_session(session), 0
+        try:
+            for step in range(40):
+                terms = tuple(dict.fromkeys(f"w{rng.randrange(120)}" for _ in range(6)))
+                page = new_page(1000 * k + step, terms=terms)
+                if rng.random() < 0.25:  # a call that fails after numbering its terms
+                    with contextlib.suppress(RuntimeError), store.transaction():
+                        store.record(session, head, None, n, [page])
+                        raise RuntimeError("failed")
+                else:
+                    store.record(session, head, None, n, [page])
+                    n += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    table = dict(stores[0]._db.execute("SELECT id, term FROM vocab"))
+    assert sorted(table) == list(range(1, len(table) + 1))  # dense: no number lost to a rollback
+    fresh = TermVocab(StoreWords(tmp_path / "ctx" / "pager.db"))  # another process's view, from the table
+    fresh.refresh()
+    for k, store in enumerate(stores):
+        head = store.ensure_session(f"s{k}")
+        want = [set(p.terms) for p in store.load_pages(store.branch_page_ids(head))]
+        assert [set(t) for t in branch_columns(store, head).terms] == want
+        blobs = [b for (b,) in store._db.execute("SELECT term_ids FROM pages WHERE session=? ORDER BY id",
+                                                  (f"s{k}",))]
+        assert [{fresh.words[i] for i in decode([b])} for b in blobs] == want
+    for store in stores:
+        store.close()
+
+
 def test_a_store_dropped_without_closing_lets_its_copy_of_the_numbers_go(tmp_path):
     import gc
 
