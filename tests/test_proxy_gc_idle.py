@@ -41,6 +41,29 @@ def test_a_deferred_sweep_waits_for_sweep_if_due(policy: gcpolicy.GcPolicy) -> N
     del grown
 
 
+def test_an_idle_moment_runs_the_next_full_collection_early(policy: gcpolicy.GcPolicy) -> None:
+    policy.after_startup()
+    gc.disable()  # no automatic collection in between: the counts below are this test's
+    try:
+        gc.collect()  # the last full collection: count[2] starts at 0
+        fulls, idle = policy.fulls, policy.idle_fulls
+        for _ in range(policy.idle_full_after - 1):
+            gc.collect(1)  # a middle-generation collection
+        assert not policy.sweep_if_due() and policy.fulls == fulls  # not yet, and not before deferring
+        gc.collect(1)
+        assert not policy.sweep_if_due() and policy.fulls == fulls  # a server that never says it is idle
+        policy.defer_sweeps()
+        node = _Node()
+        ref = weakref.ref(node)
+        del node  # cyclic garbage the next full collection frees
+        assert not policy.sweep_if_due()  # no sweep: the frozen heap is not walked ...
+        assert policy.fulls == fulls + 1 and policy.idle_fulls == idle + 1 and policy.sweeps == 0
+        assert ref() is None and gc.get_count()[2] == 0  # ... but the full collection ran
+        assert not policy.sweep_if_due() and policy.fulls == fulls + 1  # counts start again
+    finally:
+        gc.enable()
+
+
 def test_the_proxy_sweeps_once_no_call_is_in_flight(policy: gcpolicy.GcPolicy, tmp_path: Path) -> None:
     with ServerThread(make_upstream(), graceful=1.0) as up:
         cfg = ProxyConfig(store=str(tmp_path / "ctx"), upstream_openai=up, options={"context_window": 32_000})
