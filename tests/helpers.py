@@ -238,3 +238,14 @@ def scheduler_prompts(full: list[Any], rng: Any, count: int, edited: Any) -> Ite
         else:  # the same prompt again, as a new list
             cur = list(cur)
         yield cur
+
+
+def run_threads(work: Any, count: int) -> None:
+    """Run ``work(i)`` for i in range(count), each in a thread of its own, and wait for them all."""
+    import threading
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

@@ -17,7 +17,7 @@ import pytest
 
 import pager
 
-from helpers import coding_session, user
+from helpers import coding_session, run_threads, user
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -50,11 +50,7 @@ def _in_order(steps: list[tuple[int, Callable[[], Any]]], workers: int) -> list[
             finally:
                 done[i].set()
 
-    threads = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, workers)
     assert not errors, errors
     return results
 

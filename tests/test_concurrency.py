@@ -10,7 +10,7 @@ from pathlib import Path
 import pager
 import zygote
 
-from helpers import coding_session, take_turns
+from helpers import coding_session, run_threads, take_turns
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,11 +100,7 @@ def test_one_pager_shared_by_threads(tmp_path):
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(work, 6)
         assert not errors, errors
         assert p.store.count_pages("s") == len(history) + len(p.notes())  # each note is also a page
         assert len(p.store.branches("s")) == 1

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import run_threads
 from pager.core.memo import Memo
 
 
@@ -56,9 +55,5 @@ def test_threads_sharing_a_memo_get_the_function_s_answers():
             if memo[k] != k * 2:
                 bad.append(k)
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 4)
     assert not bad and len(memo) <= 16

@@ -15,6 +15,8 @@ from pager.storage import acked as acked_mod
 from pager.storage.acked import MAX_RANGES, MAX_SESSIONS, AckedMark
 from pager.storage.base import branch_columns
 
+from helpers import run_threads
+
 
 def _reference_merge(data: dict, max_page: int, versions: dict, ranges: dict, at: float) -> dict:
     """The sidecar's merge as the module docstring states it: the mapping a commit leaves behind."""
@@ -201,7 +203,6 @@ def test_new_numbers_are_written_at_the_end_of_the_transaction_and_rolled_back_w
 def test_sessions_in_threads_numbering_the_same_new_terms_with_failures_read_back_what_they_wrote(tmp_path):
     import contextlib
     import random
-    import threading
 
     from pager.storage.sqlite import SQLiteStore
     from pager.storage.sqlite_terms import StoreWords, TermVocab, decode
@@ -228,11 +229,7 @@ def test_sessions_in_threads_numbering_the_same_new_terms_with_failures_read_bac
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 4)
     assert not errors
     table = dict(stores[0]._db.execute("SELECT id, term FROM vocab"))
     assert sorted(table) == list(range(1, len(table) + 1))  # dense: no number lost to a rollback

@@ -42,7 +42,7 @@ middle-generation collections that let Python start one have happened
 is what was promoted since the last one, and with the idle moments an
 agent's think time gives, that walk no longer lands in a request. It
 mattered most after a burst of new sessions: the first full collection
-after six 1,000-message histories were recorded walked them all (16-46 ms,
+after six 1,000-message histories were recorded walked them all (16-35 ms,
 measured in ``bench/proxy_overhead.py``, once a run, in a request, in each
 of five runs; none in a request with the idle collection, three runs).
 
