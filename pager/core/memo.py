@@ -38,23 +38,22 @@ _NOTHING = object()
 class Memo(dict):  # type: ignore[type-arg]
     """``fn``'s results by key, at most ``entries`` a generation; keys over ``key_chars`` long are not kept.
 
-    ``size(key)`` is what is compared with ``key_chars`` (default ``len``).
+    A key is a string, or a tuple whose first item is the string measured.
     """
 
-    def __init__(self, fn: Callable[[Any], Any], entries: int, key_chars: int,
-                 size: Callable[[Any], int] = len) -> None:
+    def __init__(self, fn: Callable[[Any], Any], entries: int, key_chars: int) -> None:
         super().__init__()
         self.fn = fn
         self.entries = max(1, entries)
         self.key_chars = key_chars
-        self.size = size
         self.old: dict[Any, Any] = {}
 
     def __missing__(self, key: Any) -> Any:
         value = self.old.pop(key, _NOTHING)  # pop: atomic, so two threads never both move a key back
         if value is _NOTHING:
             value = self.fn(key)
-            if self.size(key) > self.key_chars:
+            # inline, not a function: a new tool output misses once a chunk (800 misses in 49 KB of test names)
+            if len(key[0] if type(key) is tuple else key) > self.key_chars:
                 return value
         if len(self) >= self.entries:  # a turn: this generation becomes the old one
             self.old = dict(self)

@@ -166,13 +166,9 @@ _MEMO_ENTRIES = 8_192
 _MEMO_KEY_CHARS = 64
 
 
-def _key_chars(key: Any) -> int:
-    return len(key[0] if isinstance(key, tuple) else key)
-
-
 def _Memo(fn: Callable[[Any], tuple[str, ...]]) -> Memo:
     """A memo of ``fn`` with the bounds above (``pager.core.memo``; read when made, so a test may lower them)."""
-    return Memo(fn, _MEMO_ENTRIES, _MEMO_KEY_CHARS, _key_chars)
+    return Memo(fn, _MEMO_ENTRIES, _MEMO_KEY_CHARS)
 
 
 def scanned(text: str) -> str:
