@@ -261,6 +261,42 @@ def test_a_store_dropped_without_closing_lets_its_copy_of_the_numbers_go(tmp_pat
     assert reader.db is not None  # still someone's (this test's): closed when that goes too
 
 
+def test_a_forked_child_neither_shares_nor_closes_the_parent_s_copy(tmp_path):
+    import os
+    import sqlite3
+
+    from pager.storage.sqlite import SQLiteStore
+    from pager.storage.sqlite_terms import _close_in, store_words
+    from pager.testing import new_page
+
+    store = SQLiteStore(tmp_path / "ctx")
+    head = store.ensure_session("s")
+    store.record("s", head, None, 0, [new_page(1, terms=("alpha",))])
+    parent = store._vocab.shared
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a copy of its own, and the parent's connection left alone
+        ok = store_words(tmp_path / "ctx" / "pager.db") is not parent
+        _close_in(parent._reader.db, os.getppid())  # what a finalizer run at the child's exit does
+        try:
+            parent._reader.db.total_changes  # raises once closed
+        except Exception:  # noqa: BLE001 - any failure says closed
+            ok = False
+        os.write(w, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert got == b"1"
+    assert parent._reader.all("SELECT count(*) FROM vocab") == [(1,)]
+    own = sqlite3.connect(tmp_path / "ctx" / "pager.db")
+    _close_in(own, os.getpid())  # in the process that opened it: closed
+    with pytest.raises(sqlite3.ProgrammingError):
+        own.total_changes
+    store.close()
+
+
 def test_a_database_replaced_under_an_open_store_is_refused_not_renumbered(tmp_path):
     import sqlite3
 

@@ -116,7 +116,7 @@ class _Reader:
                 path, isolation_level=None, timeout=30.0, check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {path}: {exc}") from exc
-        weakref.finalize(self, self.db.close)
+        weakref.finalize(self, _close_in, self.db, os.getpid())
 
     def all(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """Run ``sql``; every row, read to the end (no read transaction left open to hold back a checkpoint)."""
@@ -137,6 +137,16 @@ class _Reader:
             if self.db is not None:
                 self.db.close()
                 self.db = None
+
+
+def _close_in(db: sqlite3.Connection, pid: int) -> None:
+    """Close ``db`` in the process that opened it only: a forked child (a finalizer run at its exit) must not.
+
+    SQLite forbids using a connection across ``fork``; closing one may
+    checkpoint and delete the WAL the parent still has mapped.
+    """
+    if os.getpid() == pid:
+        db.close()
 
 
 class StoreWords:
