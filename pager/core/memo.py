@@ -20,7 +20,10 @@ common ones. Measured in one process replaying the six conversations of
 ``bench/proxy_overhead.py`` (issue 23): the term memos were full and halved
 7-8 times during the warm-up, and a request after a halving computed again
 pieces every session uses (138 and 176 misses in two requests, 13 and 11
-with memos that never fill).
+with memos that never fill). Over the 360 measured requests, with as many
+entries at most as the halved memo held (two generations of 8,192), the
+chunk memo missed 9,702 times against 10,761, the match memo 6,991 against
+7,168.
 
 The memo holds at most twice its bound (the two generations); no result
 depends on what it holds.
