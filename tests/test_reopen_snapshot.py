@@ -292,6 +292,34 @@ def test_words_numbered_after_the_vocabulary_snapshot_and_by_other_sessions(tmp_
     store.close()
 
 
+def test_after_a_reopen_a_call_s_terms_the_snapshot_may_cover_are_looked_up_in_one_statement(tmp_path):
+    from pager.testing import new_page
+
+    path, msgs, ends = _recorded(tmp_path, 2, steps=20)
+    db = _db(path)
+    known = [t for (t,) in db.execute("SELECT term FROM vocab ORDER BY id LIMIT 6")]
+    db.close()
+    store = SQLiteStore(path)
+    head = store.ensure_session("s")
+    n = len(branch_columns(store, head).id)  # reads the vocabulary snapshot: the words, not their numbers
+    shared = store._vocab.shared
+    assert shared.covered > len(known)
+    asked: list[str] = []
+    shared._reader.db.set_trace_callback(lambda sql: asked.append(sql) if "FROM vocab WHERE" in sql else None)
+    new = [f"never_seen_{i}" for i in range(1200)]  # past one statement's 900 parameters
+    store.record("s", head, None, n, [new_page(700, terms=(known[1], *new[:600], known[4])),
+                                      new_page(701, terms=(*new[600:], known[5]))])
+    lookups = [q for q in asked if "term IN" in q]
+    assert len(lookups) == 2 and len(asked) == 3  # 1,203 terms asked for in two statements; one catch-up read
+    fresh = sqlite3.connect(Path(path) / DB_NAME)
+    numbers = dict(fresh.execute("SELECT term, id FROM vocab"))
+    fresh.close()
+    assert all(shared.ids[t] == numbers[t] for t in (known[1], known[4], known[5], *new))
+    cols = branch_columns(store, head)
+    assert set(cols.terms[-2]) == {known[1], *new[:600], known[4]} and set(cols.terms[-1]) == {*new[600:], known[5]}
+    store.close()
+
+
 def test_link_loaded_is_the_row_by_row_link():
     # the column-by-column link of a first load gives what the row loop gives; with a call id made twice
     # (the loop's answer depends on the order) it leaves the history to the loop

@@ -68,12 +68,34 @@ class _Numbers(dict):  # type: ignore[type-arg]
     later is read by ``catch_up`` as before.
     """
 
-    __slots__ = ("_lookup", "_absent")
+    __slots__ = ("_lookup", "_lookup_many", "_absent")
 
     def __init__(self) -> None:
         super().__init__()
         self._lookup: Callable[[str], int | None] | None = None
+        self._lookup_many: Callable[[list[str]], dict[str, int]] | None = None
         self._absent: set[str] = set()  # terms with no number below ``covered`` (that never changes either)
+
+    def find_many(self, terms: Iterable[str]) -> None:
+        """Look up at once those of ``terms`` the snapshot may cover and this dict has not read.
+
+        A call's new terms are all asked for (a new term is one no number
+        covers): one statement per 900, not one each (700 new terms cost
+        2.6 ms more than without a snapshot, one statement each).
+        """
+        if self._lookup_many is None:
+            return
+        absent = self._absent
+        ask = [t for t in terms if isinstance(t, str) and not dict.__contains__(self, t) and t not in absent]
+        if not ask:
+            return
+        found = self._lookup_many(ask)
+        for term in ask:
+            got = found.get(term)
+            if got is None:
+                absent.add(term)
+            else:
+                dict.__setitem__(self, term, got)
 
     def _find(self, term: str) -> int | None:
         if self._lookup is None or term in self._absent or not isinstance(term, str):
@@ -219,7 +241,16 @@ class StoreWords:
         def lookup(term: str) -> int | None:
             got = reader.all("SELECT id FROM vocab WHERE term=? AND id<?", (term, covered))
             return int(got[0][0]) if got else None
-        self.ids._lookup = lookup
+
+        def lookup_many(terms: list[str]) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for i in range(0, len(terms), 900):  # under SQLite's bound on parameters
+                chunk = terms[i : i + 900]
+                marks = ",".join("?" * len(chunk))
+                out.update(reader.all(f"SELECT term, id FROM vocab WHERE id<? AND term IN ({marks})",
+                                      (covered, *chunk)))
+            return out
+        self.ids._lookup, self.ids._lookup_many = lookup, lookup_many
 
     def close(self) -> None:
         """Close the connection: numbers not yet looked up then raise ``StoreError`` (the store is closed)."""
@@ -351,7 +382,7 @@ class TermVocab:
         Reads the table first, once a transaction (see ``encode_many``).
         """
         ids, own = self.shared.ids, self._new_ids
-        # ``in ids`` finds those below the vocabulary snapshot's cover
+        ids.find_many([t for t in absent if t not in own])  # those below the vocabulary snapshot's cover
         new = [t for t in absent if t not in own and t not in ids]
         if new and not self._fresh:
             size = self.shared.catch_up()
