@@ -80,7 +80,8 @@ def _numbered(db, vocab, terms):
 
 
 def test_new_terms_take_the_numbers_sqlite_gives_and_the_table_is_read_once_a_transaction(tmp_path):
-    from pager.storage.sqlite_terms import StoreWords, TermVocab
+    from pager.storage.sqlite_terms import TermVocab
+    from pager.storage.sqlite_words import StoreWords
 
     path = tmp_path / "v.db"
     a_db, b_db = _vocab_db(path), _vocab_db(path)  # two writers (processes) of one store
@@ -111,7 +112,8 @@ def test_new_terms_take_the_numbers_sqlite_gives_and_the_table_is_read_once_a_tr
 
 
 def test_numbers_of_a_rolled_back_transaction_are_forgotten_and_reused(tmp_path):
-    from pager.storage.sqlite_terms import StoreWords, TermVocab
+    from pager.storage.sqlite_terms import TermVocab
+    from pager.storage.sqlite_words import StoreWords
 
     path = tmp_path / "v.db"
     a_db, b_db = _vocab_db(path), _vocab_db(path)
@@ -205,7 +207,8 @@ def test_sessions_in_threads_numbering_the_same_new_terms_with_failures_read_bac
     import random
 
     from pager.storage.sqlite import SQLiteStore
-    from pager.storage.sqlite_terms import StoreWords, TermVocab, decode
+    from pager.storage.sqlite_terms import TermVocab, decode
+    from pager.storage.sqlite_words import StoreWords
     from pager.testing import new_page
 
     stores = [SQLiteStore(tmp_path / "ctx") for _ in range(4)]
@@ -249,15 +252,15 @@ def test_sessions_in_threads_numbering_the_same_new_terms_with_failures_read_bac
 def test_a_store_dropped_without_closing_lets_its_copy_of_the_numbers_go(tmp_path):
     import gc
 
-    from pager.storage import sqlite_terms
+    from pager.storage import sqlite_words
     from pager.storage.sqlite import SQLiteStore
 
     store = SQLiteStore(tmp_path / "ctx")
     reader = store._vocab.shared._reader
-    assert len([w for w in list(sqlite_terms._OPEN.values()) if w.path.parent == tmp_path / "ctx"]) == 1
+    assert len([w for w in list(sqlite_words._OPEN.values()) if w.path.parent == tmp_path / "ctx"]) == 1
     del store
     gc.collect()
-    assert not [w for w in list(sqlite_terms._OPEN.values()) if w.path.parent == tmp_path / "ctx"]
+    assert not [w for w in list(sqlite_words._OPEN.values()) if w.path.parent == tmp_path / "ctx"]
     assert reader.db is not None  # still someone's (this test's): closed when that goes too
 
 
@@ -266,7 +269,7 @@ def test_a_forked_child_neither_shares_nor_closes_the_parent_s_copy(tmp_path):
     import sqlite3
 
     from pager.storage.sqlite import SQLiteStore
-    from pager.storage.sqlite_terms import _close_in, store_words
+    from pager.storage.sqlite_words import _close_in, store_words
     from pager.testing import new_page
 
     store = SQLiteStore(tmp_path / "ctx")

@@ -33,7 +33,8 @@ import orjson
 from pager.errors import StoreError
 from pager.stateio import PRIVATE_DIR
 from pager.storage.sqlite_snapshot import read_snapshot, write_snapshot
-from pager.storage.sqlite_terms import TermVocab, release_words, store_words
+from pager.storage.sqlite_terms import TermVocab
+from pager.storage.sqlite_words import release_words, store_words
 from pager.storage.acked import AckedMark, LostWrites
 # DB_NAME, SCHEMA_VERSION, STORE_FILES and PAGE_COLUMNS were defined here: still importable from here
 from pager.storage.sqlite_schema import (DB_NAME, PAGE_COLUMNS, SCHEMA_VERSION, STATS_JOIN, STORE_FILES, _COLS,

@@ -28,7 +28,8 @@ import orjson
 from pager.core import snapshot
 from pager.core.pages import PageColumns
 from pager.core.termload import TermTable
-from pager.storage.sqlite_terms import VOCAB_SNAPSHOT_SCHEMA, TermVocab, decode, save_vocab_snapshot
+from pager.storage.sqlite_terms import TermVocab, decode
+from pager.storage.sqlite_words import VOCAB_SNAPSHOT_SCHEMA, save_vocab_snapshot
 
 __all__ = ["SNAPSHOT_SCHEMA", "read_snapshot", "write_snapshot"]
 
