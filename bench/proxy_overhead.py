@@ -344,7 +344,7 @@ def _print_phases(report: dict[str, Any], worst: int = 3) -> None:
         for r in sorted(rows, key=lambda r: -r["added"])[:worst]:
             print(f"{'':<26}{'slow':<12}" + "".join(f"{r.get(n, 0.0):>13.1f}" for n in names)
                   + f"   added {r['added']:.1f}, assemble {r['assemble_ms'] or 0:.1f} (CPU {r['cpu'] or 0:.1f}), "
-                    f"round {r['round']}, full GCs {r['gc_full']}")
+                    f"round {r['round']}, full GCs {r['gc_full']}, GC since the last call {r['gc_between']:.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -446,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(lines) == len(rows):
             mode["phases"] = [{**_spans(ln), "added": a, "assemble_ms": ln.get("assemble_ms"),
                                "cpu": ln.get("worker_cpu_ms"), "round": ln.get("round"),
-                               "gc_full": ln.get("gc_full", 0)} for ln, a in zip(lines, added)]
+                               "gc_full": ln.get("gc_full", 0), "gc_between": ln.get("gc_between_ms", 0.0)}
+                              for ln, a in zip(lines, added)]
         report["modes"].append(mode)
         name = f"{res['format']} {'stream' if res['stream'] else 'plain'}"
         tt = (f"{mode['ttfb_added']['p50']:>14.2f} {mode['ttfb_added']['p99']:>7.2f}" if res["stream"]

@@ -16,7 +16,7 @@ class Node:
         self.other: Any = self  # a cycle: only the collector frees it
 
 
-# The tests grow the frozen part past ``regrow`` of what the worker froze: at the default REGROW (a
+# The tests grow the heap past ``regrow`` of what the worker holds: at the default REGROW (a
 # half) that was ~350,000 new objects in a suite worker (~2 s of CPU a test); the
 # logic does not depend on the fraction, so they run at a small one.
 TEST_REGROW = 0.05
@@ -49,5 +49,17 @@ def policy() -> Iterator[gcpolicy.GcPolicy]:
     (``fresh_policy``) keeps it.
     """
     with _installed(gcpolicy.GcPolicy(threshold0=5000, regrow=TEST_REGROW)) as p:
-        p.examined = gc.get_freeze_count()
+        p.examined = gcpolicy.heap_size()
         yield p
+
+
+def grow(policy: gcpolicy.GcPolicy, by: float) -> list[Node]:
+    """Return new objects that grow the heap past ``by`` times ``regrow`` of what ``policy`` last walked.
+
+    Made until ``heap_size`` says so: what an object costs in blocks is the allocator's business.
+    """
+    target = policy.examined * (1.0 + by * policy.regrow)
+    out: list[Node] = []
+    while gcpolicy.heap_size() <= target:
+        out.extend(Node() for _ in range(1000))
+    return out

@@ -19,7 +19,7 @@ from pager.proxy import ProxyConfig, ServerThread, create_app, gcpolicy  # noqa:
 from proxy_upstream import make_upstream  # noqa: E402
 
 
-from gc_fixtures import Node as _Node, policy  # noqa: E402,F401  (a fixture)
+from gc_fixtures import Node as _Node, grow, policy  # noqa: E402,F401  (a fixture)
 
 
 def test_a_deferred_sweep_waits_for_sweep_if_due(policy: gcpolicy.GcPolicy) -> None:
@@ -30,8 +30,8 @@ def test_a_deferred_sweep_waits_for_sweep_if_due(policy: gcpolicy.GcPolicy) -> N
     ref = weakref.ref(node)
     gc.collect()  # alive: frozen
     del node
-    grown = [_Node() for _ in range(int(policy.examined * policy.regrow * 1.5))]  # mid-band: past regrow, not past twice it
-    gc.collect()  # the survivors grow the frozen part past regrow: a sweep is due from now ...
+    grown = grow(policy, 1.5)  # mid-band: past regrow, not past twice it
+    gc.collect()  # the heap has grown past regrow: a sweep is due from now ...
     assert policy.due and policy.sweeps == sweeps
     gc.collect()  # ... but this collection, on some request's path, does not walk everything
     assert ref() is not None and policy.sweeps == sweeps and policy.due
@@ -70,7 +70,7 @@ def test_the_proxy_sweeps_once_no_call_is_in_flight(policy: gcpolicy.GcPolicy, t
         with ServerThread(create_app(cfg)) as url:
             assert policy.deferring  # the app's lifespan asked for it
             sweeps = policy.sweeps
-            policy.due = True  # as a collection during a request leaves it when the frozen part has grown by regrow
+            policy.due = True  # as a collection during a request leaves it when the heap has grown by regrow
             body = {"model": "m", "messages": [{"role": "user", "content": "hello"}],
                     "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]}
             r = httpx.post(url + "/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-t"}, timeout=20)

@@ -21,8 +21,11 @@ phases as milliseconds since the request reached the proxy's handler:
                 after ``assembled``
 
 and the garbage collector's share of that time: ``gc_ms``, every pause in
-any thread while the call was in flight, and ``gc_full``, how many of them
-were full (generation 2) collections. Nothing is recorded without
+any thread while the call was in flight, ``gc_full``, how many of them
+were full (generation 2) collections, and ``gc_between_ms``, the collections
+run between the previous call's end and this one's start (the idle moment's
+of ``pager.proxy.gcpolicy``: a call that came in meanwhile waited for them
+before its handler ran). Nothing is recorded without
 ``--timings``; with it, the cost is a clock read per phase and a line per call.
 """
 
@@ -44,6 +47,7 @@ class GcClock:
     def __init__(self) -> None:
         self.ms = 0.0
         self.full = 0
+        self.ended_ms = 0.0  # ``ms`` when the last call ended: what collections ran between calls
         self._t = 0.0
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
@@ -67,13 +71,14 @@ class GcClock:
 class Phases:
     """One call's phase marks (see the module docstring)."""
 
-    __slots__ = ("t0", "marks", "gc_ms", "gc_full", "info")
+    __slots__ = ("t0", "marks", "gc_ms", "gc_full", "gc_between_ms", "info")
 
     def __init__(self, clock: GcClock) -> None:
         self.t0 = time.perf_counter()
         self.marks: dict[str, float] = {}
         self.gc_ms = clock.ms
         self.gc_full = clock.full
+        self.gc_between_ms = clock.ms - clock.ended_ms
         self.info: dict[str, Any] = {}
 
     def mark(self, name: str) -> None:
@@ -139,6 +144,7 @@ class TimingLog:
     def end(self, phases: Phases, after: Any = None) -> None:
         """Mark ``done`` and write the call's line, once ``after`` (the call's unfinished ``assemble``) is done."""
         phases.mark("done")
+        self.clock.ended_ms = self.clock.ms
         if after is not None:  # a callback even when it is done: after the ones that fill the line in
             after.add_done_callback(lambda _f: self._write(phases))
             return
@@ -146,7 +152,7 @@ class TimingLog:
 
     def _write(self, phases: Phases) -> None:
         line = {**phases.info, "phases": phases.marks, "gc_ms": round(self.clock.ms - phases.gc_ms, 3),
-                "gc_full": self.clock.full - phases.gc_full}
+                "gc_full": self.clock.full - phases.gc_full, "gc_between_ms": round(phases.gc_between_ms, 3)}
         with self._lock:
             if self._file is not None:
                 self._file.write(orjson.dumps(line) + b"\n")
