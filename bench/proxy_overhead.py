@@ -446,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(lines) == len(rows):
             mode["phases"] = [{**_spans(ln), "added": a, "assemble_ms": ln.get("assemble_ms"),
                                "cpu": ln.get("worker_cpu_ms"), "round": ln.get("round"),
-                               "gc_full": ln.get("gc_full", 0), "gc_between": ln.get("gc_between_ms", 0.0)}
+                               "gc_full": ln.get("gc_full", 0), "gc_between": ln.get("gc_between_ms", 0.0),
+                               "marks": ln.get("phases"), "finish_cpu": ln.get("finish_cpu_ms")}
                               for ln, a in zip(lines, added)]
         report["modes"].append(mode)
         name = f"{res['format']} {'stream' if res['stream'] else 'plain'}"

@@ -34,6 +34,7 @@ from pager.errors import StoreError
 from pager.stateio import PRIVATE_DIR
 from pager.storage.sqlite_snapshot import read_snapshot, write_snapshot
 from pager.storage.sqlite_terms import TermVocab
+from pager.storage.sqlite_checkpoint import checkpoints
 from pager.storage.sqlite_words import release_words, store_words
 from pager.storage.acked import AckedMark, LostWrites
 # DB_NAME, SCHEMA_VERSION, STORE_FILES and PAGE_COLUMNS were defined here: still importable from here
@@ -89,6 +90,10 @@ class SQLiteStore(TransactionMixin):
             self._reader_lock = threading.Lock()
             _into_wal(self._db)
             self._db.execute("PRAGMA synchronous=NORMAL")
+            # checkpoints run in this process's checkpointer thread, not inside a COMMIT (sqlite_checkpoint)
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
+            self._checkpoints = checkpoints()
+            self._wal = self._checkpoints.open(self.path / DB_NAME)
             self._db.execute("PRAGMA foreign_keys=OFF")
             self._start_caches()  # the transaction and what it knows (sqlite_tx)
             # the store's term numbers, as far as this process has read them: one copy for all its stores
@@ -106,13 +111,16 @@ class SQLiteStore(TransactionMixin):
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
 
     def _abandon(self) -> None:
-        """Let go of what a failed open had taken (the connection, the share of the term numbers)."""
+        """Let go of what a failed open had taken (the connection, the share of the term numbers, the checkpoints)."""
         db = getattr(self, "_db", None)
         if db is not None:
             db.close()
         vocab = getattr(self, "_vocab", None)
         if vocab is not None:
             release_words(vocab.shared)
+        wal = getattr(self, "_wal", None)
+        if wal is not None:
+            self._checkpoints.release(wal)
 
     def close(self) -> None:
         with self._reader_lock:
@@ -120,9 +128,10 @@ class SQLiteStore(TransactionMixin):
                 self._reader.close()
                 self._reader = None
         self._db.close()
-        if not self._released:  # closed twice: let go of the numbers once
+        if not self._released:  # closed twice: let go of the numbers and the checkpoints once
             self._released = True
             release_words(self._vocab.shared)
+            self._checkpoints.release(self._wal)
 
     def open_index(self) -> Any:
         """Return the Tantivy recall index kept beside the database (``index/``)."""

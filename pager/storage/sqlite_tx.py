@@ -38,6 +38,7 @@ from pager.errors import StoreError
 from pager.core.pools import PoolAcl
 from pager.storage.acked import AckedMark, LostWrites, check_acked, mark_acked
 from pager.storage.base import NewPage
+from pager.storage.sqlite_checkpoint import Checkpoints
 from pager.storage.sqlite_schema import _DEMOTED_KEY, _INSERT_PAGE, _page_rows
 from pager.storage.sqlite_terms import TermVocab
 
@@ -53,6 +54,8 @@ class TransactionMixin:
     _db: sqlite3.Connection
     _vocab: TermVocab
     _acked: AckedMark
+    _checkpoints: Checkpoints
+    _wal: Any  # the database's handle in ``_checkpoints``
     lost_writes: LostWrites | None
 
     def _start_caches(self) -> None:
@@ -121,6 +124,7 @@ class TransactionMixin:
                 self._rolled_back()
                 raise StoreError(f"store {self.path}: commit failed: {exc}") from exc
             self._vocab.committed()
+            self._checkpoints.committed(self._wal)  # its pages reach the database file in the background
             if self._touched:
                 self._mark_acked()
 
