@@ -58,15 +58,24 @@ def _wait(cond, what: str) -> None:
 
 def test_a_commit_is_copied_into_the_database_file_by_the_checkpointer_not_by_the_commit(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "ctx")
+    cps = checkpoints()
+    delay = cps.delay
     try:
         assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
-        runs = store._wal.runs
+        store.ensure_session("s")
+        cps.flush()  # the schema and the session are in pager.db
+        assert _in_database_file(tmp_path / "ctx", tmp_path) == 0
+        cps.delay = 3600.0  # the thread waits: whatever reaches pager.db now, a COMMIT copied
         _write(store, [f"page {i} " + "x" * 3000 for i in range(2000)])  # ~1,500 log pages: SQLite's own would copy
-        _wait(lambda: store._wal.runs > runs, "run a checkpoint")
-        assert _in_database_file(tmp_path / "ctx", tmp_path) == 2000
-        _write(store, ["one more"], start=2000)
+        assert _in_database_file(tmp_path / "ctx", tmp_path) == 0
+        runs = store._wal.runs
+        cps.flush()
+        assert store._wal.runs == runs + 1 and _in_database_file(tmp_path / "ctx", tmp_path) == 2000
+        cps.delay = delay
+        _write(store, ["one more"], start=2000)  # and the thread copies it, after its delay
         _wait(lambda: _in_database_file(tmp_path / "ctx", tmp_path) == 2001, "copy the next commit")
     finally:
+        cps.delay = delay
         store.close()
 
 

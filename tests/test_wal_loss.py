@@ -28,6 +28,8 @@ _WRITER = """
 import os, signal, sys
 sys.path.insert(0, sys.argv[3])
 import pager
+import pager.storage.sqlite_checkpoint
+pager.storage.sqlite_checkpoint.DELAY = 3600.0  # no background checkpoint before the kill, however slow the machine
 store, n = sys.argv[1], int(sys.argv[2])
 p = pager.open(store, session="agent", log_reports=False)
 msgs = [{"role": "system", "content": "agent"}, {"role": "user", "content": "start"}]

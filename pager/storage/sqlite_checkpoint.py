@@ -50,7 +50,9 @@ __all__ = ["DELAY", "Checkpoints", "checkpoints"]
 log = logging.getLogger("pager.storage")
 
 # How long after a commit its pages are copied: commits in between are copied by the same checkpoint
-# (the proxy bench commits ~100 times a second: a checkpoint per 20 of them, not one per COMMIT).
+# (the proxy bench commits ~100 times a second: a checkpoint per 20 of them, not one per COMMIT). Read
+# when the process's checkpointer is made (its first store): a test that must see a log no checkpoint
+# has touched sets it high before that.
 DELAY = 0.2
 
 
@@ -91,9 +93,9 @@ class _Db:
 class Checkpoints:
     """This process's checkpointer (see the module docstring): ``open`` a database, ``committed``, ``release``."""
 
-    def __init__(self, delay: float = DELAY) -> None:
+    def __init__(self, delay: float | None = None) -> None:
         self.pid = os.getpid()
-        self.delay = delay
+        self.delay = DELAY if delay is None else delay  # read when made: a test may set the module's
         self._cond = threading.Condition()
         self._dbs: dict[tuple[int, int], _Db] = {}
         self._thread: threading.Thread | None = None
@@ -135,6 +137,16 @@ class Checkpoints:
             db.since = None
             self._cond.notify()
         db.close()
+
+    def flush(self) -> None:
+        """Copy every open database's committed pages now, in the caller's thread (what the thread does later)."""
+        with self._cond:
+            dbs = list(self._dbs.values())
+            for db in dbs:
+                db.since = None
+            self._cond.notify()  # the thread waits again from now, with the delay as it is now
+        for db in dbs:
+            db.checkpoint()
 
     def _due(self) -> list[_Db] | None:
         """Wait (holding the condition) until some database is due; None once none is open."""
