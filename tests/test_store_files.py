@@ -87,3 +87,28 @@ def test_checkpoint_files_are_created_0600_in_a_0700_folder(tmp_path, umask_022)
     assert _mode(state) == 0o700
     files = [f for f in state.iterdir() if f.is_file()]
     assert files and {f.name: _mode(f) for f in files} == {f.name: 0o600 for f in files}
+
+
+def test_a_file_removed_while_the_index_folder_is_tightened_is_skipped_without_a_warning(tmp_path, monkeypatch, caplog):
+    from pager.storage import index_files
+
+    folder = tmp_path / "index"
+    folder.mkdir()
+    for name in ("gone.tmp", "kept.idx"):
+        (folder / name).write_bytes(b"x")
+        os.chmod(folder / name, 0o644)
+    listed = list(os.scandir(folder))  # what a scan saw ...
+    (folder / "gone.tmp").unlink()  # ... before Tantivy removed its temporary file
+
+    class _Listing:
+        def __enter__(self):
+            return iter(listed)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(index_files.os, "scandir", lambda _path: _Listing())
+    with caplog.at_level("WARNING", logger="pager.index"):
+        index_files.tighten(folder)
+    assert (folder / "kept.idx").stat().st_mode & 0o777 == 0o600  # the scan went on past the vanished file
+    assert "cannot tighten" not in caplog.text

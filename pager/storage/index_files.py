@@ -168,10 +168,10 @@ def tighten(path: Path) -> None:
     try:
         with os.scandir(path) as entries:
             for e in entries:
-                if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mode & 0o077:
-                    try:
+                try:
+                    if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mode & 0o077:
                         os.chmod(e.path, 0o600)  # a regular file, just seen: not a symlink
-                    except FileNotFoundError:
-                        pass  # removed by a merge meanwhile
+                except FileNotFoundError:
+                    pass  # removed meanwhile (a merge, Tantivy's temporary files): nothing left to tighten
     except OSError as exc:
         log.warning("recall index at %s: cannot tighten file modes: %s", path, exc)
