@@ -167,3 +167,16 @@ def test_a_forked_child_checkpoints_with_its_own_thread(tmp_path: Path) -> None:
     assert got == b"\x00" and os.WEXITSTATUS(status) == 0
     assert checkpoints() is parent  # the parent's own is untouched
     assert sqlite_checkpoint._checkpoints is parent
+
+
+def test_a_store_dropped_without_close_lets_go_of_its_checkpoints(tmp_path: Path) -> None:
+    import gc
+
+    store = SQLiteStore(tmp_path / "ctx")
+    _write(store, ["hello"])
+    wal = store._wal
+    assert wal.users == 1
+    del store
+    gc.collect()
+    assert wal.users == 0 and wal.conn is None  # the checkpointer holds no connection to a store nobody has
+    assert all(db is not wal for db in checkpoints()._dbs.values())

@@ -24,6 +24,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -94,6 +95,8 @@ class SQLiteStore(TransactionMixin):
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._checkpoints = checkpoints()
             self._wal = self._checkpoints.open(self.path / DB_NAME)
+            # a store dropped without ``close`` lets go of its database's checkpoints too (once: close calls it)
+            self._unwal = weakref.finalize(self, self._checkpoints.release, self._wal)
             self._db.execute("PRAGMA foreign_keys=OFF")
             self._start_caches()  # the transaction and what it knows (sqlite_tx)
             # the store's term numbers, as far as this process has read them: one copy for all its stores
@@ -118,9 +121,9 @@ class SQLiteStore(TransactionMixin):
         vocab = getattr(self, "_vocab", None)
         if vocab is not None:
             release_words(vocab.shared)
-        wal = getattr(self, "_wal", None)
-        if wal is not None:
-            self._checkpoints.release(wal)
+        unwal = getattr(self, "_unwal", None)
+        if unwal is not None:
+            unwal()
 
     def close(self) -> None:
         with self._reader_lock:
@@ -128,10 +131,10 @@ class SQLiteStore(TransactionMixin):
                 self._reader.close()
                 self._reader = None
         self._db.close()
-        if not self._released:  # closed twice: let go of the numbers and the checkpoints once
+        if not self._released:  # closed twice: let go of the numbers once
             self._released = True
             release_words(self._vocab.shared)
-            self._checkpoints.release(self._wal)
+        self._unwal()  # a finalizer: runs once, however often it is called
 
     def open_index(self) -> Any:
         """Return the Tantivy recall index kept beside the database (``index/``)."""
