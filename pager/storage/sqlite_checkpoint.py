@@ -192,4 +192,5 @@ def _forget_in_child() -> None:
     _LOCK = threading.Lock()  # it may have been held by another thread at the fork
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere no process forks a running interpreter
+    os.register_at_fork(after_in_child=_forget_in_child)
