@@ -180,3 +180,22 @@ def test_a_store_dropped_without_close_lets_go_of_its_checkpoints(tmp_path: Path
     gc.collect()
     assert wal.users == 0 and wal.conn is None  # the checkpointer holds no connection to a store nobody has
     assert all(db is not wal for db in checkpoints()._dbs.values())
+
+
+def test_a_database_deleted_meanwhile_is_not_created_again_by_the_checkpointer(tmp_path: Path,
+                                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "odd name %20 [x].db"  # a path a URI has to quote
+    sqlite3.connect(path).execute("PRAGMA journal_mode=WAL").fetchall()
+    cps = Checkpoints(delay=0.0)
+    db = cps.open(path)
+    try:
+        cps.committed(db)
+        _wait(lambda: db.runs == 1, "checkpoint a database whose path needs quoting")
+        db.close()  # as if the first checkpoint had not run yet
+        path.unlink()
+        with caplog.at_level(logging.WARNING, logger="pager.storage"):
+            cps.committed(db)
+            _wait(lambda: "background WAL checkpoint failed" in caplog.text, "report the missing database")
+        assert not path.exists()
+    finally:
+        cps.release(db)

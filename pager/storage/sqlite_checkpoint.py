@@ -75,8 +75,9 @@ class _Db:
                 return  # closed meanwhile
             try:
                 if self.conn is None:
-                    self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0,
-                                                check_same_thread=False)
+                    # mode=rw: a database deleted meanwhile is an error here, not a new empty file
+                    self.conn = sqlite3.connect(self.path.resolve().as_uri() + "?mode=rw", uri=True,
+                                                isolation_level=None, timeout=30.0, check_same_thread=False)
                 self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 self.runs += 1
             except sqlite3.Error as exc:
