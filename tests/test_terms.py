@@ -380,3 +380,15 @@ def test_end_to_end_reference_flow() -> None:
     # one ordinary term is not a reference.
     assert ref_count == {1: 2, 2: 1, 3: 1}
     assert 4 not in last_ref
+
+
+def test_a_long_path_keeps_its_short_file_name_and_drops_itself() -> None:
+    # a token over MAX_TERM_CHARS: its own term is dropped, a part of it short enough is kept
+    long_path = "src/" + "deep/" * 50 + "module_x.py"
+    assert len(long_path) > MAX_TERM_CHARS
+    terms = extract_terms(f"see {long_path} and {'https://example.com/' + 'q' * 300}")
+    assert "module_x.py" in terms
+    assert long_path not in terms and not any(t.startswith("https://") for t in terms)
+    # at the bound itself the token is a term
+    edge = "src/" + "a" * (MAX_TERM_CHARS - 7) + ".py"
+    assert len(edge) == MAX_TERM_CHARS and edge in extract_terms(f"open {edge} now")

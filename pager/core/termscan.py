@@ -258,6 +258,8 @@ def _match_terms(match: tuple[str, str, str]) -> tuple[str, ...]:
     else:  # url
         tok = tok.rstrip(TRAILING)
         terms = (tok,) if len(tok) > 10 else ()
+    if len(tok) <= MAX_TERM_CHARS:  # no term is longer than its token (each is a part of it, or it lower-cased)
+        return tuple(terms)
     return tuple(t for t in terms if len(t) <= MAX_TERM_CHARS)
 
 
