@@ -59,10 +59,11 @@ DELAY = 0.2
 class _Db:
     """One database file's checkpoints: its connection (opened on first use), its stores, its oldest uncopied commit."""
 
-    __slots__ = ("path", "users", "conn", "since", "lock", "runs")
+    __slots__ = ("path", "key", "users", "conn", "since", "lock", "runs")
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, key: tuple[int, int]) -> None:
         self.path = path
+        self.key = key  # the file's (device, inode): its entry in ``Checkpoints``
         self.users = 0
         self.conn: sqlite3.Connection | None = None
         self.since: float | None = None  # monotonic time of the oldest commit not yet copied
@@ -108,7 +109,7 @@ class Checkpoints:
         with self._cond:
             db = self._dbs.get(key)
             if db is None:
-                db = self._dbs[key] = _Db(Path(path))
+                db = self._dbs[key] = _Db(Path(path), key)
             db.users += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="pager-wal-checkpoints", daemon=True)
@@ -132,9 +133,8 @@ class Checkpoints:
             db.users -= 1
             if db.users > 0:
                 return
-            for key, got in list(self._dbs.items()):
-                if got is db:
-                    del self._dbs[key]
+            if self._dbs.get(db.key) is db:
+                del self._dbs[db.key]
             db.since = None
             self._cond.notify()
         db.close()
