@@ -61,7 +61,7 @@ def rss_mb(field):
 
 phase, store, hist_file = sys.argv[1], sys.argv[2], sys.argv[3]
 if phase == "steady":
-    n, calls, warm, fresh = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7] == "1"
+    n, calls, warm, fresh, fmt = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7] == "1", sys.argv[8]
     # synthetic sessions of 400 steps stitched together (one long synth session costs quadratic time to
     # draw), call ids kept unique, until there are N messages and the steady-state tail after them
     msgs, seed = [], 7
@@ -94,16 +94,36 @@ if phase == "steady":
     steps = steps[: calls + warm]
     if len(steps) < calls + warm:
         raise SystemExit("not enough two-message steps")
+    if fmt != "openai-chat":
+        # the same conversation in the format's own shape (an Anthropic history: tool results inside user
+        # messages): the history, then each step on its own, so every call appends its own objects
+        from pager.formats.base import get_format
+        from pager.formats.export import export_request
+
+        def native(ms):
+            neutral = get_format("openai-chat").to_messages({{"model": "m", "messages": ms}}).messages
+            body = export_request(neutral, fmt, request={{"model": "m"}})
+            return body, body.get("messages", body.get("input"))
+
+        body, history = native(history)
+        extra = {{k: v for k, v in body.items() if k not in ("messages", "input")}}
+        steps = [native(st)[1] for st in steps]
+        key = "input" if fmt == "openai-responses" else "messages"
+        if fmt == "anthropic-messages":
+            extra.setdefault("max_tokens", 1024)
+    else:
+        extra, key = {{}}, "messages"
     p = pager.open(store, session="scale", context_window=200_000, log_reports=False)
     t = time.perf_counter()
     # build: a few hundred growing calls, each up to a step boundary
-    bounds = [k for k in range(1, len(history)) if history[k]["role"] == "assistant"] + [len(history)]
+    bounds = [k for k in range(1, len(history)) if history[k].get("role") == "assistant"
+              and history[k - 1].get("role") != "assistant"] + [len(history)]
     every = max(1, len(bounds) // 300)
     ends = bounds[every - 1 :: every]
     if ends[-1] != len(history):
         ends.append(len(history))
     for k in ends:
-        p.assemble({{"messages": history[:k]}})
+        p.assemble({{**extra, key: history[:k]}}, format=fmt)
     build_s = time.perf_counter() - t
     cpu = []
     gc.collect()
@@ -118,7 +138,7 @@ if phase == "steady":
         history.extend(step)
         # --fresh: the history as new objects each call (decoded anew, as a harness that rebuilds it sends)
         d0 = time.process_time()
-        req = {{"messages": orjson.loads(orjson.dumps(history)) if fresh else list(history)}}
+        req = {{**extra, key: orjson.loads(orjson.dumps(history)) if fresh else list(history)}}
         if s >= warm:
             decoding += time.process_time() - d0  # not the call's: taken out of the mean
         if prof is not None and s >= warm:
@@ -126,7 +146,7 @@ if phase == "steady":
         if s == warm:
             span0 = time.process_time()
         t0, m0 = time.process_time(), time.thread_time()
-        p.assemble(req)
+        p.assemble(req, format=fmt)
         dt, dm = time.process_time() - t0, time.thread_time() - m0
         if prof is not None:
             prof.disable()
@@ -140,12 +160,12 @@ if phase == "steady":
         pstats.Stats(prof, stream=sys.stderr).sort_stats(os.environ["BENCH_SCALE_PROFILE"]).print_stats(int(os.environ.get("BENCH_SCALE_PROFILE_N", "35")))
     p.close()
     with open(hist_file, "wb") as f:
-        f.write(orjson.dumps(history))
+        f.write(orjson.dumps({{**extra, key: history}}))  # the whole request: its system prompt is message 0
     print(json.dumps({{"messages": len(history), "start": cut, "build_s": build_s, "cpu_ms": cpu, "own_ms": own,
                       "mean_ms": mean}}))
 else:
     with open(hist_file, "rb") as f:
-        history = orjson.loads(f.read())  # new objects: nothing is known by identity
+        request = orjson.loads(f.read())  # new objects: nothing is known by identity
     gc.collect()
     # what any process pays once, whatever the store: importing the facade and loading the tokenizer
     t0 = time.process_time()
@@ -164,7 +184,7 @@ else:
     t0 = time.process_time()
     p = pager.open(store, session="scale")
     reopen = time.process_time() - t0
-    p.assemble({{"messages": history}})
+    p.assemble(request, format=sys.argv[4])
     first = time.process_time() - t0
     peak = rss_mb(peak_field) if peak_field else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     p.close()
@@ -190,13 +210,13 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-def run(sizes: list[int], calls: int, warm: int, fresh: bool = False) -> list[dict]:
+def run(sizes: list[int], calls: int, warm: int, fresh: bool = False, fmt: str = "openai-chat") -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as d:
         for n in sizes:
             store, hist = str(Path(d) / f"ctx-{n}"), str(Path(d) / f"history-{n}.json")
-            steady = _child("steady", store, hist, str(n), str(calls), str(warm), "1" if fresh else "0")
-            reopen = _child("reopen", store, hist)
+            steady = _child("steady", store, hist, str(n), str(calls), str(warm), "1" if fresh else "0", fmt)
+            reopen = _child("reopen", store, hist, fmt)
             row = {
                 "size": n, "messages": steady["messages"], "build_s": round(steady["build_s"], 1),
                 "p50_ms": round(_pct(steady["cpu_ms"], 0.5), 2), "p99_ms": round(_pct(steady["cpu_ms"], 0.99), 2),
@@ -242,18 +262,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--fresh", action="store_true",
                     help="send each steady-state call's history as new objects (decoded anew), not the same list")
+    ap.add_argument("--format", default="openai-chat", choices=["openai-chat", "anthropic-messages", "openai-responses"],
+                    help="the wire format the history is sent in (default openai-chat)")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     load0 = os.getloadavg()
     t = time.perf_counter()
-    rows = run(sizes, args.calls, args.warm, args.fresh)
+    rows = run(sizes, args.calls, args.warm, args.fresh, args.format)
     load1 = os.getloadavg()
     print(table(rows))
     print(f"\nload average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end (1-minute; {os.cpu_count()} CPUs); "
           f"{time.perf_counter() - t:.0f} s in all; {args.calls} calls per size, two new messages each"
-          + ("; each call's history decoded anew (--fresh)" if args.fresh else ""))
+          + ("; each call's history decoded anew (--fresh)" if args.fresh else "")
+          + (f"; sent as {args.format}" if args.format != "openai-chat" else ""))
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "load": [load0, load1], "calls": args.calls}, indent=1))
+        Path(args.json).write_text(json.dumps({"rows": rows, "load": [load0, load1], "calls": args.calls,
+                                               "format": args.format}, indent=1))
     return 0
 
 

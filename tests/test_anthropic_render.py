@@ -16,6 +16,7 @@ import tempfile
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from helpers import scheduler_prompts
@@ -226,5 +227,60 @@ def test_the_head_memo_reads_contents_of_dicts_and_of_other_mappings() -> None:
         memo = HeadMemo()
         memo.put(msgs, list(range(6)), list(range(7)))
         assert memo.head(msgs + [make(role="user", content="new")])[0] == 6
+        memo.abandon()  # no put: what head handed over is remembered again, as it was
         msgs[4]["content"] = [{"type": "text", "text": "replaced"}]  # the same message, a new content object
         assert memo.head(msgs)[0] == 4
+
+
+def test_the_head_memo_hands_its_lists_over_and_takes_them_back() -> None:
+    """A list that only grew: ``head`` gives the remembered lists themselves, ``put`` keeps them extended."""
+    from pager.formats._convert import HeadMemo
+
+    msgs = [{"role": "user", "content": f"m{i}"} for i in range(4)]
+    memo = HeadMemo()
+    memo.put(msgs, ["n0", "n1", "n2", "n3"], [0, 1, 2, 3, 4])
+    longer = msgs + [{"role": "user", "content": "m4"}]
+    k, neutral, last, ends = memo.head(longer)
+    assert (k, neutral, last, ends) == (4, ["n0", "n1", "n2", "n3"], ["n3"], [0, 1, 2, 3, 4])
+    assert memo.head(longer)[0] == 0  # handed over: not in the memo until put
+    neutral.append("n4")
+    ends.append(5)
+    memo.head(longer)  # another head in between (a miss) does not lose what the first handed over
+    memo.put(longer, neutral, ends, head=4)
+    # the memo has it; put after a miss is the plain put
+    k, neutral, last, ends = memo.head(longer + [{"role": "user", "content": "m5"}])
+    assert (k, last, ends) == (5, ["n4"], [0, 1, 2, 3, 4, 5])
+    # a shorter list than remembered: copies, the memo keeps its lists
+    memo.put(longer, neutral, ends, head=5)
+    k, neutral, _last, ends = memo.head(longer[:3])
+    assert (k, neutral, ends) == (3, ["n0", "n1", "n2"], [0, 1, 2, 3])
+    assert memo.head(longer)[0] == 5
+
+
+def test_a_failed_conversion_leaves_the_head_memo_as_it_was() -> None:
+    """A malformed new message raises and the next, corrected request still converts only what is new."""
+    from pager.errors import MessageError
+    from pager.formats._convert import HeadMemo
+    from pager.formats.anthropic_messages import AnthropicMessages
+
+    fmt = AnthropicMessages()
+    calls: list[int] = []
+    real = HeadMemo.head_state
+
+    def spy(self: HeadMemo, messages: Any, **kw: Any) -> Any:
+        out = real(self, messages, **kw)
+        calls.append(out[0])
+        return out
+
+    msgs: list[Any] = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    fmt.to_messages({"messages": msgs})
+    bad = msgs + [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}]}]
+    HeadMemo.head_state = spy  # type: ignore[method-assign]
+    try:
+        with pytest.raises(MessageError):
+            fmt.to_messages({"messages": bad})
+        good = msgs + [{"role": "user", "content": "go on"}]
+        assert [n["content"] for n in fmt.to_messages({"messages": good}).messages][-1] == "go on"
+    finally:
+        HeadMemo.head_state = real  # type: ignore[method-assign]
+    assert calls == [2, 2]  # the corrected request found the whole head again

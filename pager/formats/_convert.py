@@ -196,50 +196,89 @@ class HeadMemo:
 
     ``ConversionMemo`` still walks every message of every call; a harness that
     resends its list passes the same objects up to a few new ones, so the
-    neutral messages of that head are the last call's, taken by slicing. A
-    head counts only while its messages are the same objects with the same
-    ``content`` objects (the ``sig`` ``ConversionMemo`` checks); both checks
-    run in C. Conversations are told apart by their first message object; the
-    least recently used go past ``capacity``. Thread-safe.
+    neutral messages of that head are the last call's. A head counts only
+    while its messages are the same objects with the same ``content``
+    objects (the ``sig`` ``ConversionMemo`` checks); both checks run in C,
+    and the contents are compared as they are read, never gathered.
+    Conversations are told apart by their first message object; the least
+    recently used go past ``capacity``. Thread-safe.
+
+    When the head is all of what was remembered (a list that only grew), the
+    remembered lists themselves are handed to the caller, who extends them
+    and gives them back with ``put``: a call copies nothing of the history
+    (a copy takes a reference to every message, a memory access each: at 50k
+    messages the copies cost more than the checks). Meanwhile the
+    conversation is not in the memo; a call from another thread in between
+    converts it whole, as after any miss.
     """
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
         self._d: OrderedDict[int, tuple[list[Any], list[Any], list[Any], list[int], Any]] = OrderedDict()
         self._lock = threading.Lock()
-        self._seen = threading.local()  # (messages, their verified contents) of this thread's last head_state
+        # this thread's last head_state: (messages, k, the remembered messages and contents handed over or
+        # None); put takes them back to extend
+        self._seen = threading.local()
 
     def head(self, messages: Sequence[Any]) -> tuple[int, list[Any], list[Any], list[int]]:
         """Return ``(k, neutral, last, ends)`` of the first ``k`` messages (``put``'s lists cut there).
 
-        ``last``: message ``k - 1``'s neutral messages.
+        ``last``: message ``k - 1``'s neutral messages. ``neutral`` and ``ends``
+        are the caller's to extend and hand to ``put``.
         """
-        k, neutral, last, ends, _state = self.head_state(messages)
+        k, neutral, last, ends, _state = self.head_state(messages, last=True)
         return k, neutral, last, ends
 
-    def head_state(self, messages: Sequence[Any]) -> tuple[int, list[Any], list[Any], list[int], Any]:
-        """Return ``head``'s answer and the ``state`` given to ``put`` (None unless the head is all it was)."""
+    def head_state(self, messages: Sequence[Any], *, last: bool = False
+                   ) -> tuple[int, list[Any], list[Any], list[int], Any]:
+        """Return ``head``'s answer and the ``state`` given to ``put`` (None unless the head is all it was).
+
+        ``last``: whether to return message ``k - 1``'s neutral messages (else ``[]``).
+        """
         none: tuple[int, list[Any], list[Any], list[int], Any] = (0, [], [], [0], None)
+        self._seen.last = None
         if not messages:
             return none
+        key = id(messages[0])
         with self._lock:
-            hit = self._d.get(id(messages[0]))
+            hit = self._d.get(key)
             if hit is not None:
-                self._d.move_to_end(id(messages[0]))
+                self._d.move_to_end(key)
         if hit is None or hit[0][0] is not messages[0]:
             return none
         msgs, sigs, flat, ends, state = hit
         k = same_objects(messages, msgs)
         try:
-            contents = _contents(messages[:k])
-            k = same_objects(contents, sigs)
+            k = _same_contents(messages, sigs, k)
         except AttributeError:  # not dicts (SDK objects): no head
             return none
         if not k:
             return none
-        del contents[k:]
-        self._seen.last = (messages, contents)  # for put(head=k): these contents are the remembered ones
-        return k, flat[: ends[k]], flat[ends[k - 1]: ends[k]], ends[: k + 1], state if k == len(msgs) else None
+        tail = flat[ends[k - 1]: ends[k]] if last else []
+        if k == len(msgs):
+            with self._lock:
+                if self._d.get(key) is hit:  # handed over: the caller extends these lists, put keeps them again
+                    del self._d[key]
+                    self._seen.last = (messages, k, hit)
+                    return k, flat, tail, ends, state
+        self._seen.last = (messages, k, None)
+        return k, flat[: ends[k]], tail, ends[: k + 1], None
+
+    def abandon(self) -> None:
+        """Take back what this thread's last ``head_state`` handed over, as it was: the caller failed before ``put``.
+
+        A conversion that raises (a malformed new message) leaves the memo as it found it, so the
+        caller's corrected request costs what is new, not a whole conversion.
+        """
+        seen = getattr(self._seen, "last", None)
+        self._seen.last = None
+        if seen is None or seen[2] is None:
+            return
+        msgs, sigs, flat, ends, state = hit = seen[2]
+        k = seen[1]
+        del msgs[k:], sigs[k:], flat[ends[k]:], ends[k + 1:]
+        with self._lock:
+            self._d.setdefault(id(msgs[0]), hit)
 
     def put(self, messages: Sequence[Any], neutral: list[Any], ends: list[int], state: Any = None,
             head: int = 0) -> None:
@@ -247,25 +286,43 @@ class HeadMemo:
 
         ``ends[0]`` is 0. The lists are kept as given: the caller hands them over. ``state``: what the
         caller needs to go on converting after the last message (``head_state`` returns it). ``head``:
-        the ``k`` ``head_state`` just found for these very messages; their ``content`` objects are the
-        remembered ones then, so only the rest are read (issue 23: O(new messages)).
+        the ``k`` ``head_state`` just found for these very messages; the messages and contents before
+        it are the remembered ones then, so only the rest are read (issue 23: O(new messages)).
         """
+        seen = getattr(self._seen, "last", None)  # this thread's last head_state
+        self._seen.last = None
         if not messages:
             return
         try:
-            seen = getattr(self._seen, "last", None)  # this thread's last head_state
-            if head and seen is not None and seen[0] is messages and len(seen[1]) == head:
-                sigs = seen[1] + _contents(messages[head:])
+            if head and seen is not None and seen[0] is messages and seen[1] == head and seen[2] is not None:
+                msgs, sigs = seen[2][0], seen[2][1]
+                msgs.extend(messages[head:])
+                sigs.extend(_contents(messages[head:]))
             else:
-                sigs = _contents(messages)
-            self._seen.last = None
+                msgs, sigs = list(messages), _contents(messages)
         except AttributeError:
             return
         with self._lock:
-            self._d[id(messages[0])] = (list(messages), sigs, neutral, ends, state)
+            self._d[id(messages[0])] = (msgs, sigs, neutral, ends, state)
             self._d.move_to_end(id(messages[0]))
             while len(self._d) > self.capacity:
                 self._d.popitem(last=False)
+
+
+def _same_contents(messages: Sequence[Any], sigs: Sequence[Any], k: int) -> int:
+    """Return how many of the first ``k`` messages still hold the ``content`` objects ``sigs`` remembers.
+
+    One pass in C over dicts, stopping at the first that differs, with no list of the contents built
+    (a reference taken to each content object is a memory access each). AttributeError: a message with
+    no ``get``.
+    """
+    head = itertools.islice(messages, k)
+    try:
+        changed = map(operator.is_not, map(dict.get, head, itertools.repeat("content")), sigs)
+        return next(itertools.compress(itertools.count(), changed), k)
+    except TypeError:  # not all dicts
+        changed = map(operator.is_not, map(_CONTENT, itertools.islice(messages, k)), sigs)
+        return next(itertools.compress(itertools.count(), changed), k)
 
 
 class ValueMemo:

@@ -131,31 +131,35 @@ class AnthropicMessages:
         k, converted, last, ends = self._heads.head(messages)
         if last and last[0]["role"] == "assistant":
             open_calls = {c["id"]: k - 1 for c in last[0].get("tool_calls") or ()}
-        for i in range(k, len(messages)):
-            msg = messages[i]
-            sig = (msg.get("content"),) if isinstance(msg, Mapping) else ()
-            neutral = memo.get(msg, sig)
-            fresh = neutral is None
-            if fresh:
-                neutral = convert_message(i, msg)
-            first = neutral[0]["role"] if neutral else None
-            if first == "assistant":
-                # calls left unanswered get a synthetic result on output (pager.core.pairing)
-                open_calls = {c["id"]: i for c in neutral[0].get("tool_calls") or ()}
-            else:
-                for n in neutral:
-                    if n["role"] == "tool":
-                        cid = n["tool_call_id"]
-                        if cid not in open_calls and fresh:
-                            raise MessageError(
-                                i, f"tool_result for {brief(cid)} answers no tool_use of the assistant turn before it"
-                            )
-                        open_calls.pop(cid, None)
-                open_calls = {}
-            if fresh:
-                memo.put(msg, sig, neutral)
-            converted.extend(neutral)
-            ends.append(len(converted))
+        try:
+            for i in range(k, len(messages)):
+                msg = messages[i]
+                sig = (msg.get("content"),) if isinstance(msg, Mapping) else ()
+                neutral = memo.get(msg, sig)
+                fresh = neutral is None
+                if fresh:
+                    neutral = convert_message(i, msg)
+                first = neutral[0]["role"] if neutral else None
+                if first == "assistant":
+                    # calls left unanswered get a synthetic result on output (pager.core.pairing)
+                    open_calls = {c["id"]: i for c in neutral[0].get("tool_calls") or ()}
+                else:
+                    for n in neutral:
+                        if n["role"] == "tool":
+                            cid = n["tool_call_id"]
+                            if cid not in open_calls and fresh:
+                                raise MessageError(
+                                    i, f"tool_result for {brief(cid)} answers no tool_use of the assistant turn before it"
+                                )
+                            open_calls.pop(cid, None)
+                    open_calls = {}
+                if fresh:
+                    memo.put(msg, sig, neutral)
+                converted.extend(neutral)
+                ends.append(len(converted))
+        except BaseException:
+            self._heads.abandon()  # the memo as it was: a corrected request costs what is new
+            raise
         self._heads.put(messages, converted, ends, head=k)
         out.extend(converted)
         tools = request.get("tools") or ()

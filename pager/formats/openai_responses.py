@@ -222,63 +222,67 @@ class OpenAIResponses:
         # the last call's list, whole, as the same objects (``HeadMemo``): only the items after it are read,
         # unless they would continue the run of items its last message was made of
         k, converted, _last, _ends, state = self._heads.head_state(items)
-        nxt = as_plain(items[k]) if state is not None and state[2] and k < len(items) else None
-        if state is None or (isinstance(nxt, Mapping) and _kind(k, nxt) == "run"):
-            k, converted, state = 0, [], (set(), set(), False)
-        plain: list[Any] = [None] * k + [as_plain(x) for x in items[k:]]
-        kinds: list[Any] = [None] * k
-        for i in range(k, len(plain)):
-            item = plain[i]
-            if not isinstance(item, Mapping):
-                raise ItemError(i, f"must be an object, got {type(items[i]).__name__}")
-            kinds.append(_kind(i, item))
-        memo = self._memo
-        open_calls: set[str] = set(state[0])
-        seen_calls: set[str] = set(state[1])
-        i = k
-        while i < len(plain):
-            end = i + 1
-            if kinds[i] == "run":
-                while end < len(plain) and kinds[end] == "run":
-                    end += 1
-            key = items[i]
-            sig = tuple(items[i:end]) + ((items[i].get("content"),) if isinstance(items[i], Mapping) else ())
-            neutral = memo.get(key, sig)
-            if neutral is None:
-                for j in range(i, end):  # each item once, when first seen: the store keeps it as JSON
-                    check_encodable(plain[j], lambda why, j=j: ItemError(j, f"cannot be encoded: {why}"))
+        try:
+            nxt = as_plain(items[k]) if state is not None and state[2] and k < len(items) else None
+            if state is None or (isinstance(nxt, Mapping) and _kind(k, nxt) == "run"):
+                k, converted, state = 0, [], (set(), set(), False)
+            plain: list[Any] = [None] * k + [as_plain(x) for x in items[k:]]
+            kinds: list[Any] = [None] * k
+            for i in range(k, len(plain)):
+                item = plain[i]
+                if not isinstance(item, Mapping):
+                    raise ItemError(i, f"must be an object, got {type(items[i]).__name__}")
+                kinds.append(_kind(i, item))
+            memo = self._memo
+            open_calls: set[str] = set(state[0])
+            seen_calls: set[str] = set(state[1])
+            i = k
+            while i < len(plain):
+                end = i + 1
                 if kinds[i] == "run":
-                    neutral = _run_message(i, plain[i:end])
-                elif kinds[i] == "output":
-                    neutral = _output_message(i, plain[i])
+                    while end < len(plain) and kinds[end] == "run":
+                        end += 1
+                key = items[i]
+                sig = tuple(items[i:end]) + ((items[i].get("content"),) if isinstance(items[i], Mapping) else ())
+                neutral = memo.get(key, sig)
+                if neutral is None:
+                    for j in range(i, end):  # each item once, when first seen: the store keeps it as JSON
+                        check_encodable(plain[j], lambda why, j=j: ItemError(j, f"cannot be encoded: {why}"))
+                    if kinds[i] == "run":
+                        neutral = _run_message(i, plain[i:end])
+                    elif kinds[i] == "output":
+                        neutral = _output_message(i, plain[i])
+                    else:
+                        n: dict[str, Any] = {"role": plain[i]["role"], "content": _parts(i, plain[i].get("content"))}
+                        n["native"] = plain[i]
+                        neutral = n
+                    memo.put(key, sig, neutral)
+                if neutral["role"] == "assistant":
+                    open_calls = {c["id"] for c in neutral.get("tool_calls") or ()}
+                    seen_calls |= open_calls
+                elif neutral["role"] == "tool":
+                    if neutral["tool_call_id"] in seen_calls and neutral["tool_call_id"] not in open_calls:
+                        raise ItemError(i, f"output for call {neutral['tool_call_id']!r} must follow its call, "
+                                           "before any other message")
+                    if neutral["tool_call_id"] not in open_calls:
+                        raise InputError(
+                            f"input[{i}] answers call {neutral['tool_call_id']!r}, which is not in input "
+                            f"(a partial history, as with store=true): {FULL_INPUT}"
+                        )
+                    open_calls.discard(neutral["tool_call_id"])
                 else:
-                    n: dict[str, Any] = {"role": plain[i]["role"], "content": _parts(i, plain[i].get("content"))}
-                    n["native"] = plain[i]
-                    neutral = n
-                memo.put(key, sig, neutral)
-            if neutral["role"] == "assistant":
-                open_calls = {c["id"] for c in neutral.get("tool_calls") or ()}
-                seen_calls |= open_calls
-            elif neutral["role"] == "tool":
-                if neutral["tool_call_id"] in seen_calls and neutral["tool_call_id"] not in open_calls:
-                    raise ItemError(i, f"output for call {neutral['tool_call_id']!r} must follow its call, "
-                                       "before any other message")
-                if neutral["tool_call_id"] not in open_calls:
-                    raise InputError(
-                        f"input[{i}] answers call {neutral['tool_call_id']!r}, which is not in input "
-                        f"(a partial history, as with store=true): {FULL_INPUT}"
-                    )
-                open_calls.discard(neutral["tool_call_id"])
-            else:
-                open_calls = set()
-            converted.append(neutral)
-            i = end
-        if items:
-            # the memo gives back only the whole list (``state``): per-item ends are not kept
-            ends = [0] * len(items) + [len(converted)]
-            last_run = bool(kinds) and kinds[-1] == "run" if len(kinds) > k else bool(state[2])
-            self._heads.put(items, converted, ends, (frozenset(open_calls), frozenset(seen_calls), last_run),
-                            head=k)
+                    open_calls = set()
+                converted.append(neutral)
+                i = end
+            if items:
+                # the memo gives back only the whole list (``state``): per-item ends are not kept
+                ends = [0] * len(items) + [len(converted)]
+                last_run = bool(kinds) and kinds[-1] == "run" if len(kinds) > k else bool(state[2])
+                self._heads.put(items, converted, ends, (frozenset(open_calls), frozenset(seen_calls), last_run),
+                                head=k)
+        except BaseException:
+            self._heads.abandon()  # the memo as it was: a corrected request costs what is new
+            raise
         out.extend(converted)
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):
