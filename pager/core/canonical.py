@@ -28,7 +28,8 @@ from typing import Any
 
 import orjson
 
-__all__ = ["CACHE_KEY", "RESPONSES_ITEM_KEYS", "canonical", "canonical_bytes", "has_transport", "resent",
+__all__ = ["CACHE_KEY", "RESPONSES_ITEM_KEYS", "canonical", "canonical_bytes", "has_transport", "item_has_transport",
+           "resent",
            "same_message", "same_messages", "same_objects"]
 
 CACHE_KEY = "cache_control"
@@ -46,7 +47,7 @@ _MARK = b'"cache_control"'
 
 
 def _is_item(value: Any) -> bool:
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # a dict first: the ABC's check is slower
         return False
     itype = value.get("type")
     if itype is None:
@@ -54,7 +55,8 @@ def _is_item(value: Any) -> bool:
     return isinstance(itype, str) and itype in _ITEM_TYPES
 
 
-def _item_has_transport(native: Any) -> bool:
+def item_has_transport(native: Any) -> bool:
+    """Return whether a neutral message's ``native`` holds a Responses item with an ``id`` or ``status``."""
     items = native if isinstance(native, (list, tuple)) else (native,)
     return any(_is_item(it) and any(k in it for k in RESPONSES_ITEM_KEYS) for it in items)
 
@@ -82,7 +84,7 @@ def has_transport(message: Mapping[str, Any], raw: bytes | None = None) -> bool:
     elif _MARK in orjson.dumps(message):
         return True
     native = message.get("native")
-    return native is not None and _item_has_transport(native)
+    return native is not None and item_has_transport(native)
 
 
 def canonical(message: Mapping[str, Any]) -> Mapping[str, Any]:

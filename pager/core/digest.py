@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from pager.core.canonical import CACHE_KEY, canonical_bytes
+from pager.core.canonical import CACHE_KEY, canonical_bytes, item_has_transport
 
 __all__ = ["CHUNK", "RunningDigest", "digest_messages"]
 
@@ -81,15 +81,19 @@ class RunningDigest:
 def _joined(chunk: Sequence[Mapping[str, Any]]) -> bytes | memoryview:
     """Return the comma-joined canonical bytes of ``chunk`` (orjson errors propagate)."""
     raw = orjson.dumps(chunk if isinstance(chunk, list) else list(chunk), option=_SORTED)
-    # a Responses item's transport keys live in a top-level ``native``: a key test per message, in C, is
-    # cheaper than a second scan of the bytes (and says yes for every message a scan would)
-    if _MARK not in raw and not any(map(_has_native, chunk)):
+    # with no mark in the bytes, what is left of transport is a Responses item's keys in a top-level
+    # ``native`` (``has_transport``): tested on the messages that have one (an Anthropic tool result's
+    # ``native`` is its block: no item, and a full canonical pass cost 0.28 s a reopen at 10k messages)
+    if _MARK not in raw and not any(map(_native_transport, chunk)):
         return memoryview(raw)[1:-1]  # no transport field anywhere: each element's bytes are its canonical bytes
     return b",".join(canonical_bytes(m) for m in chunk)
 
 
-def _has_native(message: Any) -> bool:
-    return type(message) is not dict or "native" in message
+def _native_transport(message: Any) -> bool:
+    if type(message) is not dict:
+        return True  # another mapping: the full canonical pass
+    native = message.get("native")
+    return native is not None and item_has_transport(native)
 
 
 def digest_messages(messages: Sequence[Mapping[str, Any]], n: int) -> RunningDigest | None:

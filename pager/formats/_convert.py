@@ -41,6 +41,8 @@ __all__ = [
 
 def as_plain(obj: Any) -> Any:
     """Return ``obj`` as plain JSON data when it is an SDK (pydantic) object; else ``obj`` itself."""
+    if type(obj) is dict:  # what a decoded request holds: no attribute lookup (a miss raises inside getattr)
+        return obj
     dump = getattr(obj, "model_dump", None)
     if dump is not None and not isinstance(obj, Mapping):
         # exclude_none: the SDKs model optional fields as None, which the APIs

@@ -70,7 +70,7 @@ def _counted(blocks: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any
 
 def _check_block(i: int, j: int, role: str, block: Any) -> Mapping[str, Any]:
     block = as_plain(block)
-    if not isinstance(block, Mapping):
+    if type(block) is not dict and not isinstance(block, Mapping):  # a dict first: the ABC's check is slower
         raise MessageError(i, f"content[{j}] must be an object, got {type(block).__name__}")
     btype = block.get("type")
     if not isinstance(btype, str) or not btype:
@@ -134,9 +134,9 @@ def _tool_message(block: Mapping[str, Any]) -> dict[str, Any]:
 
 def convert_message(i: int, msg: Any) -> tuple[dict[str, Any], ...]:
     """Return the neutral messages of Anthropic message ``i``; ``MessageError`` when malformed."""
-    sdk = not isinstance(msg, Mapping)
+    sdk = type(msg) is not dict and not isinstance(msg, Mapping)
     plain = as_plain(msg)
-    if not isinstance(plain, Mapping):
+    if sdk and not isinstance(plain, Mapping):
         raise MessageError(i, f"must be an object, got {type(msg).__name__}")
     role = plain.get("role")
     if not isinstance(role, str) or role not in ("user", "assistant"):
