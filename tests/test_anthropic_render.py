@@ -215,8 +215,8 @@ def test_a_message_resent_without_its_mark_is_matched_by_identity_afterwards() -
             p.close()
 
 
-def test_the_head_memo_reads_contents_of_dicts_and_of_other_mappings() -> None:
-    """``HeadMemo`` checks each head message's ``content`` object (C speed for dicts, the slow way otherwise)."""
+def test_the_head_memo_keeps_the_same_or_equal_messages_of_dicts_and_of_other_mappings() -> None:
+    """``HeadMemo``'s head: the very same objects, or equal ones; a message replaced by another ends it."""
     from collections import UserDict
 
     from pager.formats._convert import HeadMemo
@@ -228,7 +228,12 @@ def test_the_head_memo_reads_contents_of_dicts_and_of_other_mappings() -> None:
         memo.put(msgs, list(range(6)), list(range(7)))
         assert memo.head(msgs + [make(role="user", content="new")])[0] == 6
         memo.abandon()  # no put: what head handed over is remembered again, as it was
-        msgs[4]["content"] = [{"type": "text", "text": "replaced"}]  # the same message, a new content object
+        msgs[3] = make(msgs[3])  # an equal copy: the same message
+        assert memo.head(msgs)[0] == 6
+        memo.abandon()
+        msgs[4] = make(role="user", content=[{"type": "text", "text": "replaced"}])  # another message
+        assert memo.head(msgs)[0] == 4
+        assert memo.head(msgs[:2])[0] == 2  # a shorter list: its head, the memo kept as it was
         assert memo.head(msgs)[0] == 4
 
 

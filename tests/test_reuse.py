@@ -247,13 +247,34 @@ def test_anthropic_conversion_reuses_only_the_same_objects(seed: int) -> None:
         if r < 0.2:
             msgs[i] = dict(reversed(list(msgs[i].items())))  # an equal copy, keys reordered
         elif r < 0.3 and isinstance(msgs[i]["content"], str):
-            msgs[i]["content"] = msgs[i]["content"] + " (edited in place)"  # the same dict, new content
+            msgs[i] = {**msgs[i], "content": msgs[i]["content"] + " (edited)"}  # an edit: a new dict
         elif r < 0.35 and k > 3:
             sent = sent[: k - 2]  # a shorter list
         sent = msgs[: len(sent)]
         got = fmt.to_messages({**req, "messages": sent})
         want = AnthropicMessages().to_messages({**req, "messages": sent})  # no memo at all
         assert orjson.dumps(got.messages) == orjson.dumps(want.messages)
+
+
+def test_an_edit_in_place_is_not_seen_a_replaced_message_is() -> None:
+    """The documented contract (``Pager.assemble``): to edit a message, replace the dict.
+
+    A message whose ``content`` is replaced inside the same dict is the
+    message converted before (as the recorder has it in every format); the
+    same edit made by replacing the dict is converted anew.
+    """
+    from pager.formats.anthropic_messages import AnthropicMessages
+
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"},
+                                  {"role": "user", "content": "second"}]
+    fmt = AnthropicMessages()
+    fmt.to_messages({"messages": msgs})
+    msgs[0]["content"] = "first, edited in place"
+    msgs.append({"role": "assistant", "content": "fine"})
+    assert fmt.to_messages({"messages": msgs}).messages[0]["content"] == "first"
+    msgs[0] = {**msgs[0], "content": "first, replaced"}
+    msgs.append({"role": "user", "content": "third"})
+    assert fmt.to_messages({"messages": msgs}).messages[0]["content"] == "first, replaced"
 
 
 _ITEM = st.one_of(

@@ -139,22 +139,6 @@ class ConversionMemo:
         return len(self._d)
 
 
-_CONTENT = operator.methodcaller("get", "content")
-
-
-def _contents(messages: Sequence[Any]) -> list[Any]:
-    """Return each message's ``content`` (None without one); AttributeError for objects with no ``get``.
-
-    ``dict.get`` mapped over dicts runs in C, ~40 ns a message; the method
-    caller looks the method up on each one (~380 ns: 0.34 ms a call at 900
-    messages, issue 23). Other mappings take the slow way.
-    """
-    try:
-        return list(map(dict.get, messages, itertools.repeat("content")))
-    except TypeError:  # not all dicts
-        return list(map(_CONTENT, messages))
-
-
 class ConversationCache:
     """The last value kept for each recent conversation, least recently used dropped past ``capacity``.
 
@@ -198,28 +182,31 @@ class HeadMemo:
 
     ``ConversionMemo`` still walks every message of every call; a harness that
     resends its list passes the same objects up to a few new ones, so the
-    neutral messages of that head are the last call's. A head counts only
-    while its messages are the same objects with the same ``content``
-    objects (the ``sig`` ``ConversionMemo`` checks); both checks run in C,
-    and the contents are compared as they are read, never gathered.
-    Conversations are told apart by their first message object; the least
-    recently used go past ``capacity``. Thread-safe.
+    neutral messages of that head are the last call's. The head is the run of
+    leading messages that are the ones converted, as objects: the very same
+    object, or one equal to it (``==``, as the recorder's ``same_prefix``
+    has it). A message edited in place (its ``content`` replaced in the same
+    dict) is the same message: to edit one, replace the dict (``Pager.assemble``;
+    checking every message's ``content`` object cost a memory access a
+    message a call, 15 ms at 78k Responses items). The common case, the
+    remembered list whole and new messages after it, is one list comparison
+    in C that reads pointers only; otherwise the run of the very same objects
+    is found in C. Conversations are told apart by their first message object;
+    the least recently used go past ``capacity``. Thread-safe.
 
     When the head is all of what was remembered (a list that only grew), the
     remembered lists themselves are handed to the caller, who extends them
-    and gives them back with ``put``: a call copies nothing of the history
-    (a copy takes a reference to every message, a memory access each: at 50k
-    messages the copies cost more than the checks). Meanwhile the
-    conversation is not in the memo; a call from another thread in between
-    converts it whole, as after any miss.
+    and gives them back with ``put`` (or ``abandon``): a call copies nothing
+    of the history (a copy takes a reference to every message, a memory
+    access each). Meanwhile the conversation is not in the memo; a call from
+    another thread in between converts it whole, as after any miss.
     """
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
-        self._d: OrderedDict[int, tuple[list[Any], list[Any], list[Any], list[int], Any]] = OrderedDict()
+        self._d: OrderedDict[int, tuple[list[Any], list[Any], list[int], Any]] = OrderedDict()
         self._lock = threading.Lock()
-        # this thread's last head_state: (messages, k, the remembered messages and contents handed over or
-        # None); put takes them back to extend
+        # this thread's last head_state: (messages, k, the entry handed over or None); put takes it back
         self._seen = threading.local()
 
     def head(self, messages: Sequence[Any]) -> tuple[int, list[Any], list[Any], list[int]]:
@@ -242,29 +229,29 @@ class HeadMemo:
         if not messages:
             return none
         key = id(messages[0])
-        with self._lock:
-            hit = self._d.get(key)
-            if hit is not None:
-                self._d.move_to_end(key)
-        if hit is None or hit[0][0] is not messages[0]:
+        with self._lock:  # taken out: this thread owns the lists until it puts them back
+            hit = self._d.pop(key, None)
+        if hit is None:
             return none
-        msgs, sigs, flat, ends, state = hit
-        k = same_objects(messages, msgs)
-        try:
-            k = _same_contents(messages, sigs, k)
-        except AttributeError:  # not dicts (SDK objects): no head
+        msgs, flat, ends, state = hit
+        if msgs[0] is not messages[0]:
+            self._give_back(key, hit)
             return none
+        k = _same_head(msgs, messages)
         if not k:
+            self._give_back(key, hit)
             return none
         tail = flat[ends[k - 1]: ends[k]] if last else []
-        if k == len(msgs):
-            with self._lock:
-                if self._d.get(key) is hit:  # handed over: the caller extends these lists, put keeps them again
-                    del self._d[key]
-                    self._seen.last = (messages, k, hit)
-                    return k, flat, tail, ends, state
+        if k == len(msgs):  # handed over: the caller extends these lists, put keeps them again
+            self._seen.last = (messages, k, hit)
+            return k, flat, tail, ends, state
+        self._give_back(key, hit)
         self._seen.last = (messages, k, None)
         return k, flat[: ends[k]], tail, ends[: k + 1], None
+
+    def _give_back(self, key: int, hit: tuple[list[Any], list[Any], list[int], Any]) -> None:
+        with self._lock:
+            self._d.setdefault(key, hit)  # another thread's put since is newer
 
     def abandon(self) -> None:
         """Take back what this thread's last ``head_state`` handed over, as it was: the caller failed before ``put``.
@@ -276,11 +263,10 @@ class HeadMemo:
         self._seen.last = None
         if seen is None or seen[2] is None:
             return
-        msgs, sigs, flat, ends, state = hit = seen[2]
+        msgs, flat, ends, _state = hit = seen[2]
         k = seen[1]
-        del msgs[k:], sigs[k:], flat[ends[k]:], ends[k + 1:]
-        with self._lock:
-            self._d.setdefault(id(msgs[0]), hit)
+        del msgs[k:], flat[ends[k]:], ends[k + 1:]
+        self._give_back(id(msgs[0]), hit)
 
     def put(self, messages: Sequence[Any], neutral: list[Any], ends: list[int], state: Any = None,
             head: int = 0) -> None:
@@ -288,43 +274,51 @@ class HeadMemo:
 
         ``ends[0]`` is 0. The lists are kept as given: the caller hands them over. ``state``: what the
         caller needs to go on converting after the last message (``head_state`` returns it). ``head``:
-        the ``k`` ``head_state`` just found for these very messages; the messages and contents before
-        it are the remembered ones then, so only the rest are read (issue 23: O(new messages)).
+        the ``k`` ``head_state`` just found for these very messages; what it handed over is extended
+        with the rest (issue 23: O(new messages)).
         """
         seen = getattr(self._seen, "last", None)  # this thread's last head_state
         self._seen.last = None
         if not messages:
             return
-        try:
-            if head and seen is not None and seen[0] is messages and seen[1] == head and seen[2] is not None:
-                msgs, sigs = seen[2][0], seen[2][1]
-                msgs.extend(messages[head:])
-                sigs.extend(_contents(messages[head:]))
-            else:
-                msgs, sigs = list(messages), _contents(messages)
-        except AttributeError:
-            return
+        if head and seen is not None and seen[0] is messages and seen[1] == head and seen[2] is not None:
+            msgs = seen[2][0]
+            msgs.extend(messages[head:])
+        else:
+            msgs = list(messages)
         with self._lock:
-            self._d[id(messages[0])] = (msgs, sigs, neutral, ends, state)
+            self._d[id(messages[0])] = (msgs, neutral, ends, state)
             self._d.move_to_end(id(messages[0]))
             while len(self._d) > self.capacity:
                 self._d.popitem(last=False)
 
 
-def _same_contents(messages: Sequence[Any], sigs: Sequence[Any], k: int) -> int:
-    """Return how many of the first ``k`` messages still hold the ``content`` objects ``sigs`` remembers.
+def _same_head(remembered: list[Any], messages: Sequence[Any]) -> int:
+    """Return how many leading ``messages`` are the ``remembered`` ones (the same objects, or equal).
 
-    One pass in C over dicts, stopping at the first that differs, with no list of the contents built
-    (a reference taken to each content object is a memory access each). AttributeError: a message with
-    no ``get``.
+    ``remembered`` is the caller's own list (extended for the comparison, then cut back): two lists
+    compare only at equal length, and an object compares equal to itself without being looked into,
+    so the common case, every remembered message resent, reads pointers only. Otherwise the run of
+    the very same objects, then of equal ones, each found in C. A value whose ``==`` raises ends the
+    head at the first other object.
     """
-    head = itertools.islice(messages, k)
-    try:
-        changed = map(operator.is_not, map(dict.get, head, itertools.repeat("content")), sigs)
-        return next(itertools.compress(itertools.count(), changed), k)
-    except TypeError:  # not all dicts
-        changed = map(operator.is_not, map(_CONTENT, itertools.islice(messages, k)), sigs)
-        return next(itertools.compress(itertools.count(), changed), k)
+    n = len(remembered)
+    if len(messages) >= n and isinstance(messages, list):
+        remembered.extend(messages[n:])
+        try:
+            if remembered == messages:
+                return n
+        except Exception:  # noqa: BLE001 - an SDK object's == may raise: the identity scan below decides
+            pass
+        finally:
+            del remembered[n:]
+    k = same_objects(messages, remembered)
+    m = min(n, len(messages))
+    try:  # then the run of equal ones (the one a moved cache mark re-parsed, say), found in C too
+        return next(itertools.compress(itertools.count(k), map(operator.ne, itertools.islice(messages, k, m),
+                                                                itertools.islice(remembered, k, m))), m)
+    except Exception:  # noqa: BLE001 - an SDK object's == may raise: the head ends at the first other object
+        return k
 
 
 class ValueMemo:

@@ -226,10 +226,11 @@ class OpenAIResponses:
             nxt = as_plain(items[k]) if state is not None and state[2] and k < len(items) else None
             if state is None or (isinstance(nxt, Mapping) and _kind(k, nxt) == "run"):
                 k, converted, state = 0, [], (set(), set(), False)
-            plain: list[Any] = [None] * k + [as_plain(x) for x in items[k:]]
-            kinds: list[Any] = [None] * k
-            for i in range(k, len(plain)):
-                item = plain[i]
+            # the new items only, item i at i - k (a list of the whole history a call was O(history))
+            plain: list[Any] = [as_plain(x) for x in items[k:]]
+            kinds: list[Any] = []
+            for i in range(k, len(items)):
+                item = plain[i - k]
                 if not isinstance(item, Mapping):
                     raise ItemError(i, f"must be an object, got {type(items[i]).__name__}")
                 kinds.append(_kind(i, item))
@@ -237,24 +238,25 @@ class OpenAIResponses:
             open_calls: set[str] = set(state[0])
             seen_calls: set[str] = set(state[1])
             i = k
-            while i < len(plain):
+            while i < len(items):
                 end = i + 1
-                if kinds[i] == "run":
-                    while end < len(plain) and kinds[end] == "run":
+                if kinds[i - k] == "run":
+                    while end < len(items) and kinds[end - k] == "run":
                         end += 1
                 key = items[i]
                 sig = tuple(items[i:end]) + ((items[i].get("content"),) if isinstance(items[i], Mapping) else ())
                 neutral = memo.get(key, sig)
                 if neutral is None:
                     for j in range(i, end):  # each item once, when first seen: the store keeps it as JSON
-                        check_encodable(plain[j], lambda why, j=j: ItemError(j, f"cannot be encoded: {why}"))
-                    if kinds[i] == "run":
-                        neutral = _run_message(i, plain[i:end])
-                    elif kinds[i] == "output":
-                        neutral = _output_message(i, plain[i])
+                        check_encodable(plain[j - k], lambda why, j=j: ItemError(j, f"cannot be encoded: {why}"))
+                    if kinds[i - k] == "run":
+                        neutral = _run_message(i, plain[i - k:end - k])
+                    elif kinds[i - k] == "output":
+                        neutral = _output_message(i, plain[i - k])
                     else:
-                        n: dict[str, Any] = {"role": plain[i]["role"], "content": _parts(i, plain[i].get("content"))}
-                        n["native"] = plain[i]
+                        it = plain[i - k]
+                        n: dict[str, Any] = {"role": it["role"], "content": _parts(i, it.get("content"))}
+                        n["native"] = it
                         neutral = n
                     memo.put(key, sig, neutral)
                 if neutral["role"] == "assistant":
@@ -275,9 +277,16 @@ class OpenAIResponses:
                 converted.append(neutral)
                 i = end
             if items:
-                # the memo gives back only the whole list (``state``): per-item ends are not kept
-                ends = [0] * len(items) + [len(converted)]
-                last_run = bool(kinds) and kinds[-1] == "run" if len(kinds) > k else bool(state[2])
+                # the memo gives back only the whole list (``state``): per-item ends are not kept (zeros), so a
+                # handed-over list of them only grows
+                if k:
+                    ends = _ends
+                    del ends[k:]
+                    ends += [0] * (len(items) - k)
+                else:
+                    ends = [0] * len(items)
+                ends.append(len(converted))
+                last_run = kinds[-1] == "run" if kinds else bool(state[2])
                 self._heads.put(items, converted, ends, (frozenset(open_calls), frozenset(seen_calls), last_run),
                                 head=k)
         except BaseException:
