@@ -1,6 +1,7 @@
 """How assemble's cost grows with the history: steady-state CPU per call, reopen time and memory.
 
     python bench/bench_scale.py [--sizes 100,1000,10000,50000] [--calls 60] [--json out.json] [--fresh]
+    python bench/bench_scale.py --format anthropic-messages   # or openai-responses: the history in that shape
     BENCH_SCALE_PROFILE=cumulative python bench/bench_scale.py --sizes 10000   # and a cProfile of the calls
 
 For each size N a synthetic session (``pager.lab.synth``) of about N messages is
@@ -26,6 +27,11 @@ the tokenizer's BPE table) is timed apart, before the clock starts, in the
 history is loaded (reset through ``/proc/self/clear_refs``; where that file
 cannot be written, the process's lifetime peak, which then includes
 ``orjson.loads`` of the history file: at 50k messages about 440 MB alone).
+
+With ``--format`` the conversation is sent in that wire format's own shape
+(``pager.formats.export``: an Anthropic history holds its tool results in
+user messages), each step converted on its own and appended, through
+``assemble(..., format=...)``.
 
 Prints one row per size and the ratios against the 1k row, with the load
 average at the start and the end. Each size runs in its own process, so one

@@ -1,0 +1,36 @@
+"""``bench/bench_scale.py`` end to end at a small size, in each wire format it can send.
+
+The figures are the bench's to report; this checks that each format's run
+records its history, steadies, reopens and prints a row (a reopen that does
+not match the recorded history would re-record it all: its new pages show
+in the reopened store's size, not here, so the row's own fields are checked).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_scale  # noqa: E402
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic-messages", "openai-responses"])
+def test_a_small_run_prints_a_row_per_size(fmt: str) -> None:
+    rows = bench_scale.run([100], calls=3, warm=1, fmt=fmt)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["size"] == 100 and row["messages"] > 50  # in the format's own messages (Anthropic merges results)
+    assert row["p50_ms"] > 0 and row["p99_ms"] >= row["p50_ms"]
+    assert row["first_cpu_s"] >= row["reopen_cpu_s"] > 0
+    assert row["peak_rss_mb"] > 0
+    assert "| 100 |" in bench_scale.table(rows)
+
+
+def test_an_unknown_format_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        bench_scale.main(["--format", "gemini", "--sizes", "100"])
