@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 
 from pager.core.aside import aside_page
-from pager.core.canonical import canonical_bytes
+from pager.core.canonical import canonical_bytes, same_objects
 from pager.core.digest import RunningDigest, digest_messages
 from pager.core.history import History, hash_message, hash_messages
 from pager.core.messages import classify, tool_calls
@@ -125,17 +125,13 @@ class Recorder:
                     return lim
             finally:
                 del ident[lim:]
-            k = 0
-            while k < lim and ident[k] is messages[k]:
-                k += 1
-            return k
+            # the run of the very same objects, found in C (a Python loop was 0.3 ms a call at 1k messages for
+            # a client that moves its cache mark: the message it moved it off is a new object every call)
+            return same_objects(ident, messages)
         head = messages if len(messages) == lim and isinstance(messages, list) else list(messages[:lim])
         if (ident if len(ident) == lim else ident[:lim]) == head:
             return lim
-        k = 0
-        while k < lim and ident[k] is messages[k]:
-            k += 1
-        return k
+        return min(lim, same_objects(ident, messages))
 
     def _digest_prefix(self, messages: Sequence[Any]) -> int:
         """Return how many leading messages the stored running digest vouches for (0: none, or no match).
