@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_scale  # noqa: E402
 
 
-@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic-messages", "openai-responses"])
+@pytest.mark.parametrize("fmt", ["anthropic-messages", "openai-responses"])  # chat: the default run
 def test_a_small_run_prints_a_row_per_size(fmt: str) -> None:
     rows = bench_scale.run([100], calls=3, warm=1, fmt=fmt)
     assert len(rows) == 1
