@@ -7,6 +7,7 @@ mapping. Pure.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -127,7 +128,7 @@ def _tool_message(block: Mapping[str, Any]) -> dict[str, Any]:
     else:
         parts = [as_plain(p) for p in inner]
         content, same = _counted(parts)
-        if same and all(a is b for a, b in zip(parts, inner)):
+        if same and all(map(operator.is_, parts, inner)):
             content = inner
     return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content, "native": block}
 
@@ -152,7 +153,7 @@ def convert_message(i: int, msg: Any) -> tuple[dict[str, Any], ...]:
         raise MessageError(i, "a user turn needs at least one block")
     blocks = [_check_block(i, j, role, b) for j, b in enumerate(content)]
     _encodable(i, plain)
-    native = content if not sdk and all(a is b for a, b in zip(blocks, content)) else blocks
+    native = content if not sdk and all(map(operator.is_, blocks, content)) else blocks
     if role == "assistant":
         calls = [
             {"id": b["id"], "type": "function",
