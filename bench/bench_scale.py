@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--fresh", action="store_true",
                     help="send each steady-state call's history as new objects (decoded anew), not the same list")
-    ap.add_argument("--format", default="openai-chat", choices=["openai-chat", "anthropic-messages", "openai-responses"],
+    ap.add_argument("--format", default="openai-chat",
+                    choices=["openai-chat", "anthropic-messages", "openai-responses"],
                     help="the wire format the history is sent in (default openai-chat)")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]

@@ -148,9 +148,8 @@ class AnthropicMessages:
                         if n["role"] == "tool":
                             cid = n["tool_call_id"]
                             if cid not in open_calls and fresh:
-                                raise MessageError(
-                                    i, f"tool_result for {brief(cid)} answers no tool_use of the assistant turn before it"
-                                )
+                                raise MessageError(i, f"tool_result for {brief(cid)} answers no tool_use of "
+                                                      "the assistant turn before it")
                             open_calls.pop(cid, None)
                     open_calls = {}
                 if fresh:
