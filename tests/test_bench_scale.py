@@ -28,6 +28,7 @@ def test_a_small_run_prints_a_row_per_size(fmt: str) -> None:
     assert row["p50_ms"] > 0 and row["p99_ms"] >= row["p50_ms"]
     assert row["first_cpu_s"] >= row["reopen_cpu_s"] > 0
     assert row["peak_rss_mb"] > 0
+    assert row["reopen_new_pages"] == 0  # the reopen matched the recorded history (its system prompt included)
     assert "| 100 |" in bench_scale.table(rows)
 
 
