@@ -262,6 +262,47 @@ def test_the_head_memo_hands_its_lists_over_and_takes_them_back() -> None:
     assert memo.head(longer)[0] == 5
 
 
+def test_threads_converting_one_history_with_their_own_new_messages_get_fresh_conversions() -> None:
+    """The head memo hands its lists to one thread at a time: a collision costs a conversion, never a wrong one.
+
+    Each thread resends the same history (the very same objects), alone and then with new messages of its
+    own, so several threads find the whole remembered list as their head at once.
+    """
+    import sys
+    import threading
+
+    from pager.formats.anthropic_messages import AnthropicMessages
+
+    fmt = AnthropicMessages()
+    shared: list[Any] = [{"role": "user", "content": "the same opening"}]
+    for n in range(20):
+        shared += [{"role": "assistant", "content": f"reply {n}"}, {"role": "user", "content": f"ask {n}"}]
+    want_shared = orjson.dumps(AnthropicMessages().to_messages({"messages": shared}).messages)
+    failures: list[str] = []
+
+    def worker(t: int) -> None:
+        for n in range(150):
+            if orjson.dumps(fmt.to_messages({"messages": shared}).messages) != want_shared:
+                failures.append(f"thread {t} call {n}: the shared history")
+            own = [*shared, {"role": "assistant", "content": f"thread {t} reply {n}"},
+                   {"role": "user", "content": f"thread {t} asks {n}"}]
+            got = fmt.to_messages({"messages": own}).messages
+            if orjson.dumps(got) != orjson.dumps(AnthropicMessages().to_messages({"messages": own}).messages):
+                failures.append(f"thread {t} call {n}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads interleave inside a conversion, not only between them
+    try:
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures, failures[:3]
+
+
 def test_a_failed_conversion_leaves_the_head_memo_as_it_was() -> None:
     """A malformed new message raises and the next, corrected request still converts only what is new."""
     from pager.errors import MessageError
