@@ -277,6 +277,25 @@ def test_an_edit_in_place_is_not_seen_a_replaced_message_is() -> None:
     assert fmt.to_messages({"messages": msgs}).messages[0]["content"] == "first, replaced"
 
 
+def test_a_failed_responses_conversion_takes_back_the_calls_it_saw() -> None:
+    """The set of every call id seen is grown in place; a request that fails leaves it as it was."""
+    from pager.errors import InputError
+    from pager.formats.openai_responses import OpenAIResponses
+
+    fmt = OpenAIResponses()
+    items: list[Any] = [{"role": "user", "content": "go"},
+                        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                        {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+    fmt.to_messages({"input": items})
+    call = {"type": "function_call", "call_id": "c9", "name": "f", "arguments": "{}"}
+    stray = {"type": "function_call_output", "call_id": "zz", "output": "x"}  # raises once c9 is seen
+    with pytest.raises(InputError, match="zz"):
+        fmt.to_messages({"input": [*items, call, stray]})
+    # c9 was never in a request that converted: its output alone is an output for a call not in input
+    with pytest.raises(InputError, match="not in input"):
+        fmt.to_messages({"input": [*items, {"type": "function_call_output", "call_id": "c9", "output": "x"}]})
+
+
 _ITEM = st.one_of(
     st.builds(lambda t: {"role": "user", "content": t}, st.text(max_size=3)),
     st.builds(lambda t: {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]},
