@@ -281,7 +281,7 @@ def test_threads_converting_one_history_with_their_own_new_messages_get_fresh_co
     failures: list[str] = []
 
     def worker(t: int) -> None:
-        for n in range(150):
+        for n in range(300):
             if orjson.dumps(fmt.to_messages({"messages": shared}).messages) != want_shared:
                 failures.append(f"thread {t} call {n}: the shared history")
             own = [*shared, {"role": "assistant", "content": f"thread {t} reply {n}"},

@@ -159,8 +159,8 @@ class AnthropicMessages:
         except BaseException:
             self._heads.abandon()  # the memo as it was: a corrected request costs what is new
             raise
+        out.extend(converted)  # before put: once the memo has them, another thread may extend these lists
         self._heads.put(messages, converted, ends, head=k)
-        out.extend(converted)
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):
             raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")

@@ -51,6 +51,20 @@ FULL_INPUT = (
 )
 
 
+def _ends_of(handed: list[int], k: int, n_items: int, n_converted: int) -> list[int]:
+    """Return the per-item ends the memo keeps for Responses: zeros (not kept), then the neutral count.
+
+    The memo gives back only the whole list (``state``); a list handed over with it (``k`` items) grows.
+    """
+    if k:
+        del handed[k:]
+        handed += [0] * (n_items - k)
+    else:
+        handed = [0] * n_items
+    handed.append(n_converted)
+    return handed
+
+
 class ItemError(MessageError):
     """One ``input`` item is malformed; ``index`` is its position in ``input``."""
 
@@ -281,25 +295,16 @@ class OpenAIResponses:
                     open_calls = set()
                 converted.append(neutral)
                 i = end
+            out.extend(converted)  # before put: once the memo has them, another thread may extend these lists
             if items:
-                # the memo gives back only the whole list (``state``): per-item ends are not kept (zeros), so a
-                # handed-over list of them only grows
-                if k:
-                    ends = _ends
-                    del ends[k:]
-                    ends += [0] * (len(items) - k)
-                else:
-                    ends = [0] * len(items)
-                ends.append(len(converted))
                 last_run = kinds[-1] == "run" if kinds else bool(state[2])
-                self._heads.put(items, converted, ends, (frozenset(open_calls), seen_calls, last_run),
-                                head=k)
+                self._heads.put(items, converted, _ends_of(_ends, k, len(items), len(converted)),
+                                (frozenset(open_calls), seen_calls, last_run), head=k)
         except BaseException:
             if state is not None:
                 state[1].difference_update(added)
             self._heads.abandon()  # the memo as it was: a corrected request costs what is new
             raise
-        out.extend(converted)
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):
             raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")
