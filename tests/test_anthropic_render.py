@@ -219,7 +219,7 @@ def test_the_head_memo_keeps_the_same_or_equal_messages_of_dicts_and_of_other_ma
     """``HeadMemo``'s head: the very same objects, or equal ones; a message replaced by another ends it."""
     from collections import UserDict
 
-    from pager.formats._convert import HeadMemo
+    from pager.formats._heads import HeadMemo
 
     for make in (dict, UserDict):
         msgs = [make(role="user", content=[{"type": "text", "text": f"m{i}"}]) for i in range(6)]
@@ -239,7 +239,7 @@ def test_the_head_memo_keeps_the_same_or_equal_messages_of_dicts_and_of_other_ma
 
 def test_the_head_memo_hands_its_lists_over_and_takes_them_back() -> None:
     """A list that only grew: ``head`` gives the remembered lists themselves, ``put`` keeps them extended."""
-    from pager.formats._convert import HeadMemo
+    from pager.formats._heads import HeadMemo
 
     msgs = [{"role": "user", "content": f"m{i}"} for i in range(4)]
     memo = HeadMemo()
@@ -306,7 +306,7 @@ def test_threads_converting_one_history_with_their_own_new_messages_get_fresh_co
 def test_a_failed_conversion_leaves_the_head_memo_as_it_was() -> None:
     """A malformed new message raises and the next, corrected request still converts only what is new."""
     from pager.errors import MessageError
-    from pager.formats._convert import HeadMemo
+    from pager.formats._heads import HeadMemo
     from pager.formats.anthropic_messages import AnthropicMessages
 
     fmt = AnthropicMessages()

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 __all__ = ["CACHE_KEY", "RESPONSES_ITEM_KEYS", "canonical", "canonical_bytes", "has_transport", "item_has_transport",
-           "resent",
+           "resent", "same_run",
            "same_message", "same_messages", "same_objects"]
 
 CACHE_KEY = "cache_control"
@@ -169,13 +169,24 @@ def resent(previous: Sequence[Any] | None, items: Any) -> Any:
     n = min(len(previous), len(items))
     if not n or items[n - 1] is previous[n - 1]:
         return items
-    try:
-        # the first item that is another object, then the first after it that differs in value, each found
-        # without a Python step per item (and the first at once when the whole list is new objects)
-        k = next(compress(count(), map(operator.is_not, items, previous)), n)
-        j = next(compress(count(k), map(operator.ne, islice(items, k, n), islice(previous, k, n))), n)
-    except (TypeError, ValueError):  # an SDK object's == may raise
-        return items
+    k, j = same_run(items, previous)
     if j == k:
         return items
     return [*previous[:j], *items[j:]]
+
+
+def same_run(a: Sequence[Any], b: Sequence[Any]) -> tuple[int, int]:
+    """Return ``(k, j)``: ``a`` and ``b`` lead with ``k`` of the very same objects, then equal (``==``) ones to ``j``.
+
+    The first item that is another object, then the first after it that
+    differs in value, each found without a Python step per item (and the
+    first at once when the lists share no object). A value whose ``==``
+    raises (an SDK object's may) ends the equal run: ``j == k``.
+    """
+    n = min(len(a), len(b))
+    k = next(compress(count(), map(operator.is_not, a, b)), n)
+    try:
+        j = next(compress(count(k), map(operator.ne, islice(a, k, n), islice(b, k, n))), n)
+    except Exception:  # noqa: BLE001 - whatever a caller's == raises, the equal run ends at the first other object
+        return k, k
+    return k, j

@@ -20,8 +20,6 @@ objects lets the facade skip re-validating and re-hashing them.
 
 from __future__ import annotations
 
-import itertools
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -29,12 +27,11 @@ from typing import Any
 
 import orjson
 
-from pager.core.canonical import same_objects
 from pager.core.describe import brief, encode_problem, envelope
 from pager.errors import InputError, ToolError
 
 __all__ = [
-    "ConversationCache", "ConversionMemo", "HeadMemo", "ValueMemo", "as_plain", "check_encodable", "flat_tool_name", "function_specs", "id_text",
+    "ConversationCache", "ConversionMemo", "ValueMemo", "as_plain", "check_encodable", "flat_tool_name", "function_specs", "id_text",
     "json_text", "tool_arguments", "text_part",
 ]
 
@@ -175,150 +172,6 @@ class ConversationCache:
             self._d.move_to_end(key)
             while len(self._d) > self.capacity:
                 self._d.popitem(last=False)
-
-
-class HeadMemo:
-    """Remember a conversation's last conversion as a whole, to convert only what follows its head (issue 23).
-
-    ``ConversionMemo`` still walks every message of every call; a harness that
-    resends its list passes the same objects up to a few new ones, so the
-    neutral messages of that head are the last call's. The head is the run of
-    leading messages that are the ones converted, as objects: the very same
-    object, or one equal to it (``==``, as the recorder's ``same_prefix``
-    has it). A message edited in place (its ``content`` replaced in the same
-    dict) is the same message: to edit one, replace the dict (``Pager.assemble``;
-    checking every message's ``content`` object cost a memory access a
-    message a call, 15 ms at 78k Responses items). The common case, the
-    remembered list whole and new messages after it, is one list comparison
-    in C that reads pointers only; otherwise the run of the very same objects
-    is found in C. Conversations are told apart by their first message object;
-    the least recently used go past ``capacity``. Thread-safe.
-
-    When the head is all of what was remembered (a list that only grew), the
-    remembered lists themselves are handed to the caller, who extends them
-    and gives them back with ``put`` (or ``abandon``): a call copies nothing
-    of the history (a copy takes a reference to every message, a memory
-    access each). Meanwhile the conversation is not in the memo; a call from
-    another thread in between converts it whole, as after any miss.
-    """
-
-    def __init__(self, capacity: int = 64) -> None:
-        self.capacity = capacity
-        self._d: OrderedDict[int, tuple[list[Any], list[Any], list[int], Any]] = OrderedDict()
-        self._lock = threading.Lock()
-        # this thread's last head_state: (messages, k, the entry handed over or None); put takes it back
-        self._seen = threading.local()
-
-    def head(self, messages: Sequence[Any]) -> tuple[int, list[Any], list[Any], list[int]]:
-        """Return ``(k, neutral, last, ends)`` of the first ``k`` messages (``put``'s lists cut there).
-
-        ``last``: message ``k - 1``'s neutral messages. ``neutral`` and ``ends``
-        are the caller's to extend and hand to ``put``.
-        """
-        k, neutral, last, ends, _state = self.head_state(messages, last=True)
-        return k, neutral, last, ends
-
-    def head_state(self, messages: Sequence[Any], *, last: bool = False
-                   ) -> tuple[int, list[Any], list[Any], list[int], Any]:
-        """Return ``head``'s answer and the ``state`` given to ``put`` (None unless the head is all it was).
-
-        ``last``: whether to return message ``k - 1``'s neutral messages (else ``[]``).
-        """
-        none: tuple[int, list[Any], list[Any], list[int], Any] = (0, [], [], [0], None)
-        self._seen.last = None
-        if not messages:
-            return none
-        key = id(messages[0])
-        with self._lock:  # taken out: this thread owns the lists until it puts them back
-            hit = self._d.pop(key, None)
-        if hit is None:
-            return none
-        msgs, flat, ends, state = hit
-        if msgs[0] is not messages[0]:
-            self._give_back(key, hit)
-            return none
-        k = _same_head(msgs, messages)
-        if not k:
-            self._give_back(key, hit)
-            return none
-        tail = flat[ends[k - 1]: ends[k]] if last else []
-        if k == len(msgs):  # handed over: the caller extends these lists, put keeps them again
-            self._seen.last = (messages, k, hit)
-            return k, flat, tail, ends, state
-        self._give_back(key, hit)
-        self._seen.last = (messages, k, None)
-        return k, flat[: ends[k]], tail, ends[: k + 1], None
-
-    def _give_back(self, key: int, hit: tuple[list[Any], list[Any], list[int], Any]) -> None:
-        with self._lock:
-            self._d.setdefault(key, hit)  # another thread's put since is newer
-
-    def abandon(self) -> None:
-        """Take back what this thread's last ``head_state`` handed over, as it was: the caller failed before ``put``.
-
-        A conversion that raises (a malformed new message) leaves the memo as it found it, so the
-        caller's corrected request costs what is new, not a whole conversion.
-        """
-        seen = getattr(self._seen, "last", None)
-        self._seen.last = None
-        if seen is None or seen[2] is None:
-            return
-        msgs, flat, ends, _state = hit = seen[2]
-        k = seen[1]
-        del msgs[k:], flat[ends[k]:], ends[k + 1:]
-        self._give_back(id(msgs[0]), hit)
-
-    def put(self, messages: Sequence[Any], neutral: list[Any], ends: list[int], state: Any = None,
-            head: int = 0) -> None:
-        """Remember the conversion of ``messages``: ``neutral[ends[i]:ends[i + 1]]`` came from message ``i``.
-
-        ``ends[0]`` is 0. The lists are kept as given: the caller hands them over. ``state``: what the
-        caller needs to go on converting after the last message (``head_state`` returns it). ``head``:
-        the ``k`` ``head_state`` just found for these very messages; what it handed over is extended
-        with the rest (issue 23: O(new messages)).
-        """
-        seen = getattr(self._seen, "last", None)  # this thread's last head_state
-        self._seen.last = None
-        if not messages:
-            return
-        if head and seen is not None and seen[0] is messages and seen[1] == head and seen[2] is not None:
-            msgs = seen[2][0]
-            msgs.extend(messages[head:])
-        else:
-            msgs = list(messages)
-        with self._lock:
-            self._d[id(messages[0])] = (msgs, neutral, ends, state)
-            self._d.move_to_end(id(messages[0]))
-            while len(self._d) > self.capacity:
-                self._d.popitem(last=False)
-
-
-def _same_head(remembered: list[Any], messages: Sequence[Any]) -> int:
-    """Return how many leading ``messages`` are the ``remembered`` ones (the same objects, or equal).
-
-    ``remembered`` is the caller's own list (extended for the comparison, then cut back): two lists
-    compare only at equal length, and an object compares equal to itself without being looked into,
-    so the common case, every remembered message resent, reads pointers only. Otherwise the run of
-    the very same objects, then of equal ones, each found in C. A value whose ``==`` raises ends the
-    head at the first other object.
-    """
-    n = len(remembered)
-    if len(messages) >= n and isinstance(messages, list):
-        remembered.extend(messages[n:])
-        try:
-            if remembered == messages:
-                return n
-        except Exception:  # noqa: BLE001 - an SDK object's == may raise: the identity scan below decides
-            pass
-        finally:
-            del remembered[n:]
-    k = same_objects(messages, remembered)
-    m = min(n, len(messages))
-    try:  # then the run of equal ones (the one a moved cache mark re-parsed, say), found in C too
-        return next(itertools.compress(itertools.count(k), map(operator.ne, itertools.islice(messages, k, m),
-                                                                itertools.islice(remembered, k, m))), m)
-    except Exception:  # noqa: BLE001 - an SDK object's == may raise: the head ends at the first other object
-        return k
 
 
 class ValueMemo:

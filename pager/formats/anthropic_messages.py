@@ -36,8 +36,9 @@ from pager.core.describe import brief
 from pager.errors import InputError, MessageError, ToolError
 import pager.formats.breakpoints as bp
 from pager.formats._convert import (
-    ConversionMemo, HeadMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text,
+    ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text,
 )
+from pager.formats._heads import HeadMemo
 from pager.formats.anthropic_render import EPHEMERAL, TurnMemo, mark, merge
 from pager.formats.anthropic_blocks import (
     ANTHROPIC_ONLY,

@@ -33,9 +33,10 @@ from typing import Any
 from pager.core.describe import brief
 from pager.errors import InputError, MessageError, ToolError
 from pager.formats._convert import (
-    ConversionMemo, HeadMemo, ValueMemo, as_plain, check_encodable, flat_tool_name, function_specs, id_text, json_text,
+    ConversionMemo, ValueMemo, as_plain, check_encodable, flat_tool_name, function_specs, id_text, json_text,
     text_part, tool_arguments,
 )
+from pager.formats._heads import HeadMemo
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats._usage import count, optional_count, own_usage
 from pager.formats.responses_render import CALL_TYPES, ItemMemo
