@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sizes import examples
 
 from pager.proxy.clients import is_refusal, passthrough_kind, serve_refusals
 from pager.proxy.dialects import DIALECTS
@@ -127,23 +131,90 @@ def test_a_refused_reread_gets_the_earlier_content_back_in_each_format():
     assert serve_refusals("openai-responses", resp) == 1 and resp["input"][4]["output"].startswith(body)
 
 
-def test_a_refusal_memo_gives_the_same_answers_and_searches_a_seen_item_once(monkeypatch):
-    import pager.proxy.clients as clients
+def test_a_refusal_memo_gives_the_same_answers_and_scans_only_new_items(monkeypatch):
+    import pager.proxy.refusals as refusals
 
     read = {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/w/a.py"}}
     history = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [read]},
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "the file"}]}]
     refused = [{"role": "assistant", "content": [{**read, "id": "t2"}]},
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": REFUSAL}]}]
-    memo: dict[int, Any] = {}
-    searched: list[Any] = []
-    real = clients._refuses
-    monkeypatch.setattr(clients, "_refuses", lambda item: searched.append(item) or real(item))
-    assert serve_refusals("anthropic-messages", {"messages": list(history)}, memo) == 0
-    assert len(searched) == 3
-    # the next call resends the same objects and a refused re-read: only the new items are searched
+    memo: dict[Any, Any] = {}
+    scanned: list[int] = []
+    real = refusals._FORMATS["anthropic-messages"]
+
+    def scan(items, start, calls, results):
+        scanned.extend(range(start, len(items)))
+        real[1](items, start, calls, results)
+
+    monkeypatch.setitem(refusals._FORMATS, "anthropic-messages", (real[0], scan, real[2]))
+    assert serve_refusals("anthropic-messages", {"messages": list(history)}, memo, "c") == 0
+    assert scanned == [0, 1, 2]
+    # the next call resends the same objects and a refused re-read: only the new items are scanned
     req = {"messages": [*history, *refused]}
-    assert serve_refusals("anthropic-messages", req, memo) == 1 == serve_refusals(
+    assert serve_refusals("anthropic-messages", req, memo, "c") == 1 == serve_refusals(
         "anthropic-messages", {"messages": [*history, *refused]})
-    assert len(searched) == 5 and req["messages"][4]["content"][0]["content"][0]["text"] == "the file"
-    assert serve_refusals("anthropic-messages", {"messages": [*history, *refused]}, memo) == 1  # every call, no fork
+    assert scanned == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]  # the memo's, then the one without a memo
+    assert req["messages"][4]["content"][0]["content"][0]["text"] == "the file"
+    assert refused[1]["content"][0]["content"] == REFUSAL  # the client's objects are not changed
+    # every later call serves it again, the same item, scanning nothing old
+    del scanned[:]
+    later = {"messages": [*history, *refused, {"role": "assistant", "content": "done"}]}
+    assert serve_refusals("anthropic-messages", later, memo, "c") == 1
+    assert scanned == [5] and later["messages"][4] is req["messages"][4]
+    # a request that does not extend the last one (another object at its end: an edit, a fork) is scanned whole
+    del scanned[:]
+    forked = {"messages": [*history, *copy.deepcopy(refused)]}
+    assert serve_refusals("anthropic-messages", forked, memo, "c") == 1
+    assert scanned == [0, 1, 2, 3, 4]
+    # and one behind it, too (a retried older request): nothing of the longer one's pass leaks into it
+    del scanned[:]
+    assert serve_refusals("anthropic-messages", {"messages": list(history)}, memo, "c") == 0
+    assert scanned == [0, 1, 2]
+
+
+def _step(fmt: str, rng: random.Random, k: int) -> list[dict[str, Any]]:
+    """One read of one of a few files (sometimes refused, sometimes of no file), in ``fmt``'s shape."""
+    path = f"/w/f{rng.randrange(3)}.py"
+    out: Any = rng.choice([REFUSAL, f"content {k} of {path}", [{"type": "text", "text": f"parts {k}"}]])
+    name = rng.choice(["Read", "Read", "Bash"])
+    cid = f"c{k}"
+    if fmt == "anthropic-messages":
+        use = {"type": "tool_use", "id": cid, "name": name,
+               "input": {"file_path": path} if name == "Read" else {"command": "ls"}}
+        return [{"role": "assistant", "content": [{"type": "text", "text": "next"}, use]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": cid, "content": out}]}]
+    args = orjson.dumps({"file_path": path} if name == "Read" else {"command": "ls"}).decode()
+    text = out if isinstance(out, str) else out[0]["text"]
+    if fmt == "openai-chat":
+        return [{"role": "assistant", "content": None,
+                 "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]},
+                {"role": "tool", "tool_call_id": cid, "content": text}]
+    return [{"type": "function_call", "name": name, "arguments": args, "call_id": cid},
+            {"type": "function_call_output", "call_id": cid, "output": text}]
+
+
+@settings(max_examples=examples(40, 200), deadline=None)
+@given(seed=st.integers(0, 10**6))
+def test_prop_a_memo_serves_what_a_whole_pass_serves(seed: int) -> None:
+    """Growing conversations in each format, now and then a fork or a retry: the memo changes no answer."""
+    rng = random.Random(seed)
+    memo: dict[Any, Any] = {}
+    for fmt in ("anthropic-messages", "openai-chat", "openai-responses"):
+        key = "input" if fmt == "openai-responses" else "messages"
+        items: list[Any] = [{"role": "user", "content": "go"}]
+        older: list[list[Any]] = []
+        for k in range(rng.randrange(2, 14)):
+            roll = rng.random()
+            if roll < 0.1 and older:
+                items = list(rng.choice(older))  # a retry of an older request: behind the last one
+            elif roll < 0.2:
+                items = copy.deepcopy(items)  # the same history as new objects (a restarted client)
+            items = [*items, *_step(fmt, rng, k)]
+            older.append(items)
+            sent = copy.deepcopy(items)
+            with_memo, whole = {key: list(items)}, {key: copy.deepcopy(items)}
+            n = serve_refusals(fmt, with_memo, memo, fmt)
+            assert n == serve_refusals(fmt, whole)
+            assert orjson.dumps(with_memo) == orjson.dumps(whole)
+            assert orjson.dumps(items) == orjson.dumps(sent)  # the client's objects are not changed

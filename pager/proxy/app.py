@@ -176,7 +176,7 @@ class _Proxy:
         sent = threading.Event()  # the request is written upstream: the call's rest may run (aassemble_early)
         try:
             await self._settle(name)
-            served = serve_refusals(dialect.format, req, self.refusals)
+            served = serve_refusals(dialect.format, req, self.refusals, conversation=name)
             expose = self.config.tools and bool(req.get("tools"))
             try:
                 # the request comes back as soon as it is rendered; the COMMIT, checkpoint files and report
