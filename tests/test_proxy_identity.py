@@ -75,6 +75,17 @@ def test_compaction_and_side_requests_pass_untouched():
     codex = {"input": [{"role": "user", "content": "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a "
                                                    "handoff summary for another LLM"}], "tools": [{"name": "shell"}]}
     assert passthrough_kind("openai-responses", codex, 10_000) == "compaction"
+    # a summary the user asked for as the task, then an agent's loop: its requests end with tool results
+    task = "Your task is to create a detailed summary of the conversation so far"
+    looping = {"messages": [{"role": "user", "content": task},
+                            {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function"}]},
+                            {"role": "tool", "tool_call_id": "c", "content": "log"}], "tools": [{"type": "function"}]}
+    assert passthrough_kind("openai-chat", looping, 10_000) is None
+    items = [{"role": "user", "content": task}, {"type": "function_call", "call_id": "k", "name": "shell"},
+             {"type": "function_call_output", "call_id": "k", "output": "log"}]
+    assert passthrough_kind("openai-responses", {"input": items, "tools": [{"name": "shell"}]}, 10_000) is None
+    ended = {"input": [*items, {"type": "reasoning", "summary": []}, {"role": "user", "content": task}]}
+    assert passthrough_kind("openai-responses", {**ended, "tools": [{"name": "shell"}]}, 10_000) == "compaction"
     title = {"messages": [{"role": "system", "content": "You are a title generator."}, {"role": "user", "content": "x"}]}
     assert passthrough_kind("openai-chat", title, 2_500) == "side"
     assert passthrough_kind("openai-chat", title, 2_500, named=True) is None  # a named session is a conversation

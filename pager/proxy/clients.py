@@ -39,19 +39,32 @@ _COMPACTION = (
     "you are performing a context checkpoint compaction",
     "provide a detailed prompt for continuing our conversation above",
 )
+_ANSWERS = frozenset({"assistant", "tool", "function"})  # roles of the model's turns and of tool results
 
 
 def _last_user_text(fmt: str, req: Mapping[str, Any]) -> str:
+    """Return the text of the user turn a request ends with ("" when it ends with a model turn or a tool result).
+
+    A compaction request asks for its summary in the user turn it ends with. The walk back stops at the
+    first turn of the model's or tool result (``_ANSWERS``): in an agent's loop a request ends with a
+    tool result, so this is one step, not a walk back through every tool call to the task's first
+    message (issue 23), and a summary the user asked for once, long before, is not taken for one.
+    """
     items = req.get("input") if fmt == "openai-responses" else req.get("messages")
     if isinstance(items, str):
         return items
     for item in reversed(items or ()):
-        if isinstance(item, Mapping) and item.get("role") == "user":
+        if not isinstance(item, Mapping):
+            continue
+        role = item.get("role")
+        if role == "user":
             content = item.get("content")
             if isinstance(content, list) and fmt == "anthropic-messages":
                 # the summary prompt follows any tool results of the same turn
                 content = [b for b in content if isinstance(b, Mapping) and b.get("type") == "text"]
             return text_of(content)
+        if role in _ANSWERS or str(item.get("type", "")).endswith(("_call", "_output")):
+            return ""
     return ""
 
 
