@@ -152,7 +152,7 @@ class Pager:
         self._recorded_generation = self._mirror.generation  # the mirror the recorder follows
         self._pools = Pools(self.store, self.session, o.owner, o.recall_pools, self._feeder, self._writing)
         self._wire = "openai-chat"  # the wire format of the last assembled request: the tools' default
-        self._last_history: list[Any] | None = None  # the last call's history list, for canonical.resent
+        self._last_history: list[Any] | None = None  # the last call's history items, for canonical.resent
         self.reports = ReportLog(self.store.path, enabled=o.log_reports)
         self.last_report: Report | None = None
         self._layouts = LayoutLog()
@@ -305,7 +305,7 @@ class Pager:
                 self._feeder.forget([d.page_id for d in docs])
                 raise
             if not recorded.behind:
-                self._last_history = items if isinstance(items, list) else None
+                self._keep_history(items)
                 self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
                 if result.flush_index:
                     self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
@@ -314,6 +314,22 @@ class Pager:
             self._report(result, len(messages), recorded.pages, (time.perf_counter() - t0) * 1000.0,
                          recorded.behind)
             return out
+
+    def _keep_history(self, items: Any) -> None:
+        """Keep the call's history items for the next call's ``resent``, in a list of pager's own.
+
+        Extended in place while the history grows (what ``resent`` assumes: the items up to the
+        last one kept are those objects when that one is). Keeping the caller's own list instead
+        freed the last call's list here whenever the caller sends a new list each call (a proxy, a
+        harness that rebuilds it): a reference dropped per message, 0.6 ms a call at 50k (issue 23).
+        """
+        own = self._last_history
+        if not isinstance(items, list):
+            self._last_history = None
+        elif own is not None and len(own) <= len(items) and (not own or items[len(own) - 1] is own[-1]):
+            own.extend(items[len(own):])
+        else:
+            self._last_history = list(items)
 
     def _request_tools(self, fmt: WireFormat, tools: Sequence[Any], expose: bool) -> list[Any]:
         """Return the request's tools, with pager's own appended (in ``fmt``'s shape) when ``expose``."""
