@@ -8,8 +8,9 @@ For each size N a synthetic session (``pager.lab.synth``) of about N messages is
 recorded through the public API, as a harness would (a few hundred growing
 calls), into a store in a temporary directory kept for the run. Then, in the
 same process, ``calls`` steady-state calls each append two new messages (an
-assistant message with one tool call and its result) and the CPU time of each
-``assemble`` is taken (``time.process_time``: every thread of the process,
+assistant message with one tool call and its result: the same steps at every
+size, drawn from a synthetic session of their own, so that the rows differ by
+the history alone) and the CPU time of each ``assemble`` is taken (``time.process_time``: every thread of the process,
 not wall time, so the other load on the machine counts less). Work a call
 leaves to a background thread (the index commit) is counted in whichever calls
 it overlaps, so two more figures stand beside the p50: the mean, every
@@ -69,26 +70,32 @@ phase, store, hist_file = sys.argv[1], sys.argv[2], sys.argv[3]
 if phase == "steady":
     n, calls, warm, fresh, fmt = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7] == "1", sys.argv[8]
     # synthetic sessions of 400 steps stitched together (one long synth session costs quadratic time to
-    # draw), call ids kept unique, until there are N messages and the steady-state tail after them
-    msgs, seed = [], 7
-    while len(msgs) < n + 6 * (calls + warm) + 50:
-        _h, part = generate_session(seed, 400)
-        if msgs:
-            part = part[2:]  # one system prompt and first task; later parts continue the session
-        for m in part:
-            m = dict(m)
-            if m.get("tool_calls"):
-                m["tool_calls"] = [{{**c, "id": f"{{c['id']}}-{{seed}}"}} for c in m["tool_calls"]]
-            if m.get("tool_call_id"):
-                m["tool_call_id"] = f"{{m['tool_call_id']}}-{{seed}}"
-            msgs.append(m)
-        seed += 1
+    # draw), call ids kept unique, until there are N messages
+    def stitched(seed, until, tag):
+        out = []
+        while len(out) < until:
+            _h, part = generate_session(seed, 400)
+            if out:
+                part = part[2:]  # one system prompt and first task; later parts continue the session
+            for m in part:
+                m = dict(m)
+                if m.get("tool_calls"):
+                    m["tool_calls"] = [{{**c, "id": f"{{c['id']}}-{{tag}}{{seed}}"}} for c in m["tool_calls"]]
+                if m.get("tool_call_id"):
+                    m["tool_call_id"] = f"{{m['tool_call_id']}}-{{tag}}{{seed}}"
+                out.append(m)
+            seed += 1
+        return out
+    msgs = stitched(7, n + 50, "")
     # the first N messages, cut at a step boundary (the next message is an assistant one)
     cut = n
     while cut < len(msgs) and msgs[cut]["role"] != "assistant":
         cut += 1
-    history, rest = msgs[:cut], msgs[cut:]
-    # the tail: the later steps that are exactly two messages (one call, its result), in order
+    history = msgs[:cut]
+    # the steady-state calls: the same steps at every size (drawn from a session of their own, its call ids
+    # their own), so that the rows differ by the history only: each a step of exactly two messages (one
+    # call, its result), in order
+    rest = stitched(1000, 6 * (calls + warm) + 50, "steady")
     steps, i = [], 0
     while i < len(rest):
         j = i + 1
