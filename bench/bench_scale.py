@@ -10,7 +10,10 @@ calls), into a store in a temporary directory kept for the run. Then, in the
 same process, ``calls`` steady-state calls each append two new messages (an
 assistant message with one tool call and its result: the same steps at every
 size, drawn from a synthetic session of their own, so that the rows differ by
-the history alone) and the CPU time of each ``assemble`` is taken (``time.process_time``: every thread of the process,
+the history alone) and the CPU time of each ``assemble`` is taken, once the
+background work the build left has ended (Tantivy's merges of the pages it
+indexed in a few hundred calls, a backlog a session recorded over hours does
+not carry: the process idles until its CPU time stops growing) (``time.process_time``: every thread of the process,
 not wall time, so the other load on the machine counts less). Work a call
 leaves to a background thread (the index commit) is counted in whichever calls
 it overlaps, so two more figures stand beside the p50: the mean, every
@@ -138,6 +141,16 @@ if phase == "steady":
     for k in ends:
         p.assemble({{**extra, key: history[:k]}}, format=fmt)
     build_s = time.perf_counter() - t
+    # the background work the build left (Tantivy's merges of the pages it indexed in a few hundred calls, a
+    # backlog no session recorded over hours has) ends before the steady calls are measured: the process
+    # idles until its CPU time stops growing (at most a minute)
+    settle = time.perf_counter()
+    while time.perf_counter() - settle < 60:
+        c0 = time.process_time()
+        time.sleep(0.5)
+        if time.process_time() - c0 < 0.005:
+            break
+    settle_s = time.perf_counter() - settle
     cpu = []
     gc.collect()
     prof = None
@@ -174,7 +187,7 @@ if phase == "steady":
     p.close()
     with open(hist_file, "wb") as f:
         f.write(orjson.dumps({{**extra, key: history}}))  # the whole request: its system prompt is message 0
-    print(json.dumps({{"messages": len(history), "start": cut, "build_s": build_s, "cpu_ms": cpu, "own_ms": own,
+    print(json.dumps({{"messages": len(history), "start": cut, "build_s": build_s, "settle_s": settle_s, "cpu_ms": cpu, "own_ms": own,
                       "mean_ms": mean}}))
 else:
     with open(hist_file, "rb") as f:
@@ -234,6 +247,7 @@ def run(sizes: list[int], calls: int, warm: int, fresh: bool = False, fmt: str =
             reopen = _child("reopen", store, hist, fmt)
             row = {
                 "size": n, "messages": steady["messages"], "build_s": round(steady["build_s"], 1),
+                "settle_s": round(steady.get("settle_s", 0.0), 1),
                 "p50_ms": round(_pct(steady["cpu_ms"], 0.5), 2), "p99_ms": round(_pct(steady["cpu_ms"], 0.99), 2),
                 "own_p50_ms": round(_pct(steady["own_ms"], 0.5), 2), "mean_ms": round(steady["mean_ms"], 2),
                 "imports_cpu_s": round(reopen["imports_cpu_s"], 3), "reopen_cpu_s": round(reopen["reopen_cpu_s"], 3),
@@ -247,7 +261,8 @@ def run(sizes: list[int], calls: int, warm: int, fresh: bool = False, fmt: str =
                       file=sys.stderr, flush=True)
             print(f"  {n:>6} messages: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, mean {row['mean_ms']} ms, "
                   f"calling thread p50 {row['own_p50_ms']} ms, reopen+first "
-                  f"{row['first_cpu_s']} s CPU, peak {row['peak_rss_mb']} MB (built in {row['build_s']} s)",
+                  f"{row['first_cpu_s']} s CPU, peak {row['peak_rss_mb']} MB (built in {row['build_s']} s, "
+                  f"settled in {row['settle_s']} s)",
                   file=sys.stderr, flush=True)
     return rows
 
