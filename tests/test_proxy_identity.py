@@ -145,42 +145,49 @@ def test_a_refused_reread_gets_the_earlier_content_back_in_each_format():
 def test_a_refusal_memo_gives_the_same_answers_and_scans_only_new_items(monkeypatch):
     import pager.proxy.refusals as refusals
 
+    tail = refusals.TAIL
     read = {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/w/a.py"}}
-    history = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [read]},
-               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "the file"}]}]
+    history: list[Any] = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [read]},
+                          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "the file"}]}]
+    for k in range(10):  # turns of talk: a history long enough to lie mostly behind the tail
+        history += [{"role": "assistant", "content": f"thinking {k}"}, {"role": "user", "content": f"go on {k}"}]
     refused = [{"role": "assistant", "content": [{**read, "id": "t2"}]},
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": REFUSAL}]}]
     memo: dict[Any, Any] = {}
     scanned: list[int] = []
     real = refusals._FORMATS["anthropic-messages"]
 
-    def scan(items, start, calls, results):
-        scanned.extend(range(start, len(items)))
-        real[1](items, start, calls, results)
+    def scan(items, start, end, calls, results):
+        scanned.extend(range(start, end))
+        real[1](items, start, end, calls, results)
 
     monkeypatch.setitem(refusals._FORMATS, "anthropic-messages", (real[0], scan, real[2]))
+    n = len(history)
     assert serve_refusals("anthropic-messages", {"messages": list(history)}, memo, "c") == 0
-    assert scanned == [0, 1, 2]
-    # the next call resends the same objects and a refused re-read: only the new items are scanned
+    assert scanned == list(range(n))
+    # the next call resends the same objects and a refused re-read: only its last items are scanned
+    del scanned[:]
     req = {"messages": [*history, *refused]}
-    assert serve_refusals("anthropic-messages", req, memo, "c") == 1 == serve_refusals(
-        "anthropic-messages", {"messages": [*history, *refused]})
-    assert scanned == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]  # the memo's, then the one without a memo
-    assert req["messages"][4]["content"][0]["content"][0]["text"] == "the file"
+    assert serve_refusals("anthropic-messages", req, memo, "c") == 1
+    assert scanned == list(range(n - tail, n + 2))
+    assert serve_refusals("anthropic-messages", {"messages": [*history, *refused]}) == 1  # as without a memo
+    assert req["messages"][n + 1]["content"][0]["content"][0]["text"] == "the file"
     assert refused[1]["content"][0]["content"] == REFUSAL  # the client's objects are not changed
-    # every later call serves it again, the same item, scanning nothing old
+    # a client that moves its cache mark sends the last items as new objects: still no rescan of the history
     del scanned[:]
-    later = {"messages": [*history, *refused, {"role": "assistant", "content": "done"}]}
+    moved = [*history, *copy.deepcopy(refused), {"role": "assistant", "content": "done"}]
+    later = {"messages": moved}
     assert serve_refusals("anthropic-messages", later, memo, "c") == 1
-    assert scanned == [5] and later["messages"][4] is req["messages"][4]
-    # a request that does not extend the last one (another object at its end: an edit, a fork) is scanned whole
+    assert scanned == list(range(n + 2 - tail, n + 3))  # from where the pass ended: the new item, the tail
+    assert later["messages"][n + 1]["content"][0]["content"][0]["text"] == "the file"
+    # a request that does not extend the pass (another object where it ends: an edit, a fork) is scanned whole
     del scanned[:]
-    forked = {"messages": [*history, *copy.deepcopy(refused)]}
+    forked = {"messages": [*copy.deepcopy(history), *refused]}
     assert serve_refusals("anthropic-messages", forked, memo, "c") == 1
-    assert scanned == [0, 1, 2, 3, 4]
+    assert scanned == list(range(n + 2))
     # and one behind it, too (a retried older request): nothing of the longer one's pass leaks into it
     del scanned[:]
-    assert serve_refusals("anthropic-messages", {"messages": list(history)}, memo, "c") == 0
+    assert serve_refusals("anthropic-messages", {"messages": history[:3]}, memo, "c") == 0
     assert scanned == [0, 1, 2]
 
 
@@ -215,12 +222,14 @@ def test_prop_a_memo_serves_what_a_whole_pass_serves(seed: int) -> None:
         key = "input" if fmt == "openai-responses" else "messages"
         items: list[Any] = [{"role": "user", "content": "go"}]
         older: list[list[Any]] = []
-        for k in range(rng.randrange(2, 14)):
+        for k in range(rng.randrange(2, 16)):
             roll = rng.random()
             if roll < 0.1 and older:
                 items = list(rng.choice(older))  # a retry of an older request: behind the last one
             elif roll < 0.2:
                 items = copy.deepcopy(items)  # the same history as new objects (a restarted client)
+            elif roll < 0.5 and items:
+                items = [*items[:-1], copy.deepcopy(items[-1])]  # its last item anew (a cache mark moved off it)
             items = [*items, *_step(fmt, rng, k)]
             older.append(items)
             sent = copy.deepcopy(items)

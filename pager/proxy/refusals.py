@@ -19,10 +19,14 @@ refusal was anywhere in the conversation (issue 23).
 
 So with a ``memo`` (the proxy keeps one), each conversation's pass is kept:
 the calls seen, the latest content of each file read, the rewritten items.
-A request whose item at the previous length is the very object the previous
-request ended with extends it (the proxy's body cache hands back the
-previous request's objects for the bytes it resends unchanged), and only its
-new items are scanned; the kept rewrites are put back at their places (a
+The pass covers all of a request's items but the last ``TAIL``: a client
+that moves its cache mark (Claude Code marks its newest block) sends the last
+one or two items of the request before as new objects, re-parsed without the
+mark. A request whose item where the pass ends is the very object the pass
+ended with extends it (the proxy's body cache hands back the previous
+request's objects for the bytes it resends unchanged): the pass takes its
+items up to its own last ``TAIL``, and those are scanned on every call, their
+calls and reads kept apart; the kept rewrites are put back at their places (a
 copy of the item list, in C). Anything else (the conversation's first
 request, a fork, a request behind the last one) is scanned whole, and its
 pass kept instead. The reads before the first refusal are not parsed until
@@ -33,7 +37,8 @@ tested for being a refusal (a length check, for most).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections import ChainMap
+from collections.abc import Mapping, MutableMapping
 from typing import Any, Callable
 
 import attrs
@@ -41,7 +46,7 @@ import orjson
 
 from pager.core.fileread import file_read_path
 
-__all__ = ["MEMO_CONVERSATIONS", "REFUSAL", "is_refusal", "serve_refusals", "text_of"]
+__all__ = ["MEMO_CONVERSATIONS", "REFUSAL", "TAIL", "is_refusal", "serve_refusals", "text_of"]
 
 # Claude Code: "Wasted call — file unchanged since your last Read. Refer to that earlier tool_result instead."
 # (older builds: "File unchanged since last read"); other agents: "File X has not changed since last read",
@@ -53,6 +58,7 @@ REFUSAL = re.compile(
 )
 _REFUSAL_MAX_CHARS = 600  # a refusal is one short sentence; a long result that quotes one is a real result
 MEMO_CONVERSATIONS = 512  # conversations a memo keeps the pass of, the least recently served dropped first
+TAIL = 4  # the last items of a request, scanned on every call (a client may send them as new objects)
 
 
 def text_of(content: Any) -> str:
@@ -118,8 +124,9 @@ def _read_key(name: str, args: Any) -> tuple[str, str] | None:
 _Result = tuple[int, int, str, Any]
 
 
-def _scan_anthropic(items: list[Any], start: int, calls: dict[str, tuple[str, Any]], results: list[_Result]) -> None:
-    for m in range(start, len(items)):
+def _scan_anthropic(items: list[Any], start: int, end: int, calls: dict[str, tuple[str, Any]],
+                    results: list[_Result]) -> None:
+    for m in range(start, end):
         msg = items[m]
         content = msg.get("content") if isinstance(msg, Mapping) else None
         if not isinstance(content, list):
@@ -143,8 +150,9 @@ def _write_anthropic(item: Any, b: int, refusal: str, earlier: Any) -> Any:
     return msg
 
 
-def _scan_chat(items: list[Any], start: int, calls: dict[str, tuple[str, Any]], results: list[_Result]) -> None:
-    for m in range(start, len(items)):
+def _scan_chat(items: list[Any], start: int, end: int, calls: dict[str, tuple[str, Any]],
+               results: list[_Result]) -> None:
+    for m in range(start, end):
         msg = items[m]
         if not isinstance(msg, Mapping):
             continue
@@ -161,8 +169,9 @@ def _write_chat(item: Any, _b: int, refusal: str, earlier: Any) -> Any:
     return {**item, "content": text_of(earlier) + _note(refusal)}
 
 
-def _scan_responses(items: list[Any], start: int, calls: dict[str, tuple[str, Any]], results: list[_Result]) -> None:
-    for n in range(start, len(items)):
+def _scan_responses(items: list[Any], start: int, end: int, calls: dict[str, tuple[str, Any]],
+                    results: list[_Result]) -> None:
+    for n in range(start, end):
         item = items[n]
         if not isinstance(item, Mapping):
             continue
@@ -181,7 +190,7 @@ def _write_responses(item: Any, _b: int, refusal: str, earlier: Any) -> Any:
     return {**item, "output": text_of(earlier) + _note(refusal)}
 
 
-_Scan = Callable[[list[Any], int, dict[str, tuple[str, Any]], list[_Result]], None]
+_Scan = Callable[[list[Any], int, int, dict[str, tuple[str, Any]], list[_Result]], None]
 _Write = Callable[[Any, int, str, Any], Any]
 _FORMATS: dict[str, tuple[str, _Scan, _Write]] = {
     "anthropic-messages": ("messages", _scan_anthropic, _write_anthropic),
@@ -204,39 +213,46 @@ class _Pass:
     served: int = 0
 
 
-def _serve(p: _Pass, items: list[Any], results: list[_Result], write: _Write) -> None:
-    """Serve the refusals among ``results`` (the new ones, in order) into ``p``."""
-    if not p.keyed:
-        if not any(is_refusal(r[3]) for r in results):
-            p.unread.extend((cid, content) for _m, _b, cid, content in results)
-            return
-        # the first refusal: the reads before it are parsed now, once
-        for cid, content in p.unread:
-            _note_read(p, cid, content)
-        p.unread = []
-        p.keyed = True
+def _take(items: list[Any], results: list[_Result], write: _Write, calls: Mapping[str, tuple[str, Any]],
+          earlier: MutableMapping[tuple[str, str], Any], rewritten: dict[int, Any]) -> int:
+    """Serve the refusals among ``results`` (in order) from ``earlier``, which they update; return how many."""
+    served = 0
     for m, b, cid, content in results:
-        key = _key(p, cid)
+        call = calls.get(cid)
+        key = _read_key(*call) if call is not None else None
         if key is None:
             continue
         if is_refusal(content):
-            if key in p.earlier:
-                p.rewritten[m] = write(p.rewritten.get(m, items[m]), b, text_of(content), p.earlier[key])
-                p.served += 1
+            if key in earlier:
+                rewritten[m] = write(rewritten.get(m, items[m]), b, text_of(content), earlier[key])
+                served += 1
             continue
-        p.earlier[key] = content
+        earlier[key] = content
+    return served
 
 
-def _key(p: _Pass, cid: str) -> tuple[str, str] | None:
-    call = p.calls.get(cid)
-    return _read_key(*call) if call is not None else None
+def _key_reads(p: _Pass) -> None:
+    """Parse the reads taken in before the first refusal (``unread``), once: every result is keyed from now on."""
+    for cid, content in p.unread:
+        call = p.calls.get(cid)
+        key = _read_key(*call) if call is not None else None
+        if key is not None and not is_refusal(content):  # a refusal there served nothing: no read came before
+            p.earlier[key] = content
+    p.unread = []
+    p.keyed = True
 
 
-def _note_read(p: _Pass, cid: str, content: Any) -> None:
-    """Take in one result from before the first refusal (a refusal there served nothing: no read came before)."""
-    key = _key(p, cid)
-    if key is not None and not is_refusal(content):
-        p.earlier[key] = content
+def _advance(p: _Pass, items: list[Any], upto: int, scan: _Scan, write: _Write) -> None:
+    """Take ``items[p.n:upto]`` into the pass for good."""
+    results: list[_Result] = []
+    scan(items, p.n, upto, p.calls, results)
+    if not p.keyed and any(is_refusal(r[3]) for r in results):
+        _key_reads(p)
+    if p.keyed:
+        p.served += _take(items, results, write, p.calls, p.earlier, p.rewritten)
+    else:
+        p.unread.extend((cid, content) for _m, _b, cid, content in results)
+    p.n, p.last = upto, items[upto - 1]
 
 
 def serve_refusals(fmt: str, req: dict[str, Any], memo: dict[Any, Any] | None = None, conversation: str = "") -> int:
@@ -262,18 +278,26 @@ def serve_refusals(fmt: str, req: dict[str, Any], memo: dict[Any, Any] | None = 
     p = memo.pop(conversation, None) if memo is not None else None
     if not isinstance(p, _Pass) or len(items) < p.n or (p.n and items[p.n - 1] is not p.last):
         p = _Pass()
-    results: list[_Result] = []
-    scan(items, p.n, p.calls, results)
-    _serve(p, items, results, write)
-    p.n, p.last = len(items), items[-1] if items else None
+    # the pass takes all but the last TAIL items for good; those are scanned anew each call, their calls and
+    # reads kept apart (a client that moves its cache mark sends the last one or two as new objects)
+    if len(items) - TAIL > p.n:
+        _advance(p, items, len(items) - TAIL, scan, write)
     if memo is not None:
         memo[conversation] = p  # the most recent last, so the oldest go first
         while len(memo) > MEMO_CONVERSATIONS:
             del memo[next(iter(memo))]
-    if not p.rewritten:
+    tail_calls: dict[str, tuple[str, Any]] = {}
+    results: list[_Result] = []
+    scan(items, p.n, len(items), tail_calls, results)
+    served, tail = p.served, {}
+    if results and (p.keyed or any(is_refusal(r[3]) for r in results)):
+        if not p.keyed:
+            _key_reads(p)
+        served += _take(items, results, write, ChainMap(tail_calls, p.calls), ChainMap({}, p.earlier), tail)
+    if not p.rewritten and not tail:
         return 0  # the common case: nothing served anywhere, nothing copied
     out = list(items)
-    for m, item in p.rewritten.items():
+    for m, item in (*p.rewritten.items(), *tail.items()):
         out[m] = item
     req[key] = out
-    return p.served
+    return served
