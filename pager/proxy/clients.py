@@ -63,7 +63,7 @@ def _last_user_text(fmt: str, req: Mapping[str, Any]) -> str:
                 # the summary prompt follows any tool results of the same turn
                 content = [b for b in content if isinstance(b, Mapping) and b.get("type") == "text"]
             return text_of(content)
-        if role in _ANSWERS or str(item.get("type", "")).endswith(("_call", "_output")):
+        if (isinstance(role, str) and role in _ANSWERS) or str(item.get("type", "")).endswith(("_call", "_output")):
             return ""
     return ""
 
