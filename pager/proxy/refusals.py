@@ -57,7 +57,9 @@ REFUSAL = re.compile(
     re.IGNORECASE,
 )
 _REFUSAL_MAX_CHARS = 600  # a refusal is one short sentence; a long result that quotes one is a real result
-MEMO_CONVERSATIONS = 512  # conversations a memo keeps the pass of, the least recently served dropped first
+# conversations a memo keeps the pass of, the least recently served dropped first: as many as the proxy's body
+# cache keeps (``pager.proxy.bodies``); past it a request's items are new objects and a pass starts over anyway
+MEMO_CONVERSATIONS = 64
 TAIL = 4  # the last items of a request, scanned on every call (a client may send them as new objects)
 
 
