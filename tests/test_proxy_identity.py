@@ -238,3 +238,18 @@ def test_prop_a_memo_serves_what_a_whole_pass_serves(seed: int) -> None:
             assert n == serve_refusals(fmt, whole)
             assert orjson.dumps(with_memo) == orjson.dumps(whole)
             assert orjson.dumps(items) == orjson.dumps(sent)  # the client's objects are not changed
+
+
+def test_a_refusal_memo_keeps_the_most_recent_conversations_only():
+    from pager.proxy.refusals import MEMO_CONVERSATIONS
+
+    memo: dict[Any, Any] = {}
+    read = {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/w/a.py"}}
+    for c in range(MEMO_CONVERSATIONS + 10):
+        history = [{"role": "user", "content": f"task {c}"}, {"role": "assistant", "content": [read]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
+                   {"role": "assistant", "content": [{**read, "id": "t2"}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": REFUSAL}]}]
+        assert serve_refusals("anthropic-messages", {"messages": history}, memo, f"conv-{c}") == 1
+    assert len(memo) == MEMO_CONVERSATIONS
+    assert "conv-0" not in memo and f"conv-{MEMO_CONVERSATIONS + 9}" in memo
