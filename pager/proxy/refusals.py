@@ -205,7 +205,7 @@ _FORMATS: dict[str, tuple[str, _Scan, _Write]] = {
 class _Pass:
     """One conversation's pass over its items so far (mutable: extended by each request that extends it)."""
 
-    n: int = 0  # items scanned
+    n: int = 0  # items taken in for good: all of the last request's but its last TAIL
     last: Any = None  # the last of them: a request whose item ``n - 1`` is this object extends the pass
     calls: dict[str, tuple[str, Any]] = attrs.field(factory=dict)
     unread: list[tuple[str, Any]] = attrs.field(factory=list)  # results not yet keyed (no refusal seen yet)
