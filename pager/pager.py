@@ -153,6 +153,7 @@ class Pager:
         self._pools = Pools(self.store, self.session, o.owner, o.recall_pools, self._feeder, self._writing)
         self._wire = "openai-chat"  # the wire format of the last assembled request: the tools' default
         self._last_history: list[Any] | None = None  # the last call's history items, for canonical.resent
+        self._heads: dict[str, Any] = {}  # per wire format, the head memo of its conversions this Pager owns
         self.reports = ReportLog(self.store.path, enabled=o.log_reports)
         self.last_report: Report | None = None
         self._layouts = LayoutLog()
@@ -260,7 +261,15 @@ class Pager:
                 if same is not items:
                     request = {**request, key: same}
                     items = same
-            converted = fmt.to_messages(request)
+            make_heads = getattr(fmt, "new_heads", None)
+            if make_heads is None:
+                converted = fmt.to_messages(request)
+            else:
+                # a head memo of this Pager's own, used under its lock: the history is not copied a call
+                heads = self._heads.get(fmt.name)
+                if heads is None:
+                    heads = self._heads[fmt.name] = make_heads()
+                converted = fmt.to_messages(request, heads=heads)
             messages = converted.messages
             known = self._recorder.same_prefix(messages)
             generation = self._mirror.generation

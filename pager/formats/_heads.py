@@ -16,7 +16,7 @@ from typing import Any
 
 from pager.core.canonical import same_run
 
-__all__ = ["HeadMemo"]
+__all__ = ["HeadMemo", "with_lead"]
 
 
 class HeadMemo:
@@ -155,3 +155,22 @@ def _same_head(remembered: list[Any], messages: Sequence[Any]) -> int:
         finally:
             del remembered[n:]
     return same_run(messages, remembered)[1]  # the equal one a moved cache mark re-parsed, say
+
+
+def with_lead(heads: HeadMemo, k: int, flat: list[Any], ends: list[int], lead: Any) -> tuple[int, list[Any], list[int]]:
+    """Return ``(k, flat, ends)`` for a memo its caller owns, its lists led by ``lead`` (None: nothing).
+
+    An owned memo (``Pager`` keeps one per format, used under its lock) keeps the caller's neutral
+    messages whole, so that the list it hands over is the call's ``messages`` itself, with no copy:
+    the message before the first item's (a system prompt, the instructions) is its first, and
+    ``ends[0]`` says whether there is one. A different one is put in its place; a head whose lists
+    began without one, or with one when there is none now, is taken back and converted whole.
+    """
+    want = 0 if lead is None else 1
+    if k and ends[0] == want:
+        if want and flat[0] is not lead:
+            flat[0] = lead
+        return k, flat, ends
+    if k:
+        heads.abandon()
+    return 0, ([lead] if want else []), [want]

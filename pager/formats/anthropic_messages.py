@@ -38,7 +38,7 @@ import pager.formats.breakpoints as bp
 from pager.formats._convert import (
     ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text,
 )
-from pager.formats._heads import HeadMemo
+from pager.formats._heads import HeadMemo, with_lead
 from pager.formats.anthropic_render import EPHEMERAL, TurnMemo, mark, merge
 from pager.formats.anthropic_blocks import (
     ANTHROPIC_ONLY,
@@ -118,7 +118,17 @@ class AnthropicMessages:
     def validate(self, request: Mapping[str, Any]) -> None:
         self.to_messages(request)
 
-    def to_messages(self, request: Mapping[str, Any]) -> Converted:
+    def new_heads(self) -> HeadMemo:
+        """Return a head memo for one caller's own use (``to_messages(..., heads=...)``; ``Pager`` keeps one)."""
+        return HeadMemo(capacity=8)
+
+    def to_messages(self, request: Mapping[str, Any], *, heads: HeadMemo | None = None) -> Converted:
+        """Return the neutral messages of ``request``.
+
+        ``heads``: a head memo the caller owns and uses from one thread at a time (``Pager`` keeps
+        one): the returned ``messages`` is then that memo's own list, extended in place by the
+        caller's next call (no copy of the history a call: ``pager.formats._heads.with_lead``).
+        """
         messages = request.get("messages")
         if not isinstance(messages, (list, tuple)):
             raise InputError(f"request['messages'] must be a list, got {type(messages).__name__}")
@@ -129,7 +139,12 @@ class AnthropicMessages:
         memo = self._memo
         open_calls: dict[str, int] = {}
         # the head of the last call's list, as the same objects: its neutral messages are taken whole
-        k, converted, last, ends = self._heads.head(messages)
+        owned = heads is not None
+        memo_heads = heads if heads is not None else self._heads
+        k, converted, last, ends = memo_heads.head(messages)
+        if owned:
+            k, converted, ends = with_lead(memo_heads, k, converted, ends, out[0] if out else None)
+            last = last if k else []
         if last and last[0]["role"] == "assistant":
             open_calls = {c["id"]: k - 1 for c in last[0].get("tool_calls") or ()}
         try:
@@ -158,10 +173,13 @@ class AnthropicMessages:
                 converted.extend(neutral)
                 ends.append(len(converted))
         except BaseException:
-            self._heads.abandon()  # the memo as it was: a corrected request costs what is new
+            memo_heads.abandon()  # the memo as it was: a corrected request costs what is new
             raise
-        out.extend(converted)  # before put: once the memo has them, another thread may extend these lists
-        self._heads.put(messages, converted, ends, head=k)
+        if owned:
+            out = converted  # the owner's next call extends it, after this one
+        else:
+            out.extend(converted)  # before put: once the memo has them, another thread may extend these lists
+        memo_heads.put(messages, converted, ends, head=k)
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):
             raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")

@@ -36,7 +36,7 @@ from pager.formats._convert import (
     ConversionMemo, ValueMemo, as_plain, check_encodable, flat_tool_name, function_specs, id_text, json_text,
     text_part, tool_arguments,
 )
-from pager.formats._heads import HeadMemo
+from pager.formats._heads import HeadMemo, with_lead
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats._usage import count, optional_count, own_usage
 from pager.formats.responses_render import CALL_TYPES, ItemMemo
@@ -52,18 +52,33 @@ FULL_INPUT = (
 )
 
 
-def _ends_of(handed: list[int], k: int, n_items: int, n_converted: int) -> list[int]:
+def _ends_of(handed: list[int], k: int, n_items: int, n_converted: int, first: int = 0) -> list[int]:
     """Return the per-item ends the memo keeps for Responses: zeros (not kept), then the neutral count.
 
     The memo gives back only the whole list (``state``); a list handed over with it (``k`` items) grows.
+    ``first``: the neutral messages before the first item's in an owned memo's list (``with_lead``),
+    kept as the first end.
     """
     if k:
         del handed[k:]
         handed += [0] * (n_items - k)
     else:
-        handed = [0] * n_items
+        handed = [first] + [0] * (n_items - 1) if n_items else []
     handed.append(n_converted)
     return handed
+
+
+def _input_items(request: Mapping[str, Any]) -> Sequence[Any]:
+    """Return the request's ``input`` as a list of items; ``InputError`` for a partial or malformed one."""
+    for key in ("previous_response_id", "conversation"):
+        if request.get(key):
+            raise InputError(f"request has {key!r}: {FULL_INPUT}")
+    raw = request.get("input")
+    if isinstance(raw, str):
+        return [{"role": "user", "content": raw}]
+    if isinstance(raw, (list, tuple)):
+        return raw
+    raise InputError(f"request['input'] must be a string or a list of items, got {type(raw).__name__}")
 
 
 class ItemError(MessageError):
@@ -218,30 +233,36 @@ class OpenAIResponses:
     def validate(self, request: Mapping[str, Any]) -> None:
         self.to_messages(request)
 
-    def to_messages(self, request: Mapping[str, Any]) -> Converted:
-        for key in ("previous_response_id", "conversation"):
-            if request.get(key):
-                raise InputError(f"request has {key!r}: {FULL_INPUT}")
-        raw = request.get("input")
-        items: Sequence[Any]
-        if isinstance(raw, str):
-            items = [{"role": "user", "content": raw}]
-        elif isinstance(raw, (list, tuple)):
-            items = raw
-        else:
-            raise InputError(f"request['input'] must be a string or a list of items, got {type(raw).__name__}")
+    def new_heads(self) -> HeadMemo:
+        """Return a head memo for one caller's own use (``to_messages(..., heads=...)``; ``Pager`` keeps one)."""
+        return HeadMemo(capacity=8)
+
+    def to_messages(self, request: Mapping[str, Any], *, heads: HeadMemo | None = None) -> Converted:
+        """Return the neutral messages of ``request``.
+
+        ``heads``: a head memo the caller owns and uses from one thread at a time (``Pager`` keeps
+        one): the returned ``messages`` is then that memo's own list, extended in place by the
+        caller's next call (no copy of the history a call: ``pager.formats._heads.with_lead``).
+        """
+        items = _input_items(request)
         out: list[Mapping[str, Any]] = []
         ins = request.get("instructions")
         if ins:
             out.append(self._instructions_neutral(ins))
         # the last call's list, whole, as the same objects (``HeadMemo``): only the items after it are read,
         # unless they would continue the run of items its last message was made of
-        k, converted, _last, _ends, state = self._heads.head_state(items)
+        owned = heads is not None
+        memo_heads = heads if heads is not None else self._heads
+        k, converted, _last, _ends, state = memo_heads.head_state(items)
+        lead = out[0] if out else None
+        if owned and state is not None:
+            k, converted, _ends = with_lead(memo_heads, k, converted, _ends, lead)
+            state = state if k else None
         added: list[str] = []  # call ids this call adds to the history's set (``seen_calls``)
         try:
             nxt = as_plain(items[k]) if state is not None and state[2] and k < len(items) else None
             if state is None or (isinstance(nxt, Mapping) and _kind(k, nxt) == "run"):
-                k, converted, state = 0, [], (set(), set(), False)
+                k, converted, state = 0, [lead] if owned and lead is not None else [], (set(), set(), False)
             # the new items only, item i at i - k (a list of the whole history a call was O(history))
             plain: list[Any] = [as_plain(x) for x in items[k:]]
             kinds: list[Any] = []
@@ -296,15 +317,19 @@ class OpenAIResponses:
                     open_calls = set()
                 converted.append(neutral)
                 i = end
-            out.extend(converted)  # before put: once the memo has them, another thread may extend these lists
+            if owned:
+                out = converted  # the owner's next call extends it, after this one
+            else:
+                out.extend(converted)  # before put: once the memo has them, another thread may extend these lists
             if items:
                 last_run = kinds[-1] == "run" if kinds else bool(state[2])
-                self._heads.put(items, converted, _ends_of(_ends, k, len(items), len(converted)),
-                                (frozenset(open_calls), seen_calls, last_run), head=k)
+                first = 1 if owned and lead is not None else 0
+                memo_heads.put(items, converted, _ends_of(_ends, k, len(items), len(converted), first),
+                               (frozenset(open_calls), seen_calls, last_run), head=k)
         except BaseException:
             if state is not None:
                 state[1].difference_update(added)
-            self._heads.abandon()  # the memo as it was: a corrected request costs what is new
+            memo_heads.abandon()  # the memo as it was: a corrected request costs what is new
             raise
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):
