@@ -16,7 +16,7 @@ from typing import Any
 
 from pager.core.canonical import same_run
 
-__all__ = ["HeadMemo", "with_lead"]
+__all__ = ["HeadMemo", "OwnHeads", "with_lead"]
 
 
 class HeadMemo:
@@ -174,3 +174,17 @@ def with_lead(heads: HeadMemo, k: int, flat: list[Any], ends: list[int], lead: A
     if k:
         heads.abandon()
     return 0, ([lead] if want else []), [want]
+
+
+class OwnHeads:
+    """A format whose ``to_messages(request, heads=...)`` takes a head memo its caller owns.
+
+    The caller (``Pager`` keeps one per format) uses it from one thread at a time: the returned
+    ``messages`` is then that memo's own list, extended in place by the caller's next call, so no
+    call copies the history (``with_lead``). Without one, the format's shared memo is used and the
+    call gets a list of its own.
+    """
+
+    def new_heads(self) -> HeadMemo:
+        """Return a head memo for one caller's own use."""
+        return HeadMemo(capacity=8)

@@ -38,7 +38,7 @@ import pager.formats.breakpoints as bp
 from pager.formats._convert import (
     ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text,
 )
-from pager.formats._heads import HeadMemo, with_lead
+from pager.formats._heads import HeadMemo, OwnHeads, with_lead
 from pager.formats.anthropic_render import EPHEMERAL, TurnMemo, mark, merge
 from pager.formats.anthropic_blocks import (
     ANTHROPIC_ONLY,
@@ -57,7 +57,7 @@ __all__ = ["DEFAULT_CACHE_MARKS", "EPHEMERAL", "FORMAT", "AnthropicMessages", "b
 DEFAULT_CACHE_MARKS = "pager"
 
 # Block types only Anthropic has: one in a request's content claims it.
-class AnthropicMessages:
+class AnthropicMessages(OwnHeads):
     """Anthropic Messages API requests (``system``, ``messages`` of blocks, ``tools``).
 
     ``cache_marks`` is the default breakpoint mode (``pager`` / ``merge`` /
@@ -118,17 +118,8 @@ class AnthropicMessages:
     def validate(self, request: Mapping[str, Any]) -> None:
         self.to_messages(request)
 
-    def new_heads(self) -> HeadMemo:
-        """Return a head memo for one caller's own use (``to_messages(..., heads=...)``; ``Pager`` keeps one)."""
-        return HeadMemo(capacity=8)
-
     def to_messages(self, request: Mapping[str, Any], *, heads: HeadMemo | None = None) -> Converted:
-        """Return the neutral messages of ``request``.
-
-        ``heads``: a head memo the caller owns and uses from one thread at a time (``Pager`` keeps
-        one): the returned ``messages`` is then that memo's own list, extended in place by the
-        caller's next call (no copy of the history a call: ``pager.formats._heads.with_lead``).
-        """
+        """Return the neutral messages of ``request`` (``heads``: a memo the caller owns, ``OwnHeads``)."""
         messages = request.get("messages")
         if not isinstance(messages, (list, tuple)):
             raise InputError(f"request['messages'] must be a list, got {type(messages).__name__}")

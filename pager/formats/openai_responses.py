@@ -36,7 +36,7 @@ from pager.formats._convert import (
     ConversionMemo, ValueMemo, as_plain, check_encodable, flat_tool_name, function_specs, id_text, json_text,
     text_part, tool_arguments,
 )
-from pager.formats._heads import HeadMemo, with_lead
+from pager.formats._heads import HeadMemo, OwnHeads, with_lead
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats._usage import count, optional_count, own_usage
 from pager.formats.responses_render import CALL_TYPES, ItemMemo
@@ -215,7 +215,7 @@ def _output_message(i: int, item: Mapping[str, Any]) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": item["call_id"], "content": content, "native": item}
 
 
-class OpenAIResponses:
+class OpenAIResponses(OwnHeads):
     """OpenAI Responses API requests (``instructions``, ``input`` items, ``tools``)."""
 
     name = "openai-responses"
@@ -233,17 +233,8 @@ class OpenAIResponses:
     def validate(self, request: Mapping[str, Any]) -> None:
         self.to_messages(request)
 
-    def new_heads(self) -> HeadMemo:
-        """Return a head memo for one caller's own use (``to_messages(..., heads=...)``; ``Pager`` keeps one)."""
-        return HeadMemo(capacity=8)
-
     def to_messages(self, request: Mapping[str, Any], *, heads: HeadMemo | None = None) -> Converted:
-        """Return the neutral messages of ``request``.
-
-        ``heads``: a head memo the caller owns and uses from one thread at a time (``Pager`` keeps
-        one): the returned ``messages`` is then that memo's own list, extended in place by the
-        caller's next call (no copy of the history a call: ``pager.formats._heads.with_lead``).
-        """
+        """Return the neutral messages of ``request`` (``heads``: a memo the caller owns, ``OwnHeads``)."""
         items = _input_items(request)
         out: list[Mapping[str, Any]] = []
         ins = request.get("instructions")
