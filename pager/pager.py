@@ -671,6 +671,8 @@ class Pager:
                 pass  # the counters are statistics: a store that cannot take them must not block close
             finally:
                 self._closed = True
+                self._heads.clear()  # the conversions of the history this Pager kept (no call comes now)
+                self._last_history = None
                 try:
                     self._feeder.close()
                 finally:

@@ -118,3 +118,4 @@ def test_a_pager_converts_with_a_memo_of_its_own(tmp_path) -> None:
             outs = [p.assemble(req, format="anthropic-messages") for p in (a, b)]
             assert outs[0]["messages"] == outs[1]["messages"]
         assert a._heads["anthropic-messages"] is not b._heads["anthropic-messages"]
+    assert not a._heads and not b._heads  # closed: the conversions they kept are let go
