@@ -31,7 +31,6 @@ from typing import Any
 import attrs
 
 from pager import tools as agent_tools
-from pager.core.canonical import resent
 from pager.core.describe import brief
 from pager.core.handoff import render_handoff
 from pager.core.heat import HeatPolicy
@@ -43,6 +42,7 @@ from pager.core.pools import PoolAcl
 from pager.core.tokens import TokenCounter, ToolTokens, default_counter
 from pager.errors import InputError, PagerError, ToolError
 from pager.formats.base import WireFormat, detect, get_format, read_usage
+from pager.intake import Intake
 from pager.options import Options, load_config
 from pager.recording import Recorder, record_aside
 from pager.report import LayoutLog, Report, ReportLog
@@ -152,8 +152,7 @@ class Pager:
         self._recorded_generation = self._mirror.generation  # the mirror the recorder follows
         self._pools = Pools(self.store, self.session, o.owner, o.recall_pools, self._feeder, self._writing)
         self._wire = "openai-chat"  # the wire format of the last assembled request: the tools' default
-        self._last_history: list[Any] | None = None  # the last call's history items, for canonical.resent
-        self._heads: dict[str, Any] = {}  # per wire format, the head memo of its conversions this Pager owns
+        self._intake = Intake()  # the last call's history items, the head memos of its conversions
         self.reports = ReportLog(self.store.path, enabled=o.log_reports)
         self.last_report: Report | None = None
         self._layouts = LayoutLog()
@@ -252,24 +251,7 @@ class Pager:
             t0 = time.perf_counter()
             self._follow_mirror()
             fmt = self._format(request, format)
-            key = getattr(fmt, "history_key", "messages")
-            items = request.get(key)
-            if self._last_history is not None and isinstance(items, list):
-                # a history rebuilt for this call (new objects, equal values) as the very objects of the last
-                # call's: every same-object path after this one then does work for what is new only
-                same = resent(self._last_history, items)
-                if same is not items:
-                    request = {**request, key: same}
-                    items = same
-            make_heads = getattr(fmt, "new_heads", None)
-            if make_heads is None:
-                converted = fmt.to_messages(request)
-            else:
-                # a head memo of this Pager's own, used under its lock: the history is not copied a call
-                heads = self._heads.get(fmt.name)
-                if heads is None:
-                    heads = self._heads[fmt.name] = make_heads()
-                converted = fmt.to_messages(request, heads=heads)
+            request, items, converted = self._intake.convert(fmt, request)
             messages = converted.messages
             known = self._recorder.same_prefix(messages)
             generation = self._mirror.generation
@@ -314,7 +296,7 @@ class Pager:
                 self._feeder.forget([d.page_id for d in docs])
                 raise
             if not recorded.behind:
-                self._keep_history(items)
+                self._intake.keep(items)
                 self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
                 if result.flush_index:
                     self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
@@ -323,22 +305,6 @@ class Pager:
             self._report(result, len(messages), recorded.pages, (time.perf_counter() - t0) * 1000.0,
                          recorded.behind)
             return out
-
-    def _keep_history(self, items: Any) -> None:
-        """Keep the call's history items for the next call's ``resent``, in a list of pager's own.
-
-        Extended in place while the history grows (what ``resent`` assumes: the items up to the
-        last one kept are those objects when that one is). Keeping the caller's own list instead
-        freed the last call's list here whenever the caller sends a new list each call (a proxy, a
-        harness that rebuilds it): a reference dropped per message, 0.6 ms a call at 50k (issue 23).
-        """
-        own = self._last_history
-        if not isinstance(items, list):
-            self._last_history = None
-        elif own is not None and len(own) <= len(items) and (not own or items[len(own) - 1] is own[-1]):
-            own.extend(items[len(own):])
-        else:
-            self._last_history = list(items)
 
     def _request_tools(self, fmt: WireFormat, tools: Sequence[Any], expose: bool) -> list[Any]:
         """Return the request's tools, with pager's own appended (in ``fmt``'s shape) when ``expose``."""
@@ -671,8 +637,7 @@ class Pager:
                 pass  # the counters are statistics: a store that cannot take them must not block close
             finally:
                 self._closed = True
-                self._heads.clear()  # the conversions of the history this Pager kept (no call comes now)
-                self._last_history = None
+                self._intake.clear()  # no call comes now
                 try:
                     self._feeder.close()
                 finally:

@@ -36,7 +36,7 @@ LAYERS = [
     ("values and seams", {"options", "pricing", "formats", "storage", "statecard", "statefiles", "stateio", "statewal",
                           "report"}),
     ("schedulers", {"schedulers"}),
-    ("facade", {"recording", "session", "sharing", "statedir", "pager", "tools", "testing"}),
+    ("facade", {"intake", "recording", "session", "sharing", "statedir", "pager", "tools", "testing"}),
     ("integrations", {"aio", "adapters", "mcp_server", "proxy", "ui", ""}),
     ("lab", {"lab"}),
     ("commands", {"cli", "__main__"}),

@@ -117,5 +117,5 @@ def test_a_pager_converts_with_a_memo_of_its_own(tmp_path) -> None:
             req = {"model": "m", "max_tokens": 64, "system": "s", "messages": items}
             outs = [p.assemble(req, format="anthropic-messages") for p in (a, b)]
             assert outs[0]["messages"] == outs[1]["messages"]
-        assert a._heads["anthropic-messages"] is not b._heads["anthropic-messages"]
-    assert not a._heads and not b._heads  # closed: the conversions they kept are let go
+        assert a._intake.heads["anthropic-messages"] is not b._intake.heads["anthropic-messages"]
+    assert not a._intake.heads and not b._intake.heads  # closed: the conversions they kept are let go
