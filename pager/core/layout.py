@@ -165,6 +165,9 @@ class PlanInput:
     # within each horizon of ``heat.HORIZONS`` (rows x horizons); the history tokens a call adds
     # on average; the calls the session is expected to have left
     need: np.ndarray | None = None
+    # the history rows ``need`` holds, in its order, when it was asked for a few rows only (``scored(rows)``):
+    # a whole table's zeros to hold them cost 0.7 ms a call at 50,000 pages (issue 23); None: every row
+    need_rows: np.ndarray | None = None
     growth: float = 0.0
     life: float = 0.0
     # heat and need cost work in proportion to the whole history; a call that appends needs neither.

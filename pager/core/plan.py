@@ -122,7 +122,7 @@ def _need_over(inp: PlanInput, rows: np.ndarray, h: float) -> np.ndarray:
     """Return each row's mean per-call chance of being needed over the next ``h`` calls."""
     if inp.need is None or not rows.size:
         return np.zeros(rows.size)
-    cum = np.asarray(inp.need, dtype=np.float64)[rows]
+    cum = _need_at(inp, rows)
     grid = np.asarray(HORIZONS, dtype=np.float64)[: cum.shape[1]]
     h = float(min(max(h, grid[0]), grid[-1]))
     k = int(np.searchsorted(grid, h, side="right")) - 1
@@ -136,6 +136,21 @@ def _need_over(inp: PlanInput, rows: np.ndarray, h: float) -> np.ndarray:
         at = np.nan_to_num(at)
     # np.minimum / np.maximum, not np.clip and np.nan_to_num unasked: a few rows between rounds (issue 23)
     return np.minimum(np.maximum(at / h, 0.0), 1.0)
+
+
+def _need_at(inp: PlanInput, rows: np.ndarray) -> np.ndarray:
+    """Return ``inp.need`` of ``rows`` (rows ``scored(rows)`` was not asked about read 0, as before)."""
+    need = np.asarray(inp.need, dtype=np.float64)
+    held = inp.need_rows
+    if held is None:
+        return need[rows]
+    out = np.zeros((rows.size, need.shape[1] if need.ndim == 2 else 1))
+    if held.size:
+        order = np.argsort(held, kind="stable")
+        pos = order[np.minimum(np.searchsorted(held, rows, sorter=order), held.size - 1)]
+        found = held[pos] == rows
+        out[found] = need[pos[found]]
+    return out
 
 
 def _fault_price(cfg: PlanConfig, page_tokens: np.ndarray, prompt: int) -> np.ndarray:

@@ -348,7 +348,7 @@ class PagingScheduler:
 
     def _need_rows(self, inp: PlanInput, h: History, cols: Mapping[str, np.ndarray], rows: np.ndarray,
                    npin: int) -> PlanInput:
-        """Return ``inp`` with the objective's need filled in for ``rows`` only (the rest reads 0).
+        """Return ``inp`` with the objective's need filled in for ``rows`` only (``PlanInput.need_rows``).
 
         Need is per row (kind, size, age), so the rows' values are those a whole table gives;
         only whether the history mixes tasks is read from the whole task column.
@@ -357,10 +357,8 @@ class PagingScheduler:
         sub = {name: cols[name][rows] for name in ("kind", "tokens", "created", "last_ref")}
         part = self._need(sub, task[rows] if task is not None else None, h.clock, h,
                           mixed=task is not None and not task.all())
-        need = np.zeros((len(h), part.shape[1]))  # calloc: untouched pages cost nothing
-        need[rows] = part
         growth, life = self._growth_life(h, cols["tokens"], npin)
-        return attrs.evolve(inp, need=need, growth=growth, life=life)
+        return attrs.evolve(inp, need=part, need_rows=np.asarray(rows, dtype=np.int64), growth=growth, life=life)
 
     def _scorer(self, h: History, cols: Mapping[str, np.ndarray], npin: int, focus: frozenset[str],
                 compact_of: Sequence[Mapping[str, Any]] | None = None) -> Callable[..., PlanInput]:
@@ -394,7 +392,7 @@ class PagingScheduler:
             if compact_of is not None:
                 h.fill_compact_tokens(compact_of)
                 inp = attrs.evolve(inp, compact_tokens=h.columns()["compact_tokens"])
-            return attrs.evolve(inp, heat=heat, need=need, growth=growth, life=life, score=None)
+            return attrs.evolve(inp, heat=heat, need=need, need_rows=None, growth=growth, life=life, score=None)
 
         return score
 
