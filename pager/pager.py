@@ -298,7 +298,7 @@ class Pager:
             if not recorded.behind:
                 self._intake.keep(items)
                 self._state_dir.after_assemble(result.events)  # after the commit: the WAL line, then the files
-                if result.flush_index:
+                if result.flush_index and self._feeder.buffers(result.hidden_upto or None):
                     self._feeder.flush()  # rounds are rare; what was just demoted is recallable now
                 self._mirror.prev_out = result.messages
             self._wire = fmt.name

@@ -477,6 +477,7 @@ class PagingScheduler:
             # a round that left every page in full demoted nothing to search for (a first call, say):
             # no commit (a Tantivy commit costs ~0.2 s on the first request of every session)
             flush_index=result.round and (kept < n or bool(demoted)),
+            hidden_upto=_newest_hidden(h, layout) if result.round and (kept < n or bool(demoted)) else 0,
         )
 
     def _config(self, tools_tokens: int, l1: int) -> PlanConfig:
@@ -668,6 +669,20 @@ def _demoted(prev: Layout | None, new: Layout) -> set[int]:
         return set()
     k = same_objects(prev.slots, new.slots)
     return {s.page for s in prev.slots[k:] if s.kind == FULL} - {s.page for s in new.slots[k:] if s.kind == FULL}
+
+
+def _newest_hidden(h: History, layout: Layout) -> int:
+    """Return the newest page of ``h`` that ``layout`` does not show in full (0: it shows every page).
+
+    A round's demoted pages need a commit of the recall index only if one of them is newer than what the
+    index committed (``ScheduleResult.hidden_upto``); the walk back from the newest page stops at the first
+    page not in full, usually a few pages back (the tail is the working set).
+    """
+    full = {s.page for s in layout.slots if s.kind == FULL}
+    for pid in reversed(h.page):
+        if pid not in full:
+            return int(pid)
+    return 0
 
 
 def _first_change(prev: Layout | None, new: Layout) -> int | None:
