@@ -18,7 +18,7 @@ its first matching line, so a recall costs a few hundred tokens.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -26,7 +26,7 @@ import numpy as np
 from pager.core import pairing
 from pager.core.canonical import same_objects
 from pager.core.compact import compact_line, index_block
-from pager.core.heat import NEEDS, HeatPolicy, PageTable
+from pager.core.heat import HeatPolicy
 from pager.core.history import History
 from pager.core.l1guard import GuardResult, cap_pinned, guard_card, items
 from pager.core.messages import message_text, tool_calls
@@ -58,6 +58,7 @@ from pager.errors import ToolError
 from pager.formats.base import RenderHints
 from pager.options import Options
 from pager.schedulers.reuse import RenderMemo, Rendering
+from pager.schedulers.scoring import focus_terms, scorer
 from pager.schedulers.base import (
     CallInputs,
     Declared,
@@ -72,10 +73,6 @@ __all__ = ["PagingCall", "PagingScheduler", "RecallRequest", "recall_query"]
 
 # The page's label line inside the recall block (handle, step, kind, path, lines).
 LABEL_TOKENS = 24
-# the objective assumes a session has at least this many calls left
-MIN_LIFE = 8
-# under the objective, a page of another task than the active one is this much less likely to be needed
-TASK_AWAY = 0.25
 
 
 @attrs.frozen(slots=True)
@@ -307,94 +304,7 @@ class PagingScheduler:
 
     def _focus_terms(self, call: PagingCall) -> frozenset[str]:
         """Return the active task's terms: pinned goals and the latest user message but the first."""
-        h = call.history
-        latest = h.latest_user
-        if self.options.task_focus and latest is not None and latest != h.first_user:
-            return call.pin_terms | h.terms[latest]
-        return call.pin_terms
-
-    @staticmethod
-    def _task_start(h: History) -> int | None:
-        """Return the step at which the active task was last taken up after another one (None: never)."""
-        return h.task_resumed()
-
-    def _need(
-        self, cols: Mapping[str, np.ndarray], task: np.ndarray | None, clock: int, history: History, mixed: bool
-    ) -> np.ndarray:
-        """Return per row of ``cols`` the calls expected to need it within each horizon (``heat.NEEDS``).
-
-        ``cols``: the page table's ``kind``, ``tokens``, ``created`` and ``last_ref`` of the rows asked
-        about (all of the history's, or a few); ``task``: whether each belongs to the active task (None:
-        ``task_focus`` is off); ``mixed``: whether the whole history holds pages of another task.
-        """
-        focus = self.options.task_focus and task is not None and mixed
-        last_ref = cols["last_ref"]
-        start = self._task_start(history) if focus else None
-        if start is not None:
-            # the working set follows the task: the active task's pages count their age from when
-            # the agent returned to it
-            last_ref = np.where(task, np.maximum(last_ref, start), last_ref)
-        need = NEEDS.expected_of(cols["kind"], cols["tokens"], cols["created"], last_ref, clock,
-                                 self.options.need_scale)
-        if focus:
-            need = np.where(task[:, None], need, need * TASK_AWAY)  # another task's page: less likely needed
-        return need
-
-    @staticmethod
-    def _growth_life(h: History, tokens: np.ndarray, npin: int) -> tuple[float, float]:
-        """Return the history tokens a call adds on average, and the calls the session is expected to have
-        left: a session that has lasted ``c`` calls, about ``c`` more (at least ``MIN_LIFE``)."""
-        return float(tokens[npin:].sum()) / max(h.clock, 1), float(max(h.clock, MIN_LIFE))
-
-    def _need_rows(self, inp: PlanInput, h: History, cols: Mapping[str, np.ndarray], rows: np.ndarray,
-                   npin: int) -> PlanInput:
-        """Return ``inp`` with the objective's need filled in for ``rows`` only (``PlanInput.need_rows``).
-
-        Need is per row (kind, size, age), so the rows' values are those a whole table gives;
-        only whether the history mixes tasks is read from the whole task column.
-        """
-        task = h.task_column() if self.options.task_focus else None
-        sub = {name: cols[name][rows] for name in ("kind", "tokens", "created", "last_ref")}
-        part = self._need(sub, task[rows] if task is not None else None, h.clock, h,
-                          mixed=task is not None and not task.all())
-        growth, life = self._growth_life(h, cols["tokens"], npin)
-        return attrs.evolve(inp, need=part, need_rows=np.asarray(rows, dtype=np.int64), growth=growth, life=life)
-
-    def _scorer(self, h: History, cols: Mapping[str, np.ndarray], npin: int, focus: frozenset[str],
-                compact_of: Sequence[Mapping[str, Any]] | None = None) -> Callable[..., PlanInput]:
-        """Return the planner's deferred scoring of ``h``: heat and need, asked for only when used.
-
-        ``compact_of``: the request's messages, when rounds write compact lines; a round's scoring
-        counts the lines not counted yet (only a round reads them: issue 23).
-        """
-        o = self.options
-        n = len(h)
-
-        def score(inp: PlanInput, rows: np.ndarray | None = None) -> PlanInput:
-            # heat and the objective's need cost work in proportion to the whole history: the planner
-            # asks for them only when it runs a round, or for a few rows when it weighs big outputs at
-            # the tail (issue 23)
-            if rows is not None and o.objective and n:
-                return self._need_rows(inp, h, cols, rows, npin)
-            relevance = h.term_index.relevance(cols["page"], focus) if focus else np.zeros(n)
-            table = PageTable(
-                page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"],
-                ref_count=cols["ref_count"], tokens=cols["tokens"], kind=cols["kind"], stale=cols["stale"],
-                relevance=relevance, task=h.task_column() if self.options.task_focus else None,
-                overlap=h.term_index.relevance(cols["page"], recall_query(h)) if n else None,
-            )
-            heat = self.policy.checked_score(table, h.clock) if n else np.zeros(0)
-            need, growth, life = None, 0.0, 0.0
-            if o.objective and n:
-                need = self._need(cols, table.task if o.task_focus else None, h.clock, h,
-                                  mixed=not table.task.all())
-                growth, life = self._growth_life(h, table.tokens, npin)
-            if compact_of is not None:
-                h.fill_compact_tokens(compact_of)
-                inp = attrs.evolve(inp, compact_tokens=h.columns()["compact_tokens"])
-            return attrs.evolve(inp, heat=heat, need=need, need_rows=None, growth=growth, life=life, score=None)
-
-        return score
+        return focus_terms(self.options, call.history, call.pin_terms)
 
     def plan(self, call: PagingCall) -> ScheduleResult:
         """Plan and render the prompt for one call."""
@@ -417,7 +327,7 @@ class PagingScheduler:
         card_tokens = MESSAGE_OVERHEAD + self.counter.count(card) if card else 0
         focus = self._focus_terms(call)
 
-        score = self._scorer(h, cols, npin, focus, sent if o.compact_tokens else None)
+        score = scorer(o, self.policy, h, cols, npin, focus, sent if o.compact_tokens else None)
 
         cfg = self._config(call.tools_tokens, int(cols["tokens"][:npin].sum()) + card_tokens)
         budget = cfg.budget
