@@ -144,7 +144,7 @@ def _need_at(inp: PlanInput, rows: np.ndarray) -> np.ndarray:
     held = inp.need_rows
     if held is None:
         return need[rows]
-    out = np.zeros((rows.size, need.shape[1] if need.ndim == 2 else 1))
+    out = np.zeros((rows.size, *need.shape[1:]))
     if held.size:
         order = np.argsort(held, kind="stable")
         pos = order[np.minimum(np.searchsorted(held, rows, sorter=order), held.size - 1)]

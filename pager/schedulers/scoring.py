@@ -21,7 +21,7 @@ from pager.core.history import History
 from pager.core.plan import PlanInput
 from pager.options import Options
 
-__all__ = ["MIN_LIFE", "TASK_AWAY", "focus_terms", "need", "need_rows", "scorer"]
+__all__ = ["MIN_LIFE", "TASK_AWAY", "focus_terms", "growth_life", "need", "need_rows", "scorer"]
 
 # the objective assumes a session has at least this many calls left
 MIN_LIFE = 8
