@@ -31,8 +31,13 @@ class Intake:
         self.last: list[Any] | None = None  # the last call's history items (``resent``)
         self.heads: dict[str, Any] = {}  # wire format name -> the head memo of its conversions
 
-    def convert(self, fmt: WireFormat, request: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any, Converted]:
-        """Return ``(request, items, converted)``: the request with its history's head as the last call's objects."""
+    def convert(self, fmt: WireFormat, request: Mapping[str, Any], vouch: Any = None
+                ) -> tuple[Mapping[str, Any], Any, Converted]:
+        """Return ``(request, items, converted)``: the request with its history's head as the last call's objects.
+
+        ``vouch``: the recorded branch's stored digest (``pager.core.digest.StoredDigest``), for a format
+        that can leave a head it vouches for unconverted.
+        """
         key = getattr(fmt, "history_key", "messages")
         items = request.get(key)
         if self.last is not None and isinstance(items, list):
@@ -48,6 +53,8 @@ class Intake:
         heads = self.heads.get(fmt.name)
         if heads is None:
             heads = self.heads[fmt.name] = make_heads()
+        if vouch is not None and getattr(fmt, "vouches", False):
+            return request, items, fmt.to_messages(request, heads=heads, vouch=vouch)  # type: ignore[call-arg]
         return request, items, fmt.to_messages(request, heads=heads)  # type: ignore[call-arg]
 
     def keep(self, items: Any) -> None:

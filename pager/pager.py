@@ -251,9 +251,9 @@ class Pager:
             t0 = time.perf_counter()
             self._follow_mirror()
             fmt = self._format(request, format)
-            request, items, converted = self._intake.convert(fmt, request)
+            request, items, converted = self._intake.convert(fmt, request, vouch=self._recorder.vouch())
             messages = converted.messages
-            known = self._recorder.same_prefix(messages)
+            known = self._recorder.same_prefix(messages, converted.vouched)
             generation = self._mirror.generation
             h = self.history
             validate(
@@ -269,7 +269,7 @@ class Pager:
                 with self._writing():
                     if self._mirror.generation != generation:
                         known = 0  # another writer's pages were loaded: match the whole history again
-                    recorded = self._recorder.record(self.store, messages, known)
+                    recorded = self._recorder.record(self.store, messages, known, converted.wire)
                     docs = recorded.docs
                     # indexed before scheduling: a page committed by the feeder's batch is recallable now
                     self._feeder.add(docs)

@@ -32,12 +32,13 @@ import attrs
 
 from pager.core.aside import aside_page
 from pager.core.canonical import canonical_bytes, same_objects
-from pager.core.digest import RunningDigest, digest_messages
+from pager.core.digest import RunningDigest, StoredDigest, WireRun, digest_messages
 from pager.core.history import History, hash_message, hash_messages
 from pager.core.messages import classify, tool_calls
 from pager.core.pages import StatUpdate
 from pager.storage.base import Store
 from pager.storage.index import IndexDoc
+from pager.formats.lazy import first_pending
 from pager.storage.indexing import index_doc
 
 __all__ = ["Recorded", "Recorder", "record_aside"]
@@ -95,7 +96,7 @@ class Recorder:
         self._run = None
         self._digest_tried = False
 
-    def same_prefix(self, messages: Sequence[Any]) -> int:
+    def same_prefix(self, messages: Sequence[Any], vouched: int = 0) -> int:
         """Return how many leading messages are the same objects as recorded rows.
 
         Harnesses append to one list of dicts, so on each call all but the new
@@ -111,6 +112,8 @@ class Recorder:
         """
         ident = self._ident
         if not ident:
+            if vouched:
+                return self._vouched(messages, vouched)
             return self._digest_prefix(messages)
         lim = min(len(ident), len(self.history.hash), len(messages))
         if not lim:
@@ -148,14 +151,34 @@ class Recorder:
         if self._digest_tried or h.digest is None:
             return 0
         self._digest_tried = True
-        rows, expected = h.digest
-        if rows > len(messages) or rows > len(h.hash):
+        rows, text = h.digest
+        expected = StoredDigest.parse(text).canonical
+        if expected is None or rows > len(messages) or rows > len(h.hash):
             return 0
         run = digest_messages(messages, rows)
         if run is None or run.hexdigest() != expected:
             return 0
         self._ident = list(messages[:rows])
         self._run = run
+        return rows
+
+    def _vouched(self, messages: Sequence[Any], rows: int) -> int:
+        """Return ``rows`` when the format's stored wire digest vouched for that many leading ``messages``.
+
+        The format matched the digest stored with the branch (``pager.core.digest``) and left the rows
+        unconverted (``pager.formats.lazy``); what precedes them in the list (a system prompt the wire
+        digest does not cover) is hashed here. They become the identity rows, the list's own slots.
+        """
+        h = self.history
+        if self._digest_tried or rows > len(h.hash) or rows > len(messages):
+            return 0
+        self._digest_tried = True
+        lead = first_pending(messages, rows)
+        for i in range(lead):
+            if hash_message(messages[i], i)[0] != h.hash[i]:
+                return 0
+        self._ident = list(list.__getitem__(messages, slice(0, rows))) if isinstance(messages, list) \
+            else list(messages[:rows])
         return rows
 
     def _digest(self, messages: Sequence[Any], common: int, raws: "_From") -> RunningDigest | None:
@@ -166,6 +189,8 @@ class Recorder:
         reload) it is computed over the prefix first, once (O(history), like a fork).
         """
         run = self._run.copy() if self._run is not None and self._run.rows == common else None
+        if run is None and first_pending(messages, common) < common:
+            return None  # rows left unconverted (a vouched head): the wire digest stands for them
         if run is None:
             run = digest_messages(messages, common)
             if run is None:
@@ -174,8 +199,20 @@ class Recorder:
             run.add(canonical_bytes(messages[i], raws[i]))
         return run
 
-    def record(self, store: Store, messages: Sequence[Mapping[str, Any]], known: int = 0) -> Recorded:
-        """Record what is new in ``messages``; see the module docstring for how it is matched."""
+    def vouch(self) -> StoredDigest | None:
+        """Return the branch's stored digest while no row is known by identity (a format may vouch with it)."""
+        h = self.history
+        if self._ident or self._digest_tried or h.digest is None:
+            return None
+        return StoredDigest.parse(h.digest[1])
+
+    def record(self, store: Store, messages: Sequence[Mapping[str, Any]], known: int = 0,
+               wire: WireRun | None = None) -> Recorded:
+        """Record what is new in ``messages``; see the module docstring for how it is matched.
+
+        ``wire``: the format's wire digest of the request's items (``Converted.wire``), stored beside
+        the canonical one when it covers only recorded rows.
+        """
         h = self.history
         # rows before ``known`` are the recorded objects themselves: only the rest is hashed and compared,
         # and the bytes of a message that matches its row are dropped at once (after a reopen every
@@ -222,7 +259,7 @@ class Recorder:
                 h.calls[call.id] = (call.name, call.arguments)
         run = self._digest(messages, common, raws)
         prepared = h.prepare(messages, common, classified, hashes, raws, scope=self.scope, owner=self.owner,
-                             pool=self.pool, digest=run.hexdigest() if run is not None else None)
+                             pool=self.pool, digest=StoredDigest.of(run, wire).text())
         branch, ids = store.record(self.session, h.branch, fork, common, [p.page for p in prepared])
         h.branch = branch
         self._run = run

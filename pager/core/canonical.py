@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 __all__ = ["CACHE_KEY", "RESPONSES_ITEM_KEYS", "canonical", "canonical_bytes", "has_transport", "item_has_transport",
-           "resent", "same_run",
+           "resent", "same_run", "unmarked",
            "same_message", "same_messages", "same_objects"]
 
 CACHE_KEY = "cache_control"
@@ -68,6 +68,11 @@ def _unmark(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_unmark(v) for v in value]
     return value
+
+
+def unmarked(value: Any) -> Any:
+    """Return ``value`` without ``cache_control`` keys at any depth (a wire item as its digest sees it)."""
+    return _unmark(value)
 
 
 def _strip_item(item: Any) -> Any:
@@ -135,11 +140,17 @@ def same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
     ``operator.is_``): a few nanoseconds an item.
     """
     n = min(len(a), len(b))
-    same = list(map(operator.is_, a, b))  # stops at the shorter
+    same = list(map(operator.is_, _slots(a), _slots(b)))  # stops at the shorter
     try:
         return same.index(False)
     except ValueError:
         return n
+
+
+def _slots(seq: Sequence[Any]) -> Any:
+    """Iterate a list's own slots: a list that converts its items when read (``pager.formats.lazy``)
+    is compared by the objects it holds, which stand for the same rows on every call."""
+    return list.__iter__(seq) if isinstance(seq, list) else iter(seq)
 
 
 def resent(previous: Sequence[Any] | None, items: Any) -> Any:
@@ -184,9 +195,9 @@ def same_run(a: Sequence[Any], b: Sequence[Any]) -> tuple[int, int]:
     raises (an SDK object's may) ends the equal run: ``j == k``.
     """
     n = min(len(a), len(b))
-    k = next(compress(count(), map(operator.is_not, a, b)), n)
+    k = next(compress(count(), map(operator.is_not, _slots(a), _slots(b))), n)
     try:
-        j = next(compress(count(k), map(operator.ne, islice(a, k, n), islice(b, k, n))), n)
+        j = next(compress(count(k), map(operator.ne, islice(_slots(a), k, n), islice(_slots(b), k, n))), n)
     except Exception:  # noqa: BLE001 - whatever a caller's == raises, the equal run ends at the first other object
         return k, k
     return k, j

@@ -12,6 +12,14 @@ encode to exactly the bytes each message encodes to alone, joined by
 commas), the chunks are hashed, and one comparison says whether the whole
 prefix is the recorded one.
 
+A format that converts (Anthropic Messages) also keeps a *wire* digest: the
+same running digest over the caller's own items (``digest_wire``), without
+their cache marks, stored beside the canonical one with the number of items
+it covers (``StoredDigest``). On a reopen it vouches for the items without
+converting them: the format hands the scheduler a lazy prefix
+(``pager.formats.lazy``), converting an item only when one of its rows is
+read (issue 23: a reopen of 50,000 messages converted every one, 1.2 s).
+
 The digest is a function of the canonical bytes only, so it is the same
 whoever recorded the rows (two writers, a fork that shares the prefix). A
 chunk holding a transport field (a ``cache_control`` mark, a Responses
@@ -30,11 +38,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Mapping, Sequence
 
+import attrs
 import orjson
 
-from pager.core.canonical import CACHE_KEY, canonical_bytes, item_has_transport
+from pager.core.canonical import CACHE_KEY, canonical_bytes, item_has_transport, unmarked
 
-__all__ = ["CHUNK", "RunningDigest", "digest_messages"]
+__all__ = ["CHUNK", "RunningDigest", "StoredDigest", "WireRun", "digest_messages", "digest_wire", "wire_bytes"]
 
 CHUNK = 512  # messages encoded per orjson call: ~1.5 MB of a typical agent history, freed at once
 # the substring that may mean a cache mark (see the module docstring): it sends a chunk the slow way, as a
@@ -110,3 +119,83 @@ def digest_messages(messages: Sequence[Mapping[str, Any]], n: int) -> RunningDig
     except (orjson.JSONEncodeError, TypeError, ValueError):
         return None  # the message-by-message path raises the MessageError that names it
     return run
+
+
+def wire_bytes(item: Any) -> bytes:
+    """Return a wire item's sorted-key bytes without its cache marks (what ``digest_wire`` hashes for it)."""
+    raw = orjson.dumps(item, option=_SORTED)
+    return orjson.dumps(unmarked(item), option=_SORTED) if _MARK in raw else raw
+
+
+def digest_wire(items: Sequence[Any], n: int, run: RunningDigest | None = None) -> RunningDigest | None:
+    """Return the running digest of wire ``items[:n]`` (``run``: extend it from ``run.rows``), None if unencodable.
+
+    Chunks as ``digest_messages`` does: a chunk without a mark is hashed as orjson wrote it.
+    """
+    run = run if run is not None else RunningDigest()
+    try:
+        for i in range(run.rows, n, CHUNK):
+            chunk = items[i : min(i + CHUNK, n)]
+            raw = orjson.dumps(chunk if isinstance(chunk, list) else list(chunk), option=_SORTED)
+            if _MARK in raw:
+                run.add_joined(b",".join(map(wire_bytes, chunk)), len(chunk))
+            else:
+                run.add_joined(memoryview(raw)[1:-1], len(chunk))
+    except (orjson.JSONEncodeError, TypeError, ValueError):
+        return None
+    return run
+
+
+class WireRun:
+    """A format's wire digest of a conversation's items: ``run`` over the first ``run.rows`` items.
+
+    ``rows``: the neutral rows those items converted to (the lead, a system prompt, included).
+    """
+
+    __slots__ = ("format", "run", "rows")
+
+    def __init__(self, format: str, run: RunningDigest, rows: int) -> None:  # noqa: A002 - the format's name
+        self.format = format
+        self.run = run
+        self.rows = rows
+
+
+@attrs.frozen(slots=True)
+class StoredDigest:
+    """What a page's digest column holds: the canonical running digest and the wire one, either may be absent.
+
+    Stored as text: the canonical hex (``-`` when unknown), then, when there is a wire digest,
+    `` <format> <items> <rows> <hex>``: the digest of the first ``items`` wire items, which made the
+    first ``rows`` rows. A column written before wire digests is the canonical hex alone.
+    """
+
+    canonical: str | None
+    wire_format: str | None = None
+    wire_items: int = 0
+    wire_rows: int = 0
+    wire: str | None = None
+
+    @classmethod
+    def of(cls, canonical: RunningDigest | None, wire: WireRun | None) -> "StoredDigest":
+        canon = canonical.hexdigest() if canonical is not None else None
+        if wire is None:
+            return cls(canon)
+        return cls(canon, wire.format, wire.run.rows, wire.rows, wire.run.hexdigest())
+
+    def text(self) -> str | None:
+        if self.canonical is None and self.wire is None:
+            return None
+        head = self.canonical or "-"
+        if self.wire is None:
+            return head
+        return f"{head} {self.wire_format} {self.wire_items} {self.wire_rows} {self.wire}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> "StoredDigest":
+        if not text:
+            return cls(None)
+        parts = text.split(" ")
+        canon = None if parts[0] == "-" else parts[0]
+        if len(parts) == 5 and parts[2].isdigit() and parts[3].isdigit():
+            return cls(canon, parts[1], int(parts[2]), int(parts[3]), parts[4])
+        return cls(canon)

@@ -47,6 +47,8 @@ class HeadMemo:
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
         self._d: OrderedDict[int, tuple[list[Any], list[Any], list[int], Any]] = OrderedDict()
+        # the wire digest (``pager.core.digest.RunningDigest``) kept with a conversation: id(first) -> run
+        self._wire: dict[int, Any] = {}
         self._lock = threading.Lock()
         # this thread's last head_state: (messages, k, the entry handed over or None); put takes it back
         self._seen = threading.local()
@@ -68,6 +70,7 @@ class HeadMemo:
         """
         none: tuple[int, list[Any], list[Any], list[int], Any] = (0, [], [], [0], None)
         self._seen.last = None
+        self._seen.wire = None
         if not messages:
             return none
         key = id(messages[0])
@@ -76,6 +79,7 @@ class HeadMemo:
         if hit is None:
             return none
         msgs, flat, ends, state = hit
+        self._seen.wire = self._wire.get(key)
         if msgs[0] is not messages[0]:
             self._give_back(key, hit)
             return none
@@ -90,6 +94,15 @@ class HeadMemo:
         self._give_back(key, hit)
         self._seen.last = (messages, k, None)
         return k, flat[: ends[k]], tail, ends[: k + 1], None
+
+    def wire(self, k: int) -> Any:
+        """Return the wire digest kept with this thread's last ``head_state``'s conversation, if it covers at most ``k`` items.
+
+        The run covers the first ``run.rows`` items ``put`` was given; ``head_state`` found the first ``k``
+        of them again, so a run of no more is the new list's too.
+        """
+        run = getattr(self._seen, "wire", None)
+        return run if run is not None and run.rows <= k else None
 
     def _give_back(self, key: int, hit: tuple[list[Any], list[Any], list[int], Any]) -> None:
         with self._lock:
@@ -111,13 +124,14 @@ class HeadMemo:
         self._give_back(id(msgs[0]), hit)
 
     def put(self, messages: Sequence[Any], neutral: list[Any], ends: list[int], state: Any = None,
-            head: int = 0) -> None:
+            head: int = 0, wire: Any = None) -> None:
         """Remember the conversion of ``messages``: ``neutral[ends[i]:ends[i + 1]]`` came from message ``i``.
 
         ``ends[0]`` is 0. The lists are kept as given: the caller hands them over. ``state``: what the
         caller needs to go on converting after the last message (``head_state`` returns it). ``head``:
         the ``k`` ``head_state`` just found for these very messages; what it handed over is extended
-        with the rest (issue 23: O(new messages)).
+        with the rest (issue 23: O(new messages)). ``wire``: a running digest of the first ``wire.rows``
+        of ``messages`` (``wire`` hands it back).
         """
         seen = getattr(self._seen, "last", None)  # this thread's last head_state
         self._seen.last = None
@@ -128,11 +142,16 @@ class HeadMemo:
             msgs.extend(messages[head:])
         else:
             msgs = list(messages)
+        key = id(messages[0])
         with self._lock:
-            self._d[id(messages[0])] = (msgs, neutral, ends, state)
-            self._d.move_to_end(id(messages[0]))
+            self._d[key] = (msgs, neutral, ends, state)
+            self._d.move_to_end(key)
+            if wire is not None:
+                self._wire[key] = wire
+            else:
+                self._wire.pop(key, None)
             while len(self._d) > self.capacity:
-                self._d.popitem(last=False)
+                self._wire.pop(self._d.popitem(last=False)[0], None)
 
 
 def _same_head(remembered: list[Any], messages: Sequence[Any]) -> int:

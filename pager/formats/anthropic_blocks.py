@@ -15,7 +15,7 @@ from pager.core.describe import brief
 from pager.errors import InputError, MessageError
 from pager.formats._convert import as_plain, check_encodable, json_text, text_part
 
-__all__ = ["ANTHROPIC_ONLY", "block_text", "convert_message", "system_message"]
+__all__ = ["ANTHROPIC_ONLY", "block_text", "convert_message", "neutral_count", "system_message"]
 
 ANTHROPIC_ONLY = frozenset(
     {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document",
@@ -182,6 +182,27 @@ def convert_message(i: int, msg: Any) -> tuple[dict[str, Any], ...]:
     if not same:
         user["native"] = rest
     return (*results, user)
+
+
+def neutral_count(msg: Any) -> int:
+    """Return how many neutral messages ``convert_message`` makes of a valid message (-1: not a plain dict).
+
+    A user turn of blocks is one tool message per ``tool_result`` and one user message for the rest,
+    if any; any other turn is one message. For a message ``convert_message`` accepts (a vouched head:
+    ``pager.formats.lazy``); the tests hold the two together.
+    """
+    if type(msg) is not dict:
+        return -1
+    content = msg.get("content")
+    if type(content) is not list or msg.get("role") != "user":
+        return 1
+    results = 0
+    for b in content:
+        if type(b) is not dict:
+            return -1
+        if b.get("type") == "tool_result":
+            results += 1
+    return results + (results < len(content))
 
 
 def system_message(system: Any) -> dict[str, Any]:

@@ -38,7 +38,9 @@ import pager.formats.breakpoints as bp
 from pager.formats._convert import (
     ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text,
 )
+from pager.core.digest import StoredDigest, WireRun, digest_wire
 from pager.formats._heads import HeadMemo, OwnHeads, with_lead
+from pager.formats.lazy import lazy_head
 from pager.formats.anthropic_render import EPHEMERAL, TurnMemo, mark, merge
 from pager.formats.anthropic_blocks import (
     ANTHROPIC_ONLY,
@@ -46,6 +48,7 @@ from pager.formats.anthropic_blocks import (
     CHAT_ROLES,
     block_text,
     convert_message,
+    neutral_count,
     system_message,
 )
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
@@ -57,6 +60,9 @@ __all__ = ["DEFAULT_CACHE_MARKS", "EPHEMERAL", "FORMAT", "AnthropicMessages", "b
 DEFAULT_CACHE_MARKS = "pager"
 
 # Block types only Anthropic has: one in a request's content claims it.
+WIRE_LAG = 4  # the newest items the wire digest leaves out: a client re-marks them (Claude Code: the newest)
+
+
 class AnthropicMessages(OwnHeads):
     """Anthropic Messages API requests (``system``, ``messages`` of blocks, ``tools``).
 
@@ -65,6 +71,7 @@ class AnthropicMessages(OwnHeads):
     """
 
     name = "anthropic-messages"
+    vouches = True  # to_messages takes ``vouch``: a stored wire digest (``pager.formats.lazy``)
     history_key = "messages"  # the request's list of history items
 
     def __init__(self, cache_marks: str = DEFAULT_CACHE_MARKS) -> None:
@@ -118,8 +125,14 @@ class AnthropicMessages(OwnHeads):
     def validate(self, request: Mapping[str, Any]) -> None:
         self.to_messages(request)
 
-    def to_messages(self, request: Mapping[str, Any], *, heads: HeadMemo | None = None) -> Converted:
-        """Return the neutral messages of ``request`` (``heads``: a memo the caller owns, ``OwnHeads``)."""
+    def to_messages(self, request: Mapping[str, Any], *, heads: HeadMemo | None = None,
+                    vouch: StoredDigest | None = None) -> Converted:
+        """Return the neutral messages of ``request`` (``heads``: a memo the caller owns, ``OwnHeads``).
+
+        With ``heads``, the result carries the wire digest of the items (``Converted.wire``); ``vouch``:
+        the stored digest of the recorded branch, whose wire part, if it matches the first items, lets
+        them go unconverted until read (``pager.formats.lazy``; the first call after a reopen).
+        """
         messages = request.get("messages")
         if not isinstance(messages, (list, tuple)):
             raise InputError(f"request['messages'] must be a list, got {type(messages).__name__}")
@@ -133,9 +146,19 @@ class AnthropicMessages(OwnHeads):
         owned = heads is not None
         memo_heads = heads if heads is not None else self._heads
         k, converted, last, ends = memo_heads.head(messages)
+        run = None
+        vouched = 0
         if owned:
             k, converted, ends = with_lead(memo_heads, k, converted, ends, out[0] if out else None)
             last = last if k else []
+            run = memo_heads.wire(k)
+            if not k and vouch is not None:
+                lazy = self._vouched(messages, converted, vouch)
+                if lazy is not None:
+                    converted, ends, run = lazy
+                    k = run.rows
+                    vouched = ends[k]
+                    last = converted[ends[k - 1]: ends[k]]
         if last and last[0]["role"] == "assistant":
             open_calls = {c["id"]: k - 1 for c in last[0].get("tool_calls") or ()}
         try:
@@ -166,15 +189,38 @@ class AnthropicMessages(OwnHeads):
         except BaseException:
             memo_heads.abandon()  # the memo as it was: a corrected request costs what is new
             raise
+        wire = None
         if owned:
             out = converted  # the owner's next call extends it, after this one
+            # the items' wire digest, but for the last few: a client moves its cache mark off them, and a
+            # digest cannot be taken back (pager.core.digest); O(new items) but after a fork or a reopen
+            upto = max(0, len(messages) - WIRE_LAG)
+            if run is None or upto > run.rows:
+                run = digest_wire(messages, upto, run.copy() if run is not None else None)
+            wire = WireRun(self.name, run, ends[run.rows]) if run is not None else None
         else:
             out.extend(converted)  # before put: once the memo has them, another thread may extend these lists
-        memo_heads.put(messages, converted, ends, head=k)
+        memo_heads.put(messages, converted, ends, head=k, wire=run)
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):
             raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")
-        return Converted(messages=out, tools=[as_plain(t) for t in tools])
+        return Converted(messages=out, tools=[as_plain(t) for t in tools], wire=wire, vouched=vouched)
+
+    def _vouched(self, messages: Sequence[Any], lead: list[Any], vouch: StoredDigest
+                 ) -> tuple[list[Any], list[int], Any] | None:
+        """Return ``(rows, ends, run)`` of the first items a stored wire digest vouches for, unconverted; else None."""
+        n = vouch.wire_items
+        if vouch.wire is None or vouch.wire_format != self.name or not 0 < n <= len(messages):
+            return None
+        if not isinstance(messages, list) or len(lead) + 1 > vouch.wire_rows:
+            return None
+        run = digest_wire(messages, n)
+        if run is None or run.hexdigest() != vouch.wire:
+            return None
+        lazy = lazy_head(lead, messages[:n], neutral_count, convert_message)
+        if lazy is None or lazy[1][-1] != vouch.wire_rows:
+            return None
+        return lazy[0], lazy[1], run
 
     def _system_neutral(self, system: Any) -> dict[str, Any]:
         # by value: a harness often rebuilds the same system prompt each call

@@ -64,10 +64,18 @@ class Converted:
     system prompt, instructions) first as system messages. ``tools`` are the
     request's tool definitions as they will be sent (counted against the
     budget).
+
+    A format that keeps a wire digest (``pager.core.digest``, for a caller
+    that owns its head memo) returns it as ``wire`` (a ``WireRun``: the
+    digest of the first items and the rows they made); ``vouched`` is how
+    many leading ``messages`` a stored wire digest vouched for unconverted
+    (``pager.formats.lazy``: they convert when read).
     """
 
     messages: Sequence[Mapping[str, Any]]
     tools: Sequence[Any] = ()
+    wire: Any = None
+    vouched: int = 0
 
 
 @attrs.frozen(slots=True)
