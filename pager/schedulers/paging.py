@@ -319,7 +319,10 @@ class PagingScheduler:
         npin = h.pinned_count()
         cut = cap_pinned(call.messages[:npin], h.tokens[:npin], h.handle[:npin], o.l1_cap, self.counter.count)
         if cut.cut:
-            call = attrs.evolve(call, messages=[*cut.messages, *call.messages[npin:]])
+            # a list concatenation (the rest's own kind: a lazy head stays unconverted, pager.formats.lazy)
+            rest = call.messages[npin:]
+            joined = list(cut.messages) + rest if isinstance(rest, list) else [*cut.messages, *rest]
+            call = attrs.evolve(call, messages=joined)
             cols = {**cols, "tokens": cols["tokens"].copy()}  # the mirror's columns are read-only views
             cols["tokens"][:npin] = cut.tokens
         guard = self.card(call.pins, call.notes, int(cols["tokens"][:npin].sum()), call.state_text)
