@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 __all__ = ["CACHE_KEY", "RESPONSES_ITEM_KEYS", "canonical", "canonical_bytes", "has_transport", "item_has_transport",
-           "resent", "same_run", "unmarked",
+           "resent", "same_run", "unmarked", "unmarked_item",
            "same_message", "same_messages", "same_objects"]
 
 CACHE_KEY = "cache_control"
@@ -73,6 +73,11 @@ def _unmark(value: Any) -> Any:
 def unmarked(value: Any) -> Any:
     """Return ``value`` without ``cache_control`` keys at any depth (a wire item as its digest sees it)."""
     return _unmark(value)
+
+
+def unmarked_item(value: Any) -> Any:
+    """Return a Responses item without its marks, ``id`` and ``status`` (a wire item as its digest sees it)."""
+    return _strip_item(_unmark(value))
 
 
 def _strip_item(item: Any) -> Any:

@@ -36,14 +36,15 @@ matching message by message, which decides exactly as before.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 import orjson
 
-from pager.core.canonical import CACHE_KEY, canonical_bytes, item_has_transport, unmarked
+from pager.core.canonical import CACHE_KEY, canonical_bytes, item_has_transport, unmarked, unmarked_item
 
-__all__ = ["CHUNK", "RunningDigest", "StoredDigest", "WireRun", "digest_messages", "digest_wire", "wire_bytes"]
+__all__ = ["CHUNK", "ITEM_KEYS", "MARKS", "RunningDigest", "StoredDigest", "Transport", "WireRun", "digest_messages",
+           "digest_wire", "wire_bytes"]
 
 CHUNK = 512  # messages encoded per orjson call: ~1.5 MB of a typical agent history, freed at once
 # the substring that may mean a cache mark (see the module docstring): it sends a chunk the slow way, as a
@@ -121,24 +122,41 @@ def digest_messages(messages: Sequence[Mapping[str, Any]], n: int) -> RunningDig
     return run
 
 
-def wire_bytes(item: Any) -> bytes:
-    """Return a wire item's sorted-key bytes without its cache marks (what ``digest_wire`` hashes for it)."""
+@attrs.frozen(slots=True)
+class Transport:
+    """A wire format's transport fields, for its wire digest: substrings that may mean one, and their removal."""
+
+    needles: tuple[bytes, ...]
+    clean: Callable[[Any], Any]
+
+    def found(self, raw: bytes) -> bool:
+        return any(n in raw for n in self.needles)
+
+
+MARKS = Transport((_MARK,), unmarked)  # Anthropic Messages: cache marks
+ITEM_KEYS = Transport((_MARK, b'"id"', b'"status"'), unmarked_item)  # Responses: marks, an item's id and status
+
+
+def wire_bytes(item: Any, transport: Transport = MARKS) -> bytes:
+    """Return a wire item's sorted-key bytes without its transport fields (what ``digest_wire`` hashes for it)."""
     raw = orjson.dumps(item, option=_SORTED)
-    return orjson.dumps(unmarked(item), option=_SORTED) if _MARK in raw else raw
+    return orjson.dumps(transport.clean(item), option=_SORTED) if transport.found(raw) else raw
 
 
-def digest_wire(items: Sequence[Any], n: int, run: RunningDigest | None = None) -> RunningDigest | None:
+def digest_wire(items: Sequence[Any], n: int, run: RunningDigest | None = None,
+                transport: Transport = MARKS) -> RunningDigest | None:
     """Return the running digest of wire ``items[:n]`` (``run``: extend it from ``run.rows``), None if unencodable.
 
-    Chunks as ``digest_messages`` does: a chunk without a mark is hashed as orjson wrote it.
+    Chunks as ``digest_messages`` does: a chunk with no trace of a transport field is hashed as orjson
+    wrote it, one that may hold one item by item without it.
     """
     run = run if run is not None else RunningDigest()
     try:
         for i in range(run.rows, n, CHUNK):
             chunk = items[i : min(i + CHUNK, n)]
             raw = orjson.dumps(chunk if isinstance(chunk, list) else list(chunk), option=_SORTED)
-            if _MARK in raw:
-                run.add_joined(b",".join(map(wire_bytes, chunk)), len(chunk))
+            if transport.found(raw):
+                run.add_joined(b",".join([wire_bytes(x, transport) for x in chunk]), len(chunk))
             else:
                 run.add_joined(memoryview(raw)[1:-1], len(chunk))
     except (orjson.JSONEncodeError, TypeError, ValueError):

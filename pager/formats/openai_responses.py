@@ -31,26 +31,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pager.core.describe import brief
-from pager.errors import InputError, MessageError, ToolError
+from pager.errors import InputError, ToolError
 from pager.formats._convert import (
-    ConversionMemo, ValueMemo, as_plain, check_encodable, flat_tool_name, function_specs, id_text, json_text,
-    text_part, tool_arguments,
+    ConversionMemo, ValueMemo, as_plain, check_encodable, flat_tool_name, function_specs, id_text, tool_arguments,
 )
 from pager.formats._heads import HeadMemo, OwnHeads, with_lead
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats._usage import count, optional_count, own_usage
-from pager.formats.responses_render import CALL_TYPES, ItemMemo
+from pager.formats.responses_items import (
+    FULL_INPUT, ItemError, item_kind, item_parts, item_text, output_message, run_message,
+)
+from pager.formats.responses_render import ItemMemo
 
 __all__ = ["FORMAT", "ItemError", "OpenAIResponses", "item_text"]
-
-USER_ROLES = frozenset({"user", "system", "developer"})
-TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
-
-FULL_INPUT = (
-    "pager schedules the whole history itself, so it cannot page a history the server keeps: "
-    "send the full input instead (every earlier item in 'input', no previous_response_id)"
-)
-
 
 def _ends_of(handed: list[int], k: int, n_items: int, n_converted: int, first: int = 0) -> list[int]:
     """Return the per-item ends the memo keeps for Responses: zeros (not kept), then the neutral count.
@@ -79,140 +72,6 @@ def _input_items(request: Mapping[str, Any]) -> Sequence[Any]:
     if isinstance(raw, (list, tuple)):
         return raw
     raise InputError(f"request['input'] must be a string or a list of items, got {type(raw).__name__}")
-
-
-class ItemError(MessageError):
-    """One ``input`` item is malformed; ``index`` is its position in ``input``."""
-
-    def __init__(self, index: int, reason: str) -> None:
-        super().__init__(index, reason)
-        self.args = (f"input[{index}]: {reason}",)
-
-    def __str__(self) -> str:
-        return f"input[{self.index}]: {self.reason}"
-
-
-def item_text(item: Mapping[str, Any]) -> str:
-    """Return the text an item is counted and searched by (JSON for items with no text)."""
-    itype = item.get("type")
-    if itype == "reasoning":
-        # counted by its summary: encrypted reasoning is not billed back as text
-        return "\n".join(str(s.get("text", "")) for s in item.get("summary") or () if isinstance(s, Mapping))
-    return json_text({k: v for k, v in item.items() if k not in ("id", "status")})
-
-
-def _kind(i: int, item: Mapping[str, Any]) -> str:
-    """Return ``message``, ``assistant``, ``output`` (answers a call) or ``run`` (a model item).
-
-    Also checks the fields the conversion reads by type: a string ``role``
-    and ``type``, a list ``summary`` on a reasoning item.
-    """
-    itype = item.get("type")
-    if itype is None or itype == "message":
-        role = item.get("role")
-        if isinstance(role, str) and role in USER_ROLES:
-            return "message"
-        if role == "assistant":
-            return "run"
-        raise ItemError(i, f"message role must be user, assistant, system or developer, got {brief(role)}")
-    if not isinstance(itype, str):
-        raise ItemError(i, f"'type' must be a string, got {type(itype).__name__}")
-    if itype == "reasoning" and not isinstance(item.get("summary") or [], list):
-        raise ItemError(i, f"reasoning 'summary' must be a list of parts, got {type(item['summary']).__name__}")
-    if itype == "item_reference":
-        raise InputError(f"input[{i}] is an item_reference: {FULL_INPUT}")
-    if itype.endswith("_output"):
-        if not isinstance(item.get("call_id"), str) or not item["call_id"]:
-            raise ItemError(i, f"{itype} has no call_id")
-        return "output"
-    return "run"
-
-
-def _parts(i: int, content: Any) -> Any:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise ItemError(i, f"message content must be a string or a list of parts, got {type(content).__name__}")
-    same = True
-    parts = []
-    for j, part in enumerate(content):
-        p = as_plain(part)
-        if not isinstance(p, Mapping) or not isinstance(p.get("type"), str):
-            raise ItemError(i, f"content[{j}] must be a part with a 'type'")
-        if p["type"] in TEXT_PARTS and not isinstance(p.get("text"), str):
-            raise ItemError(i, f"content[{j}] ({p['type']}) needs a string 'text'")
-        # chat-valid text parts only, so the neutral message is a chat message
-        if p["type"] == "text" and set(p) <= {"type", "text"}:
-            parts.append(p)
-        elif p["type"] in TEXT_PARTS:
-            parts.append(text_part(p["text"]))
-            same = False
-        elif p["type"] == "input_image":
-            parts.append(text_part("[image]"))
-            same = False
-        else:
-            parts.append(text_part(json_text(p)))
-            same = False
-        same = same and p is part
-    return content if same else parts
-
-
-def _call(i: int, item: Mapping[str, Any]) -> dict[str, Any] | None:
-    itype = item.get("type")
-    if itype not in CALL_TYPES:
-        return None
-    cid = item.get("call_id")
-    if not isinstance(cid, str) or not cid:
-        raise ItemError(i, f"{itype} has no call_id")
-    if itype == "function_call":
-        args = item.get("arguments", "")
-        if not isinstance(args, str):
-            raise ItemError(i, "function_call arguments must be a JSON string")
-        name = item.get("name")
-    elif itype == "custom_tool_call":
-        args = item.get("input", "")
-        args = args if isinstance(args, str) else json_text(args)
-        name = item.get("name")
-    else:
-        args = json_text(item.get("action", {}))
-        name = itype[: -len("_call")]
-    if not isinstance(name, str):
-        raise ItemError(i, f"{itype} needs a string 'name'")
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-
-
-def _run_message(start: int, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    content: list[Any] = []
-    calls = []
-    for off, item in enumerate(items):
-        i = start + off
-        if item.get("type") in (None, "message"):
-            parts = _parts(i, item.get("content"))
-            if isinstance(parts, str):
-                content.append(text_part(parts))
-            else:
-                content.extend(parts)
-            continue
-        call = _call(i, item)
-        if call is not None:
-            calls.append(call)
-            continue
-        text = item_text(item)
-        if text:
-            content.append(text_part(text))
-    out: dict[str, Any] = {"role": "assistant", "content": content or None}
-    if calls:
-        out["tool_calls"] = calls
-    out["native"] = list(items)
-    return out
-
-
-def _output_message(i: int, item: Mapping[str, Any]) -> dict[str, Any]:
-    output = item.get("output", "")
-    if output is None:
-        output = ""
-    content = output if isinstance(output, str) else _parts(i, output)
-    return {"role": "tool", "tool_call_id": item["call_id"], "content": content, "native": item}
 
 
 class OpenAIResponses(OwnHeads):
@@ -252,7 +111,7 @@ class OpenAIResponses(OwnHeads):
         added: list[str] = []  # call ids this call adds to the history's set (``seen_calls``)
         try:
             nxt = as_plain(items[k]) if state is not None and state[2] and k < len(items) else None
-            if state is None or (isinstance(nxt, Mapping) and _kind(k, nxt) == "run"):
+            if state is None or (isinstance(nxt, Mapping) and item_kind(k, nxt) == "run"):
                 k, converted, state = 0, [lead] if owned and lead is not None else [], (set(), set(), False)
             # the new items only, item i at i - k (a list of the whole history a call was O(history))
             plain: list[Any] = [as_plain(x) for x in items[k:]]
@@ -261,7 +120,7 @@ class OpenAIResponses(OwnHeads):
                 item = plain[i - k]
                 if not isinstance(item, Mapping):
                     raise ItemError(i, f"must be an object, got {type(items[i]).__name__}")
-                kinds.append(_kind(i, item))
+                kinds.append(item_kind(i, item))
             memo = self._memo
             open_calls: set[str] = set(state[0])
             # every call id of the history: the state's own set, handed over with it (``HeadMemo``) and grown in
@@ -281,12 +140,12 @@ class OpenAIResponses(OwnHeads):
                     for j in range(i, end):  # each item once, when first seen: the store keeps it as JSON
                         check_encodable(plain[j - k], lambda why, j=j: ItemError(j, f"cannot be encoded: {why}"))
                     if kinds[i - k] == "run":
-                        neutral = _run_message(i, plain[i - k:end - k])
+                        neutral = run_message(i, plain[i - k:end - k])
                     elif kinds[i - k] == "output":
-                        neutral = _output_message(i, plain[i - k])
+                        neutral = output_message(i, plain[i - k])
                     else:
                         it = plain[i - k]
-                        n: dict[str, Any] = {"role": it["role"], "content": _parts(i, it.get("content"))}
+                        n: dict[str, Any] = {"role": it["role"], "content": item_parts(i, it.get("content"))}
                         n["native"] = it
                         neutral = n
                     memo.put(key, sig, neutral)
