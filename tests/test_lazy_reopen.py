@@ -1,9 +1,10 @@
-"""A reopen in O(what is read): the stored wire digest vouches for an Anthropic history, converted when read.
+"""A reopen in O(what is read): the stored wire digest vouches for a history, converted when read.
 
 The first call after a reopen resends the whole history as new objects. An
-Anthropic ``Pager`` matches its items against the wire digest stored with the
-branch (``pager.core.digest``) and hands the scheduler a lazy head
-(``pager.formats.lazy``): an item is converted when one of its rows is read.
+Anthropic or Responses ``Pager`` matches its items against the wire digest
+stored with the branch (``pager.core.digest``) and hands the scheduler a lazy
+head (``pager.formats.lazy``): an item is converted when one of its rows is
+read.
 Each test drives a reopened store twice, once so and once with the wire
 digest ignored (every item converted, the path every reopen took before), with
 the same calls, and asserts the same prompts; and counts the items converted.
@@ -23,6 +24,7 @@ from sizes import examples
 
 import pager
 import pager.formats.anthropic_messages as am
+import pager.formats.responses_lazy as rl
 from pager.core.digest import RunningDigest, StoredDigest, WireRun, digest_wire
 from pager.errors import MessageError
 from pager.formats.anthropic_blocks import convert_message, neutral_count
@@ -34,60 +36,87 @@ from pager.recording import Recorder
 
 OPTS = {"context_window": 6_000, "log_reports": False}  # most of the history out of the prompt
 FMT = "anthropic-messages"
+RESP = "openai-responses"
 MARK = {"type": "ephemeral"}
+FORMATS = [FMT, RESP]
 
 
-def _session(seed: int, steps: int) -> tuple[Any, list[dict[str, Any]]]:
+def _session(seed: int, steps: int, fmt: str = FMT) -> tuple[Any, list[dict[str, Any]]]:
     _h, chat = generate_session(seed, steps)
     neutral = get_format("openai-chat").to_messages({"model": "m", "messages": chat}).messages
-    body = export_request(neutral, FMT, request={"model": "m"})
-    return body.get("system"), body["messages"]
+    body = export_request(neutral, fmt, request={"model": "m"})
+    return body.get("system", body.get("instructions")), body["messages" if fmt == FMT else "input"]
 
 
-def _marked(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return ``items`` as Claude Code sends them: the newest message's last block marked (a new object)."""
+def _marked(items: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
+    """Return ``items`` as a client resends them: Claude Code marks the newest message's last block (a new
+    object each call); an Agents SDK client sends the newest item with the ``id`` and ``status`` echoed back."""
     last = copy.deepcopy(items[-1])
+    if fmt == RESP:
+        last.update(id=f"it_{len(items)}", status="completed")
+        return [*items[:-1], last]
     if isinstance(last["content"], str):
         last["content"] = [{"type": "text", "text": last["content"]}]
     last["content"][-1]["cache_control"] = MARK
     return [*items[:-1], last]
 
 
-def _request(system: Any, items: list[dict[str, Any]]) -> dict[str, Any]:
-    req: dict[str, Any] = {"model": "m", "max_tokens": 64, "messages": orjson.loads(orjson.dumps(_marked(items)))}
+def _request(system: Any, items: list[dict[str, Any]], fmt: str = FMT) -> dict[str, Any]:
+    sent = orjson.loads(orjson.dumps(_marked(items, fmt)))
+    if fmt == RESP:
+        req: dict[str, Any] = {"model": "m", "input": sent}
+        if system is not None:
+            req["instructions"] = system
+        return req
+    req = {"model": "m", "max_tokens": 64, "messages": sent}
     if system is not None:
         req["system"] = system
     return req
 
 
 def _ends(items: list[dict[str, Any]]) -> list[int]:
-    return [k for k in range(2, len(items)) if items[k]["role"] == "assistant"] + [len(items)]
+    """The growing calls' lengths: before each assistant turn (an item that is not a call's output or a call)."""
+    def starts(i: int) -> bool:
+        it, before = items[i], items[i - 1]
+        return it.get("role") == "assistant" and before.get("role") != "assistant" and before.get("type") in (
+            None, "message", "function_call_output")
+    return [k for k in range(2, len(items)) if starts(k)] + [len(items)]
 
 
-def _recorded(tmp_path: Any, seed: int = 3, steps: int = 40, cut: float = 0.8) -> tuple[str, Any, list[Any], int]:
-    """Record a marked session's growing calls up to ``cut`` of it in a store; return it, the system, the items, k."""
-    system, items = _session(seed, steps)
+def _recorded(tmp_path: Any, fmt: str = FMT, seed: int = 3, steps: int = 40, cut: float = 0.8
+              ) -> tuple[str, Any, list[Any], int]:
+    """Record a session's growing calls up to ``cut`` of it in a store; return it, the system, the items, k."""
+    system, items = _session(seed, steps, fmt)
     ends = _ends(items)
     upto = ends[int(len(ends) * cut)]
     with pager.open(tmp_path / "store", session="s", **OPTS) as p:
         for k in ends:
             if k > upto:
                 break
-            p.assemble(_request(system, items[:k]))
+            p.assemble(_request(system, items[:k], fmt))
     return str(tmp_path / "store"), system, items, upto
 
 
 @pytest.fixture
 def conversions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the Anthropic items converted (eagerly or when a lazy row is read)."""
+    """Count the items converted (eagerly or when a lazy row is read): Anthropic messages, Responses groups."""
     seen = [0]
-    real = am.convert_message
 
-    def counted(i: int, msg: Any) -> Any:
-        seen[0] += 1
-        return real(i, msg)
+    def counting(module: Any, name: str) -> None:
+        real = getattr(module, name)
 
-    monkeypatch.setattr(am, "convert_message", counted)
+        def counted(*args: Any) -> Any:
+            seen[0] += 1
+            return real(*args)
+
+        monkeypatch.setattr(module, name, counted)
+
+    import pager.formats.openai_responses as ro
+
+    counting(am, "convert_message")
+    for name in ("run_message", "output_message"):
+        counting(ro, name)
+        counting(rl, name)
     return seen
 
 
@@ -103,6 +132,8 @@ def _both(tmp_path: Any, store: str, calls: list[dict[str, Any]], conversions: l
         where = tmp_path / mode
         shutil.copytree(store, where)
         with monkeypatch.context() as m:
+            for name in FORMATS:  # a new process's memos: nothing converted yet
+                m.setattr(get_format(name), "_memo", type(get_format(name)._memo)())
             if mode == "eager":
                 m.setattr(Recorder, "vouch", lambda self: None)
             with pager.open(where, session="s", **OPTS) as p:
@@ -117,59 +148,66 @@ def _both(tmp_path: Any, store: str, calls: list[dict[str, Any]], conversions: l
     return runs[0], runs[1], first
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cap", [None, 60])
-def test_a_reopened_anthropic_history_converts_what_is_read_and_gives_the_same_calls(tmp_path, conversions,
-                                                                                     monkeypatch, cap):
+def test_a_reopened_history_converts_what_is_read_and_gives_the_same_calls(tmp_path, conversions, monkeypatch,
+                                                                           cap, fmt):
     """``cap``: an L1 cap the system prompt is over (the planner cuts it and joins the rest after it)."""
     if cap is not None:
         monkeypatch.setitem(OPTS, "l1_cap", cap)
-    store, system, items, upto = _recorded(tmp_path)
+    store, system, items, upto = _recorded(tmp_path, fmt)
     ends = [k for k in _ends(items) if k >= upto]
-    lazy, eager, first = _both(tmp_path, store, [_request(system, items[:k]) for k in ends], conversions, monkeypatch)
+    calls = [_request(system, items[:k], fmt) for k in ends]
+    lazy, eager, first = _both(tmp_path, store, calls, conversions, monkeypatch)
     assert lazy == eager
-    assert first[1] > upto * 3 // 4  # the old path converts every item (but for the format's memo's hits)
-    assert first[0] < upto // 3, first  # the lazy one the few whose rows are read
+    assert first[0] * 3 < first[1], first  # the lazy path converts the few items whose rows are read, not all
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("change", ["edited", "system", "behind", "unmarked", "remarked"])
 def test_a_history_the_wire_digest_does_not_vouch_for_is_matched_as_before(tmp_path, conversions, monkeypatch,
-                                                                           change):
-    store, system, items, upto = _recorded(tmp_path)
+                                                                           change, fmt):
+    store, system, items, upto = _recorded(tmp_path, fmt)
     now = copy.deepcopy(items[:upto])
     later = items[upto: upto + 4]
+    key = "messages" if fmt == FMT else "input"
     if change == "edited":  # an edit in the middle: no match, a fork where it differs
-        text = next(m for m in now[len(now) // 2:] if m["role"] == "user" and isinstance(m["content"], list)
-                    and m["content"][0]["type"] == "tool_result")
-        text["content"][0]["content"] = "rewritten"
+        if fmt == FMT:
+            text = next(m for m in now[len(now) // 2:] if m["role"] == "user" and isinstance(m["content"], list)
+                        and m["content"][0]["type"] == "tool_result")
+            text["content"][0]["content"] = "rewritten"
+        else:
+            next(m for m in now[len(now) // 2:] if m.get("type") == "function_call_output")["output"] = "rewritten"
     elif change == "system":
         system = "another system prompt"
     elif change == "behind":  # a request overtaken by a newer one: a strict prefix of the recorded history
-        now = now[: len(now) - 6]
-        while now[-1]["role"] != "user":
-            now.pop()
+        now = now[: _ends(now)[-3]]
         later = []
-    first = _request(system, now)
-    if change == "unmarked":  # the mark gone from the newest message: the same history
-        first["messages"][-1] = now[-1]
-    elif change == "remarked":  # an older message marked as well (a client with several marks)
-        block = first["messages"][len(now) // 3]
-        if isinstance(block["content"], list):
-            block["content"][0]["cache_control"] = MARK
-    calls = [first, _request(system, now + later)]
+    first = _request(system, now, fmt)
+    if change == "unmarked":  # the mark gone from the newest item: the same history
+        first[key][-1] = now[-1]
+    elif change == "remarked":  # an older item marked as well (several marks; an item sent with its id)
+        item = first[key][len(now) // 3]
+        if fmt == RESP:
+            item.update(id="it_old", status="completed")
+        elif isinstance(item["content"], list):
+            item["content"][0]["cache_control"] = MARK
+    calls = [first, _request(system, now + later, fmt)]
     lazy, eager, counts = _both(tmp_path, store, calls, conversions, monkeypatch)
     assert lazy == eager
     if change in ("unmarked", "remarked"):
-        assert counts[0] < upto // 3, counts  # cache marks are transport: still vouched for
+        assert counts[0] < upto // 3, counts  # transport fields: still vouched for
 
 
-def test_a_reopen_after_a_lazy_reopen_is_lazy_again(tmp_path, conversions):
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_reopen_after_a_lazy_reopen_is_lazy_again(tmp_path, conversions, fmt):
     """The first session after a reopen records the wire digest of its items as a fresh one does."""
-    store, system, items, upto = _recorded(tmp_path)
+    store, system, items, upto = _recorded(tmp_path, fmt)
     ends = [k for k in _ends(items) if k > upto]
     for k in ends[:2]:
         before = conversions[0]
         with pager.open(store, session="s", **OPTS) as p:
-            p.assemble(_request(system, items[:k]))
+            p.assemble(_request(system, items[:k], fmt))
             assert p.last_report.new_pages > 0
         assert conversions[0] - before < k // 3
 
@@ -258,3 +296,80 @@ def test_a_wire_digest_ignores_cache_marks_and_sees_everything_else():
     assert da.hexdigest() == db.hexdigest() != dc.hexdigest()
     grown = digest_wire(a + c, 2, digest_wire(a, 1))
     assert grown is not None and grown.hexdigest() == digest_wire(a + c, 2).hexdigest()  # type: ignore[union-attr]
+
+
+def _responses_items(seed: int) -> tuple[Any, list[dict[str, Any]]]:
+    """A Responses session with reasoning items before some calls and a message after some outputs."""
+    system, items = _session(seed, 30, RESP)
+    out: list[dict[str, Any]] = []
+    for n, it in enumerate(items):
+        if it.get("type") == "function_call" and n % 3 == 0:
+            out.append({"type": "reasoning", "summary": [{"type": "summary_text", "text": f"r{n}"}]})
+        out.append(it)
+        after = items[n + 1] if n + 1 < len(items) else {}
+        if it.get("type") == "function_call_output" and n % 4 == 0 and after.get("type") != "function_call_output":
+            out.append({"role": "user", "content": f"and {n}"})
+    return system, out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_vouched_responses_head_holds_the_rows_and_state_of_converting_it(seed):
+    """At every item count: the lazy head's rows and memo state are the eager conversion's, wherever it ends."""
+    system, items = _responses_items(seed)
+    fmt = get_format(RESP)
+    for n in range(1, len(items) + 1):
+        heads = fmt.new_heads()  # type: ignore[attr-defined]
+        eager = fmt.to_messages({"model": "m", "instructions": system, "input": items[:n]}, heads=heads)
+        (_msgs, _flat, _ends, state), = heads._d.values()
+        wire = digest_wire(items, n, transport=rl.ITEM_KEYS)
+        assert wire is not None
+        vouch = StoredDigest(None, RESP, n, len(eager.messages), wire.hexdigest())
+        lead = eager.messages[0]
+        made = rl.vouched_head(RESP, items, lead, vouch)
+        assert made is not None
+        rows, got, run = made
+        assert list(rows) == list(eager.messages) and run.rows == n
+        assert got[0] == state[0] and got[1] == state[1] and got[2] == state[2], n
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_responses_wire_digest_ends_where_a_group_starts_and_counts_its_rows(seed):
+    """What a call stores vouches for a head a reopen can leave unconverted: its rows are its items' groups."""
+    system, items = _responses_items(seed)
+    fmt = get_format(RESP)
+    heads = fmt.new_heads()  # type: ignore[attr-defined]
+    for n in range(1, len(items) + 1):
+        conv = fmt.to_messages({"model": "m", "instructions": system, "input": items[:n]}, heads=heads)
+        wire = conv.wire
+        assert wire is not None and wire.run.rows <= max(0, n - rl.WIRE_LAG)
+        w = wire.run.rows
+        if w:
+            whole = fmt.to_messages({"model": "m", "instructions": system, "input": items[:w]})
+            assert wire.rows == len(whole.messages)  # the rows of the first w items, the lead included
+            assert list(conv.messages[: wire.rows]) == list(whole.messages)  # w ends a group
+            assert wire.run.hexdigest() == digest_wire(items, w, transport=rl.ITEM_KEYS).hexdigest()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_output_for_a_call_answered_before_the_reopen_is_refused_as_before(tmp_path, monkeypatch, fmt):
+    store, system, items, upto = _recorded(tmp_path, fmt)
+    now = items[:upto]
+    if fmt == RESP:
+        old = next(it for it in now if it.get("type") == "function_call_output")
+        bad = [*now, {"role": "assistant", "content": "done"}, dict(old)]
+    else:
+        old = next(m for m in now if m["role"] == "user" and isinstance(m["content"], list))
+        bad = [*now, {"role": "assistant", "content": "done"}, {"role": "user", "content": old["content"][:1]}]
+    errors = []
+    for mode in ("lazy", "eager"):
+        where = tmp_path / mode
+        shutil.copytree(store, where)
+        with monkeypatch.context() as m:
+            if mode == "eager":
+                m.setattr(Recorder, "vouch", lambda self: None)
+            with pager.open(where, session="s", **OPTS) as p:
+                with pytest.raises(Exception) as err:
+                    p.assemble(_request(system, bad, fmt))
+                errors.append((type(err.value), str(err.value)))
+                p.assemble(_request(system, now, fmt))  # the corrected request goes through
+    assert errors[0] == errors[1]

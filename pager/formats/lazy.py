@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, SupportsIndex, overload
 
-__all__ = ["LazyRows", "Pending", "first_pending", "lazy_head"]
+__all__ = ["LazyRows", "Pending", "first_pending", "lazy_groups", "lazy_head"]
 
 Convert = Callable[[int, Any], Sequence[Mapping[str, Any]]]
 
@@ -144,6 +144,19 @@ def lazy_head(lead: Sequence[Mapping[str, Any]], items: Sequence[Any], count: Ca
         rows.extend(Pending(src, j, p) for p in range(n)) if n != 1 else rows.append(Pending(src, j, 0))
         ends.append(len(rows))
     return rows, ends
+
+
+def lazy_groups(lead: Sequence[Mapping[str, Any]], items: Sequence[Any], starts: Sequence[int],
+                convert: Convert) -> LazyRows:
+    """Return ``lead``, then one ``Pending`` row per group of ``items`` (a format that merges items: Responses).
+
+    ``starts``: the first item of each group, ascending; ``convert(j, items[j])`` makes the one
+    neutral message of the group starting at ``j`` (a one-element sequence).
+    """
+    src = _Source(items, convert)
+    rows = LazyRows(lead)
+    rows.extend([Pending(src, j, 0) for j in starts])
+    return rows
 
 
 def first_pending(rows: Sequence[Any], upto: int) -> int:

@@ -38,6 +38,8 @@ from pager.formats._convert import (
 from pager.formats._heads import HeadMemo, OwnHeads, with_lead
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats._usage import count, optional_count, own_usage
+from pager.core.digest import StoredDigest
+from pager.formats.responses_lazy import vouched_head, wire_of
 from pager.formats.responses_items import (
     FULL_INPUT, ItemError, item_kind, item_parts, item_text, output_message, run_message,
 )
@@ -78,6 +80,7 @@ class OpenAIResponses(OwnHeads):
     """OpenAI Responses API requests (``instructions``, ``input`` items, ``tools``)."""
 
     name = "openai-responses"
+    vouches = True  # to_messages takes ``vouch``: a stored wire digest (``pager.formats.lazy``)
     history_key = "input"  # the request's list of history items
 
     def __init__(self) -> None:
@@ -92,8 +95,14 @@ class OpenAIResponses(OwnHeads):
     def validate(self, request: Mapping[str, Any]) -> None:
         self.to_messages(request)
 
-    def to_messages(self, request: Mapping[str, Any], *, heads: HeadMemo | None = None) -> Converted:
-        """Return the neutral messages of ``request`` (``heads``: a memo the caller owns, ``OwnHeads``)."""
+    def to_messages(self, request: Mapping[str, Any], *, heads: HeadMemo | None = None,
+                    vouch: StoredDigest | None = None) -> Converted:
+        """Return the neutral messages of ``request`` (``heads``: a memo the caller owns, ``OwnHeads``).
+
+        With ``heads``, the result carries the wire digest of the items (``Converted.wire``); ``vouch``:
+        the stored digest of the recorded branch, whose wire part, if it matches the first items, lets
+        them go unconverted until read (``pager.formats.lazy``; the first call after a reopen).
+        """
         items = _input_items(request)
         out: list[Mapping[str, Any]] = []
         ins = request.get("instructions")
@@ -108,11 +117,19 @@ class OpenAIResponses(OwnHeads):
         if owned and state is not None:
             k, converted, _ends = with_lead(memo_heads, k, converted, _ends, lead)
             state = state if k else None
+        run = memo_heads.wire(k) if owned and state is not None else None
+        vouched = 0
+        if owned and state is None and vouch is not None:
+            lazy = vouched_head(self.name, items, lead, vouch)
+            if lazy is not None:
+                converted, state, run = lazy
+                k, _ends, vouched = run.rows, [int(lead is not None)] + [0] * run.rows, len(converted)
         added: list[str] = []  # call ids this call adds to the history's set (``seen_calls``)
         try:
             nxt = as_plain(items[k]) if state is not None and state[2] and k < len(items) else None
             if state is None or (isinstance(nxt, Mapping) and item_kind(k, nxt) == "run"):
                 k, converted, state = 0, [lead] if owned and lead is not None else [], (set(), set(), False)
+                vouched = 0
             # the new items only, item i at i - k (a list of the whole history a call was O(history))
             plain: list[Any] = [as_plain(x) for x in items[k:]]
             kinds: list[Any] = []
@@ -167,15 +184,17 @@ class OpenAIResponses(OwnHeads):
                     open_calls = set()
                 converted.append(neutral)
                 i = end
+            wire = None
             if owned:
                 out = converted  # the owner's next call extends it, after this one
+                run, wire = wire_of(self.name, items, kinds, k, run, len(converted))
             else:
                 out.extend(converted)  # before put: once the memo has them, another thread may extend these lists
             if items:
                 last_run = kinds[-1] == "run" if kinds else bool(state[2])
                 first = 1 if owned and lead is not None else 0
                 memo_heads.put(items, converted, _ends_of(_ends, k, len(items), len(converted), first),
-                               (frozenset(open_calls), seen_calls, last_run), head=k)
+                               (frozenset(open_calls), seen_calls, last_run), head=k, wire=run)
         except BaseException:
             if state is not None:
                 state[1].difference_update(added)
@@ -184,7 +203,7 @@ class OpenAIResponses(OwnHeads):
         tools = request.get("tools") or ()
         if not isinstance(tools, (list, tuple)):
             raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")
-        return Converted(messages=out, tools=[as_plain(t) for t in tools])
+        return Converted(messages=out, tools=[as_plain(t) for t in tools], wire=wire, vouched=vouched)
 
     def _instructions_neutral(self, ins: Any) -> dict[str, Any]:
         if not isinstance(ins, str):
