@@ -108,22 +108,10 @@ class OpenAIResponses(OwnHeads):
         ins = request.get("instructions")
         if ins:
             out.append(self._instructions_neutral(ins))
-        # the last call's list, whole, as the same objects (``HeadMemo``): only the items after it are read,
-        # unless they would continue the run of items its last message was made of
         owned = heads is not None
         memo_heads = heads if heads is not None else self._heads
-        k, converted, _last, _ends, state = memo_heads.head_state(items)
         lead = out[0] if out else None
-        if owned and state is not None:
-            k, converted, _ends = with_lead(memo_heads, k, converted, _ends, lead)
-            state = state if k else None
-        run = memo_heads.wire(k) if owned and state is not None else None
-        vouched = 0
-        if owned and state is None and vouch is not None:
-            lazy = vouched_head(self.name, items, lead, vouch)
-            if lazy is not None:
-                converted, state, run = lazy
-                k, _ends, vouched = run.rows, [int(lead is not None)] + [0] * run.rows, len(converted)
+        k, converted, _ends, state, run, vouched = self._head(items, memo_heads, owned, lead, vouch)
         added: list[str] = []  # call ids this call adds to the history's set (``seen_calls``)
         try:
             nxt = as_plain(items[k]) if state is not None and state[2] and k < len(items) else None
@@ -204,6 +192,26 @@ class OpenAIResponses(OwnHeads):
         if not isinstance(tools, (list, tuple)):
             raise InputError(f"request['tools'] must be a list, got {type(tools).__name__}")
         return Converted(messages=out, tools=[as_plain(t) for t in tools], wire=wire, vouched=vouched)
+
+    def _head(self, items: Sequence[Any], memo_heads: HeadMemo, owned: bool, lead: Any, vouch: StoredDigest | None
+              ) -> tuple[int, list[Any], list[int], Any, Any, int]:
+        """Return ``(k, converted, ends, state, run, vouched)``: where ``to_messages`` starts converting.
+
+        The last call's list, whole, as the same objects (``HeadMemo``): only the items after it are read,
+        unless they would continue the run of items its last message was made of. After a reopen, the
+        items a stored wire digest vouches for (``pager.formats.responses_lazy``), left unconverted.
+        """
+        k, converted, _last, ends, state = memo_heads.head_state(items)
+        if owned and state is not None:
+            k, converted, ends = with_lead(memo_heads, k, converted, ends, lead)
+            state = state if k else None
+        run = memo_heads.wire(k) if owned and state is not None else None
+        if owned and state is None and vouch is not None:
+            lazy = vouched_head(self.name, items, lead, vouch)
+            if lazy is not None:
+                converted, state, run = lazy
+                return run.rows, converted, [int(lead is not None)] + [0] * run.rows, state, run, len(converted)
+        return k, converted, ends, state, run, 0
 
     def _instructions_neutral(self, ins: Any) -> dict[str, Any]:
         if not isinstance(ins, str):
