@@ -97,6 +97,22 @@ def _recorded(tmp_path: Any, fmt: str = FMT, seed: int = 3, steps: int = 40, cut
     return str(tmp_path / "store"), system, items, upto
 
 
+_RECORDED: dict[str, tuple[str, Any, list[Any], int]] = {}
+
+
+@pytest.fixture
+def recorded(tmp_path_factory: pytest.TempPathFactory, tmp_path: Any) -> Any:
+    """``_recorded`` for the suite's options, recorded once per format (a copy for each test)."""
+    def get(fmt: str) -> tuple[str, Any, list[Any], int]:
+        if fmt not in _RECORDED:
+            _RECORDED[fmt] = _recorded(tmp_path_factory.mktemp(f"recorded-{fmt}"), fmt)
+        store, system, items, upto = _RECORDED[fmt]
+        shutil.copytree(store, tmp_path / "store")
+        return str(tmp_path / "store"), system, items, upto
+
+    return get
+
+
 @pytest.fixture
 def conversions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the items converted (eagerly or when a lazy row is read): Anthropic messages, Responses groups."""
@@ -166,8 +182,8 @@ def test_a_reopened_history_converts_what_is_read_and_gives_the_same_calls(tmp_p
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("change", ["edited", "system", "behind", "unmarked", "remarked"])
 def test_a_history_the_wire_digest_does_not_vouch_for_is_matched_as_before(tmp_path, conversions, monkeypatch,
-                                                                           change, fmt):
-    store, system, items, upto = _recorded(tmp_path, fmt)
+                                                                           change, fmt, recorded):
+    store, system, items, upto = recorded(fmt)
     now = copy.deepcopy(items[:upto])
     later = items[upto: upto + 4]
     key = "messages" if fmt == FMT else "input"
@@ -200,9 +216,9 @@ def test_a_history_the_wire_digest_does_not_vouch_for_is_matched_as_before(tmp_p
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_reopen_after_a_lazy_reopen_is_lazy_again(tmp_path, conversions, fmt):
+def test_a_reopen_after_a_lazy_reopen_is_lazy_again(tmp_path, conversions, fmt, recorded):
     """The first session after a reopen records the wire digest of its items as a fresh one does."""
-    store, system, items, upto = _recorded(tmp_path, fmt)
+    store, system, items, upto = recorded(fmt)
     ends = [k for k in _ends(items) if k > upto]
     for k in ends[:2]:
         before = conversions[0]
@@ -351,8 +367,8 @@ def test_the_responses_wire_digest_ends_where_a_group_starts_and_counts_its_rows
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_an_output_for_a_call_answered_before_the_reopen_is_refused_as_before(tmp_path, monkeypatch, fmt):
-    store, system, items, upto = _recorded(tmp_path, fmt)
+def test_an_output_for_a_call_answered_before_the_reopen_is_refused_as_before(tmp_path, monkeypatch, fmt, recorded):
+    store, system, items, upto = recorded(fmt)
     now = items[:upto]
     if fmt == RESP:
         old = next(it for it in now if it.get("type") == "function_call_output")
