@@ -38,7 +38,7 @@ from pager.core.messages import classify, tool_calls
 from pager.core.pages import StatUpdate
 from pager.storage.base import Store
 from pager.storage.index import IndexDoc
-from pager.formats.lazy import first_pending
+from pager.formats.lazy import first_pending, slots
 from pager.storage.indexing import index_doc
 
 __all__ = ["Recorded", "Recorder", "record_aside"]
@@ -122,7 +122,7 @@ class Recorder:
             # two lists compare only at equal length, and a slice of ``messages`` touches every message object
             # (a reference count each: a cache miss a message at 50k); the new messages appended to ``ident``
             # for the comparison are the only objects touched, and the comparison reads pointers only
-            ident.extend(messages[lim:])
+            ident.extend(slots(messages, lim))
             try:
                 if ident == messages:
                     return lim
@@ -131,7 +131,7 @@ class Recorder:
             # the run of the very same objects, found in C (a Python loop was 0.3 ms a call at 1k messages for
             # a client that moves its cache mark: the message it moved it off is a new object every call)
             return same_objects(ident, messages)
-        head = messages if len(messages) == lim and isinstance(messages, list) else list(messages[:lim])
+        head = messages if len(messages) == lim and isinstance(messages, list) else slots(messages, 0, lim)
         if (ident if len(ident) == lim else ident[:lim]) == head:
             return lim
         return min(lim, same_objects(ident, messages))
@@ -158,7 +158,7 @@ class Recorder:
         run = digest_messages(messages, rows)
         if run is None or run.hexdigest() != expected:
             return 0
-        self._ident = list(messages[:rows])
+        self._ident = slots(messages, 0, rows)
         self._run = run
         return rows
 
@@ -177,8 +177,7 @@ class Recorder:
         for i in range(lead):
             if hash_message(messages[i], i)[0] != h.hash[i]:
                 return 0
-        self._ident = list(list.__getitem__(messages, slice(0, rows))) if isinstance(messages, list) \
-            else list(messages[:rows])
+        self._ident = slots(messages, 0, rows)
         return rows
 
     def _digest(self, messages: Sequence[Any], common: int, raws: "_From") -> RunningDigest | None:
@@ -250,7 +249,7 @@ class Recorder:
         # rows matched by hash stand for themselves by identity from now on: a message resent as a new object
         # once (Claude Code's cache mark moved off it) is not hashed again on every later call
         del self._ident[known:]
-        self._ident.extend(messages[known:])
+        self._ident.extend(slots(messages, known))
         if common == len(messages) and fork is None:
             return Recorded(0, [])
         classified = classify(messages, common, h.calls)

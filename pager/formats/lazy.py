@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, SupportsIndex, overload
 
-__all__ = ["LazyRows", "Pending", "first_pending", "lazy_groups", "lazy_head"]
+__all__ = ["LazyRows", "Pending", "first_pending", "lazy_groups", "lazy_head", "slots"]
 
 Convert = Callable[[int, Any], Sequence[Mapping[str, Any]]]
 
@@ -167,3 +167,15 @@ def first_pending(rows: Sequence[Any], upto: int) -> int:
         if type(list.__getitem__(rows, i)) is Pending:
             return i
     return upto
+
+
+def slots(rows: Sequence[Any], start: int, stop: int | None = None) -> list[Any]:
+    """Return ``rows[start:stop]`` as a plain list of the objects the list holds (a lazy one's stand-ins).
+
+    What the recorder keeps to know rows by identity on the next call: a ``LazyRows`` slot keeps its
+    ``Pending`` for good, so keeping the converted message instead would compare every such row by
+    value on every later call.
+    """
+    if isinstance(rows, list):
+        return list.__getitem__(rows, slice(start, stop))
+    return list(rows[start:stop])
