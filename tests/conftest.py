@@ -175,6 +175,7 @@ GROUPS.update({f"tests/{name}.py": name for name in ("test_pools_proxy", "test_i
 GROUP_TESTS = {
     "tests/test_l1_cut.py::test_a_40k_token_system_prompt_or_turn_1_is_cut_to_the_cap[anthropic-": _SDK,
     "tests/test_format_roundtrip.py::test_facade_speaks_anthropic_end_to_end": _SDK,
+    "tests/test_lazy_reopen.py::test_a_history_holding_an_sdk_object_is_not_digested_again_every_call": _SDK,
 }
 
 

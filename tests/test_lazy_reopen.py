@@ -418,3 +418,30 @@ def test_a_rolled_back_call_after_a_lazy_reopen_leaves_calls_that_compare_no_row
 
 def _fail(_out: Any) -> None:
     raise RuntimeError("the caller failed before the COMMIT")
+
+
+def test_a_history_holding_an_sdk_object_is_not_digested_again_every_call(tmp_path, monkeypatch):
+    """orjson cannot encode the anthropic SDK's objects: no wire digest, tried once while the head is the same."""
+    from anthropic.types import Message, TextBlock, Usage
+
+    tried = [0]
+    real = am.digest_wire
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        tried[0] += out is None  # a try that met the SDK object (one over fewer items encodes nothing)
+        return out
+
+    monkeypatch.setattr(am, "digest_wire", counted)
+    system, items = _session(5, 12)
+    reply = Message(id="msg_1", type="message", role="assistant", content=[TextBlock(type="text", text="noted")],
+                    model="m", stop_reason="end_turn", stop_sequence=None,
+                    usage=Usage(input_tokens=1, output_tokens=1))  # a response appended as it came
+    items = [items[0], reply, {"role": "user", "content": "go on"}, *items[1:]]
+    sent: list[Any] = []
+    with pager.open(tmp_path / "store", session="s", **OPTS) as p:
+        for k in _ends(items):
+            sent.extend(items[len(sent):k])
+            p.assemble({"model": "m", "max_tokens": 64, "system": system, "messages": sent})
+        assert p.history.digest is None or StoredDigest.parse(p.history.digest[1]).wire is None
+    assert 0 < tried[0] <= 1, tried

@@ -43,7 +43,7 @@ import orjson
 
 from pager.core.canonical import CACHE_KEY, canonical_bytes, item_has_transport, unmarked, unmarked_item
 
-__all__ = ["CHUNK", "ITEM_KEYS", "MARKS", "RunningDigest", "StoredDigest", "Transport", "WireRun", "digest_messages",
+__all__ = ["CHUNK", "ITEM_KEYS", "MARKS", "NO_DIGEST", "RunningDigest", "StoredDigest", "Transport", "WireRun", "digest_messages",
            "digest_wire", "wire_bytes"]
 
 CHUNK = 512  # messages encoded per orjson call: ~1.5 MB of a typical agent history, freed at once
@@ -170,6 +170,11 @@ def digest_wire(items: Sequence[Any], n: int, run: RunningDigest | None = None,
     except (orjson.JSONEncodeError, TypeError, ValueError):
         return None
     return run
+
+
+# what a conversation's head memo keeps when its items cannot be encoded (an SDK object orjson does not
+# know): not tried again while the head is the same (a retry would encode the whole head every call)
+NO_DIGEST = RunningDigest()
 
 
 class WireRun:

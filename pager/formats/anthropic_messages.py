@@ -38,7 +38,7 @@ import pager.formats.breakpoints as bp
 from pager.formats._convert import (
     ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text,
 )
-from pager.core.digest import StoredDigest, WireRun, digest_wire
+from pager.core.digest import NO_DIGEST, StoredDigest, WireRun, digest_wire
 from pager.formats._heads import HeadMemo, OwnHeads, with_lead
 from pager.formats.lazy import lazy_head
 from pager.formats.anthropic_render import EPHEMERAL, TurnMemo, mark, merge
@@ -59,7 +59,6 @@ __all__ = ["DEFAULT_CACHE_MARKS", "EPHEMERAL", "FORMAT", "AnthropicMessages", "b
 # the cache_marks mode when the caller gives none (see pager.formats.breakpoints)
 DEFAULT_CACHE_MARKS = "pager"
 
-# Block types only Anthropic has: one in a request's content claims it.
 WIRE_LAG = 4  # the newest items the wire digest leaves out: a client re-marks them (Claude Code: the newest)
 
 
@@ -195,9 +194,9 @@ class AnthropicMessages(OwnHeads):
             # the items' wire digest, but for the last few: a client moves its cache mark off them, and a
             # digest cannot be taken back (pager.core.digest); O(new items) but after a fork or a reopen
             upto = max(0, len(messages) - WIRE_LAG)
-            if run is None or upto > run.rows:
-                run = digest_wire(messages, upto, run.copy() if run is not None else None)
-            wire = WireRun(self.name, run, ends[run.rows]) if run is not None else None
+            if run is not NO_DIGEST and (run is None or upto > run.rows):
+                run = digest_wire(messages, upto, run.copy() if run is not None else None) or NO_DIGEST
+            wire = WireRun(self.name, run, ends[run.rows]) if run is not NO_DIGEST else None
         else:
             out.extend(converted)  # before put: once the memo has them, another thread may extend these lists
         memo_heads.put(messages, converted, ends, head=k, wire=run)

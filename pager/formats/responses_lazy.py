@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pager.core.digest import ITEM_KEYS, RunningDigest, StoredDigest, WireRun, digest_wire
+from pager.core.digest import ITEM_KEYS, NO_DIGEST, RunningDigest, StoredDigest, WireRun, digest_wire
 from pager.errors import InputError, MessageError
 from pager.formats.lazy import LazyRows, lazy_groups
 from pager.formats._convert import as_plain
@@ -107,10 +107,10 @@ def wire_of(name: str, items: Sequence[Any], kinds: Sequence[str], k: int, run: 
         upto = max(0, len(items) - WIRE_LAG)
         while 0 < upto and kind(upto) == "run" and kind(upto - 1) == "run":
             upto -= 1
-        if run is None or upto > run.rows:
-            run = digest_wire(items, upto, run.copy() if run is not None else None, transport=ITEM_KEYS)
-        if run is None:
-            return None, None
+        if run is not NO_DIGEST and (run is None or upto > run.rows):
+            run = digest_wire(items, upto, run.copy() if run is not None else None, transport=ITEM_KEYS) or NO_DIGEST
+        if run is NO_DIGEST:
+            return run, None
         b = run.rows
         tail = [kind(i) for i in range(b, len(items))]
     except (MessageError, InputError, TypeError, AttributeError):
