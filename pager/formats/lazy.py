@@ -25,6 +25,7 @@ concatenations are ``LazyRows`` again. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import accumulate, repeat
 from typing import Any, SupportsIndex, overload
 
 __all__ = ["LazyRows", "Pending", "first_pending", "lazy_groups", "lazy_head", "slots"]
@@ -134,16 +135,16 @@ def lazy_head(lead: Sequence[Mapping[str, Any]], items: Sequence[Any], count: Ca
     without converting (then None: the caller converts as usual). ``ends[j + 1]``: the rows up to
     item ``j``'s last, as a head memo keeps them (``ends[0]`` is ``len(lead)``).
     """
+    counts = list(map(count, items))
+    if counts and min(counts) < 0:
+        return None
     src = _Source(items, convert)
     rows = LazyRows(lead)
-    ends = [len(rows)]
-    for j, item in enumerate(items):
-        n = count(item)
-        if n < 0:
-            return None
-        rows.extend(Pending(src, j, p) for p in range(n)) if n != 1 else rows.append(Pending(src, j, 0))
-        ends.append(len(rows))
-    return rows, ends
+    if counts.count(1) == len(counts):  # one row an item, the usual case: one stand-in each, made in C's loop
+        rows.extend(map(Pending, repeat(src), range(len(counts)), repeat(0)))
+    else:
+        rows.extend([Pending(src, j, p) for j, n in enumerate(counts) for p in range(n)])
+    return rows, list(accumulate(counts, initial=len(lead)))
 
 
 def lazy_groups(lead: Sequence[Mapping[str, Any]], items: Sequence[Any], starts: Sequence[int],
