@@ -1,16 +1,17 @@
 """A converted history whose head is converted only where it is read (issue 23: a reopen in O(what is read)).
 
-A format that converts (Anthropic Messages) turns each wire item into one or
-more neutral messages. On the first call after a reopen the whole history
-comes back, and converting all of it cost 1.2 s at 50,000 messages, though
-the stored wire digest (``pager.core.digest``) already vouches that those
-items are the recorded ones and the scheduler reads a few hundred of them.
+A format that converts turns each wire item into one or more neutral
+messages (Anthropic Messages), or a group of items into one (Responses). On
+the first call after a reopen the whole history comes back, and converting
+all of it cost 1.2 s at 50,000 Anthropic messages, though the stored wire
+digest (``pager.core.digest``) already vouches that those items are the
+recorded ones and the scheduler reads a few hundred of them.
 
 ``LazyRows`` is a ``list`` whose vouched head holds one ``Pending`` per
-neutral row: a small object naming its wire item and its place among that
-item's rows. Read through the list (an index, a slice, iteration), a pending
-row is converted, with the rest of its item's rows, once, and the neutral
-message returned; the slot itself keeps its ``Pending``, so the list's
+neutral row: a small object naming its wire item (the group's first) and its
+place among that item's rows. Read through the list (an index, a slice,
+iteration), a pending row is converted, with the rest of its item's rows,
+once, and the neutral message returned; the slot itself keeps its ``Pending``, so the list's
 identity for the recorder (``Recorder.same_prefix`` compares lists of rows
 by object, in C) is the same on every call, and the list is extended in
 place by later calls as any owned conversion is (``pager.formats._heads``).
