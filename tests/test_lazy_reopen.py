@@ -445,3 +445,35 @@ def test_a_history_holding_an_sdk_object_is_not_digested_again_every_call(tmp_pa
             p.assemble({"model": "m", "max_tokens": 64, "system": system, "messages": sent})
         assert p.history.digest is None or StoredDigest.parse(p.history.digest[1]).wire is None
     assert 0 < tried[0] <= 1, tried
+
+
+_MARKABLE = st.lists(st.one_of(_TEXT, _RESULT), min_size=1, max_size=3)
+
+
+@settings(max_examples=examples(60, 600), deadline=None)
+@given(st.lists(st.tuples(_MARKABLE, st.sampled_from(["none", "item", "block", "inner"])), min_size=1, max_size=12),
+       st.integers(1, 5))
+def test_a_wire_digest_is_its_items_bytes_without_the_marks_clients_move(specs, chunk):
+    """Whatever the chunking, the digest is of each item's bytes, marks on items and blocks left out."""
+    import hashlib
+
+    import pager.core.digest as dg
+
+    plain, marked = [], []
+    for blocks, where in specs:
+        item = {"role": "user", "content": copy.deepcopy(blocks)}
+        plain.append(copy.deepcopy(item))
+        if where == "item":
+            item["cache_control"] = MARK
+        elif where == "block":
+            item["content"][-1]["cache_control"] = MARK
+        elif where == "inner":
+            inner = next((b for b in item["content"] if isinstance(b.get("content"), list) and b["content"]), None)
+            if inner is not None:
+                inner["content"][0]["cache_control"] = MARK
+        marked.append(item)
+    whole = hashlib.sha256(b",".join(dg.wire_bytes(x) for x in plain)).hexdigest()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(dg, "CHUNK", chunk)
+        assert digest_wire(plain, len(plain)).hexdigest() == whole  # type: ignore[union-attr]
+        assert digest_wire(marked, len(marked)).hexdigest() == whole  # type: ignore[union-attr]
