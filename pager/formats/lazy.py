@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate, repeat
 from typing import Any, SupportsIndex, overload
 
+import numpy as np
+
 __all__ = ["LazyRows", "Pending", "first_pending", "lazy_groups", "lazy_head", "slots"]
 
 Convert = Callable[[int, Any], Sequence[Mapping[str, Any]]]
@@ -141,11 +143,18 @@ def lazy_head(lead: Sequence[Mapping[str, Any]], items: Sequence[Any], count: Ca
         return None
     src = _Source(items, convert)
     rows = LazyRows(lead)
-    if counts.count(1) == len(counts):  # one row an item, the usual case: one stand-in each, made in C's loop
-        rows.extend(map(Pending, repeat(src), range(len(counts)), repeat(0)))
-    else:
-        rows.extend([Pending(src, j, p) for j, n in enumerate(counts) for p in range(n)])
-    return rows, list(accumulate(counts, initial=len(lead)))
+    ends = list(accumulate(counts, initial=len(lead)))
+    if counts.count(1) == len(counts):  # one row an item, the usual case
+        item_of: Any = range(len(counts))
+        part_of: Any = repeat(0)
+    else:  # each row's item and place in it, worked out by numpy: the stand-ins are then made in C's loop
+        n = np.asarray(counts, dtype=np.int64)
+        item_np = np.repeat(np.arange(len(counts), dtype=np.int64), n)
+        item_of = item_np.tolist()
+        part_of = (np.arange(len(item_np), dtype=np.int64) - (np.asarray(ends[:-1], dtype=np.int64)
+                                                              - len(lead))[item_np]).tolist()
+    rows.extend(map(Pending, repeat(src), item_of, part_of))
+    return rows, ends
 
 
 def lazy_groups(lead: Sequence[Mapping[str, Any]], items: Sequence[Any], starts: Sequence[int],
