@@ -477,3 +477,22 @@ def test_a_wire_digest_is_its_items_bytes_without_the_marks_clients_move(specs, 
         m.setattr(dg, "CHUNK", chunk)
         assert digest_wire(plain, len(plain)).hexdigest() == whole  # type: ignore[union-attr]
         assert digest_wire(marked, len(marked)).hexdigest() == whole  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_call_digests_only_its_new_items(tmp_path, monkeypatch, fmt):
+    """The wire digest is extended a call, also when the client changed its newest item (a mark, an id)."""
+    digested: list[int] = []
+    module = am if fmt == FMT else rl
+    real = module.digest_wire
+
+    def counted(items: Any, n: int, run: Any = None, **kw: Any) -> Any:
+        digested.append(n - (run.rows if run is not None else 0))
+        return real(items, n, run, **kw)
+
+    monkeypatch.setattr(module, "digest_wire", counted)
+    system, items = _session(3, 40, fmt)
+    with pager.open(tmp_path / "store", session="s", **OPTS) as p:
+        for k in _ends(items):
+            p.assemble(_request(system, items[:k], fmt))
+    assert len(digested) > 20 and max(digested[5:]) <= 8, digested

@@ -202,10 +202,12 @@ class OpenAIResponses(OwnHeads):
         items a stored wire digest vouches for (``pager.formats.responses_lazy``), left unconverted.
         """
         k, converted, _last, ends, state = memo_heads.head_state(items)
+        # the wire digest of the first k items holds whether or not their conversion is reused (a head
+        # that is not the whole list is converted again: a Responses run may continue across it)
+        run = memo_heads.wire(k) if owned else None
         if owned and state is not None:
             k, converted, ends = with_lead(memo_heads, k, converted, ends, lead)
             state = state if k else None
-        run = memo_heads.wire(k) if owned and state is not None else None
         if owned and state is None and vouch is not None:
             lazy = vouched_head(self.name, items, lead, vouch)
             if lazy is not None:
