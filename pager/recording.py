@@ -210,7 +210,7 @@ class Recorder:
         """Record what is new in ``messages``; see the module docstring for how it is matched.
 
         ``wire``: the format's wire digest of the request's items (``Converted.wire``), stored beside
-        the canonical one when it covers only recorded rows.
+        the canonical one with the last page.
         """
         h = self.history
         # rows before ``known`` are the recorded objects themselves: only the rest is hashed and compared,

@@ -25,7 +25,7 @@ from sizes import examples
 import pager
 import pager.formats.anthropic_messages as am
 import pager.formats.responses_lazy as rl
-from pager.core.digest import RunningDigest, StoredDigest, WireRun, digest_wire
+from pager.core.digest import WIRE_LAG, RunningDigest, StoredDigest, WireRun, digest_wire
 from pager.errors import MessageError
 from pager.formats.anthropic_blocks import convert_message, neutral_count
 from pager.formats.base import get_format
@@ -357,7 +357,7 @@ def test_the_responses_wire_digest_ends_where_a_group_starts_and_counts_its_rows
     for n in range(1, len(items) + 1):
         conv = fmt.to_messages({"model": "m", "instructions": system, "input": items[:n]}, heads=heads)
         wire = conv.wire
-        assert wire is not None and wire.run.rows <= max(0, n - rl.WIRE_LAG)
+        assert wire is not None and wire.run.rows <= max(0, n - WIRE_LAG)
         w = wire.run.rows
         if w:
             whole = fmt.to_messages({"model": "m", "instructions": system, "input": items[:w]})

@@ -12,10 +12,13 @@ encode to exactly the bytes each message encodes to alone, joined by
 commas), the chunks are hashed, and one comparison says whether the whole
 prefix is the recorded one.
 
-A format that converts (Anthropic Messages) also keeps a *wire* digest: the
-same running digest over the caller's own items (``digest_wire``), without
-their cache marks, stored beside the canonical one with the number of items
-it covers (``StoredDigest``). On a reopen it vouches for the items without
+A format that converts (Anthropic Messages, Responses) also keeps a *wire*
+digest: the same running digest over the caller's own items
+(``digest_wire``), without their transport fields (``Transport``), stored
+beside the canonical one with the number of items it covers and the rows they
+made (``StoredDigest``). It leaves out the newest ``WIRE_LAG`` items, which a
+client re-marks (Claude Code marks the newest message): a digest cannot be
+taken back. On a reopen it vouches for the items without
 converting them: the format hands the scheduler a lazy prefix
 (``pager.formats.lazy``), converting an item only when one of its rows is
 read (issue 23: a reopen of 50,000 messages converted every one, 1.2 s).
@@ -43,9 +46,10 @@ import orjson
 
 from pager.core.canonical import CACHE_KEY, canonical_bytes, item_has_transport, unmarked, unmarked_item
 
-__all__ = ["CHUNK", "ITEM_KEYS", "MARKS", "NO_DIGEST", "RunningDigest", "StoredDigest", "Transport", "WireRun", "digest_messages",
-           "digest_wire", "wire_bytes"]
+__all__ = ["CHUNK", "ITEM_KEYS", "MARKS", "NO_DIGEST", "WIRE_LAG", "RunningDigest", "StoredDigest", "Transport",
+           "WireRun", "digest_messages", "digest_wire", "wire_bytes"]
 
+WIRE_LAG = 4  # the newest items a wire digest leaves out (see the module docstring)
 CHUNK = 512  # messages encoded per orjson call: ~1.5 MB of a typical agent history, freed at once
 # the substring that may mean a cache mark (see the module docstring): it sends a chunk the slow way, as a
 # message with a top-level ``native`` does
@@ -203,18 +207,16 @@ def digest_wire(items: Sequence[Any], n: int, run: RunningDigest | None = None,
 NO_DIGEST = RunningDigest()
 
 
+@attrs.frozen(slots=True)
 class WireRun:
     """A format's wire digest of a conversation's items: ``run`` over the first ``run.rows`` items.
 
     ``rows``: the neutral rows those items converted to (the lead, a system prompt, included).
     """
 
-    __slots__ = ("format", "run", "rows")
-
-    def __init__(self, format: str, run: RunningDigest, rows: int) -> None:  # noqa: A002 - the format's name
-        self.format = format
-        self.run = run
-        self.rows = rows
+    format: str
+    run: RunningDigest
+    rows: int
 
 
 @attrs.frozen(slots=True)
@@ -246,6 +248,17 @@ class StoredDigest:
         if self.wire is None:
             return head
         return f"{head} {self.wire_format} {self.wire_items} {self.wire_rows} {self.wire}"
+
+    def vouches(self, name: str, items: Sequence[Any], transport: Transport = MARKS) -> RunningDigest | None:
+        """Return the digest of the first ``wire_items`` of ``items`` when it is this wire digest of format ``name``.
+
+        None when there is none of that format, ``items`` is not a list that long, or its digest differs.
+        """
+        n = self.wire_items
+        if self.wire is None or self.wire_format != name or not 0 < n <= len(items) or not isinstance(items, list):
+            return None
+        run = digest_wire(items, n, transport=transport)
+        return run if run is not None and run.hexdigest() == self.wire else None
 
     @classmethod
     def parse(cls, text: str | None) -> "StoredDigest":

@@ -38,7 +38,7 @@ import pager.formats.breakpoints as bp
 from pager.formats._convert import (
     ConversionMemo, ValueMemo, as_plain, flat_tool_name, function_specs, id_text,
 )
-from pager.core.digest import NO_DIGEST, StoredDigest, WireRun, digest_wire
+from pager.core.digest import NO_DIGEST, WIRE_LAG, StoredDigest, WireRun, digest_wire
 from pager.formats._heads import HeadMemo, OwnHeads, with_lead
 from pager.formats.lazy import lazy_head
 from pager.formats.anthropic_render import EPHEMERAL, TurnMemo, mark, merge
@@ -58,9 +58,6 @@ __all__ = ["DEFAULT_CACHE_MARKS", "EPHEMERAL", "FORMAT", "AnthropicMessages", "b
 
 # the cache_marks mode when the caller gives none (see pager.formats.breakpoints)
 DEFAULT_CACHE_MARKS = "pager"
-
-WIRE_LAG = 4  # the newest items the wire digest leaves out: a client re-marks them (Claude Code: the newest)
-
 
 class AnthropicMessages(OwnHeads):
     """Anthropic Messages API requests (``system``, ``messages`` of blocks, ``tools``).
@@ -208,15 +205,10 @@ class AnthropicMessages(OwnHeads):
     def _vouched(self, messages: Sequence[Any], lead: list[Any], vouch: StoredDigest
                  ) -> tuple[list[Any], list[int], Any] | None:
         """Return ``(rows, ends, run)`` of the first items a stored wire digest vouches for, unconverted; else None."""
-        n = vouch.wire_items
-        if vouch.wire is None or vouch.wire_format != self.name or not 0 < n <= len(messages):
+        run = vouch.vouches(self.name, messages) if len(lead) < vouch.wire_rows else None
+        if run is None:
             return None
-        if not isinstance(messages, list) or len(lead) + 1 > vouch.wire_rows:
-            return None
-        run = digest_wire(messages, n)
-        if run is None or run.hexdigest() != vouch.wire:
-            return None
-        lazy = lazy_head(lead, messages[:n], neutral_count, convert_message)
+        lazy = lazy_head(lead, messages[: run.rows], neutral_count, convert_message)
         if lazy is None or lazy[1][-1] != vouch.wire_rows:
             return None
         return lazy[0], lazy[1], run

@@ -39,6 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from pager.core.describe import brief
+from pager.core.digest import WireRun
 from pager.errors import ConfigError, InputError
 from pager.formats._usage import Usage, find_usage, is_langchain, keys, langchain_usage
 
@@ -74,7 +75,7 @@ class Converted:
 
     messages: Sequence[Mapping[str, Any]]
     tools: Sequence[Any] = ()
-    wire: Any = None
+    wire: WireRun | None = None
     vouched: int = 0
 
 

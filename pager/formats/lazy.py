@@ -39,19 +39,17 @@ Convert = Callable[[int, Any], Sequence[Mapping[str, Any]]]
 class _Source:
     """The wire items of a vouched head and their conversions, shared by every ``Pending`` of one head."""
 
-    __slots__ = ("items", "convert", "done", "converted")
+    __slots__ = ("items", "convert", "done")
 
     def __init__(self, items: Sequence[Any], convert: Convert) -> None:
         self.items = items
         self.convert = convert
         self.done: dict[int, Sequence[Mapping[str, Any]]] = {}
-        self.converted = 0  # items converted (what a bench or test reads)
 
     def rows(self, j: int) -> Sequence[Mapping[str, Any]]:
         out = self.done.get(j)
         if out is None:
             out = self.done[j] = self.convert(j, self.items[j])
-            self.converted += 1
         return out
 
 
@@ -124,10 +122,6 @@ class LazyRows(list):  # type: ignore[type-arg]
 
     def pop(self, i: SupportsIndex = -1) -> Any:
         return _read(list.pop(self, i))
-
-    def pending(self) -> int:
-        """Return how many rows are still unconverted (what a test or bench reads)."""
-        return sum(1 for v in list.__iter__(self) if type(v) is Pending and v.item not in v.src.done)
 
 
 def lazy_head(lead: Sequence[Mapping[str, Any]], items: Sequence[Any], count: Callable[[Any], int],

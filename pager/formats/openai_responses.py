@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pager.core.describe import brief
+from pager.core.digest import StoredDigest
 from pager.errors import InputError, ToolError
 from pager.formats._convert import (
     ConversionMemo, ValueMemo, as_plain, check_encodable, flat_tool_name, function_specs, id_text, tool_arguments,
@@ -38,14 +39,14 @@ from pager.formats._convert import (
 from pager.formats._heads import HeadMemo, OwnHeads, with_lead
 from pager.formats.base import Converted, RenderHints, ToolCallRequest, Usage, register_format
 from pager.formats._usage import count, optional_count, own_usage
-from pager.core.digest import StoredDigest
-from pager.formats.responses_lazy import vouched_head, wire_of
 from pager.formats.responses_items import (
     FULL_INPUT, ItemError, item_kind, item_parts, item_text, output_message, run_message,
 )
+from pager.formats.responses_lazy import vouched_head, wire_of
 from pager.formats.responses_render import ItemMemo
 
 __all__ = ["FORMAT", "ItemError", "OpenAIResponses", "item_text"]
+
 
 def _ends_of(handed: list[int], k: int, n_items: int, n_converted: int, first: int = 0) -> list[int]:
     """Return the per-item ends the memo keeps for Responses: zeros (not kept), then the neutral count.

@@ -15,16 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pager.core.digest import ITEM_KEYS, NO_DIGEST, RunningDigest, StoredDigest, WireRun, digest_wire
+from pager.core.digest import ITEM_KEYS, NO_DIGEST, WIRE_LAG, RunningDigest, StoredDigest, WireRun, digest_wire
 from pager.errors import InputError, MessageError
 from pager.formats.lazy import LazyRows, lazy_groups
 from pager.formats._convert import as_plain
 from pager.formats.responses_items import item_kind, item_parts, output_message, run_message
 from pager.formats.responses_render import CALL_TYPES
 
-__all__ = ["WIRE_LAG", "vouched_head", "wire_of"]
-
-WIRE_LAG = 4  # the newest items the wire digest leaves out (a client may re-send them changed)
+__all__ = ["vouched_head", "wire_of"]
 
 
 def _group(items: Sequence[Any], kinds: Sequence[str], start: int) -> dict[str, Any]:
@@ -61,12 +59,10 @@ def vouched_head(name: str, items: Sequence[Any], lead: Any, vouch: StoredDigest
     ``rows``: the lead, then a ``Pending`` per group; ``state``: the memo state ``to_messages`` would
     have after converting them; ``run``: the digest, over ``run.rows`` items.
     """
-    n = vouch.wire_items
-    if vouch.wire is None or vouch.wire_format != name or not 0 < n <= len(items) or not isinstance(items, list):
+    run = vouch.vouches(name, items, ITEM_KEYS)
+    if run is None:
         return None
-    run = digest_wire(items, n, transport=ITEM_KEYS)
-    if run is None or run.hexdigest() != vouch.wire:
-        return None
+    n = run.rows
     head = items[:n]
     if not all(type(it) is dict for it in head):
         return None
