@@ -97,16 +97,18 @@ def _recorded(tmp_path: Any, fmt: str = FMT, seed: int = 3, steps: int = 40, cut
     return str(tmp_path / "store"), system, items, upto
 
 
-_RECORDED: dict[str, tuple[str, Any, list[Any], int]] = {}
+_RECORDED: dict[tuple[str, Any], tuple[str, Any, list[Any], int]] = {}
 
 
 @pytest.fixture
 def recorded(tmp_path_factory: pytest.TempPathFactory, tmp_path: Any) -> Any:
-    """``_recorded`` for the suite's options, recorded once per format (a copy for each test)."""
+    """``_recorded`` under the options as they are now (``OPTS``), recorded once per format and L1 cap
+    (a copy for each test)."""
     def get(fmt: str) -> tuple[str, Any, list[Any], int]:
-        if fmt not in _RECORDED:
-            _RECORDED[fmt] = _recorded(tmp_path_factory.mktemp(f"recorded-{fmt}"), fmt)
-        store, system, items, upto = _RECORDED[fmt]
+        key = (fmt, OPTS.get("l1_cap"))
+        if key not in _RECORDED:
+            _RECORDED[key] = _recorded(tmp_path_factory.mktemp(f"recorded-{fmt}"), fmt)
+        store, system, items, upto = _RECORDED[key]
         shutil.copytree(store, tmp_path / "store")
         return str(tmp_path / "store"), system, items, upto
 
@@ -167,11 +169,11 @@ def _both(tmp_path: Any, store: str, calls: list[dict[str, Any]], conversions: l
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cap", [None, 60])
 def test_a_reopened_history_converts_what_is_read_and_gives_the_same_calls(tmp_path, conversions, monkeypatch,
-                                                                           cap, fmt):
+                                                                           cap, fmt, recorded):
     """``cap``: an L1 cap the system prompt is over (the planner cuts it and joins the rest after it)."""
     if cap is not None:
         monkeypatch.setitem(OPTS, "l1_cap", cap)
-    store, system, items, upto = _recorded(tmp_path, fmt)
+    store, system, items, upto = recorded(fmt)
     ends = [k for k in _ends(items) if k >= upto]
     calls = [_request(system, items[:k], fmt) for k in ends]
     lazy, eager, first = _both(tmp_path, store, calls, conversions, monkeypatch)
