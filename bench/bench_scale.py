@@ -255,7 +255,8 @@ def run(sizes: list[int], calls: int, warm: int, fresh: bool = False, fmt: str =
                 "p50_ms": round(_pct(steady["cpu_ms"], 0.5), 2), "p99_ms": round(_pct(steady["cpu_ms"], 0.99), 2),
                 "own_p50_ms": round(_pct(steady["own_ms"], 0.5), 2), "mean_ms": round(steady["mean_ms"], 2),
                 # what other threads (Tantivy's commits and merges, behind) spent during the median call
-                "others_p50_ms": round(_pct([max(0.0, c - o) for c, o in zip(steady["cpu_ms"], steady["own_ms"])], 0.5), 2),
+                "others_p50_ms": round(_pct([max(0.0, c - o) for c, o in zip(steady["cpu_ms"], steady["own_ms"])],
+                                            0.5), 2),
                 "imports_cpu_s": round(reopen["imports_cpu_s"], 3), "reopen_cpu_s": round(reopen["reopen_cpu_s"], 3),
                 "first_cpu_s": round(reopen["first_cpu_s"], 3), "reopen_new_pages": reopen["reopen_new_pages"],
                 "peak_rss_mb": round(reopen["peak_rss_mb"]), "history_rss_mb": round(reopen["history_rss_mb"]),
