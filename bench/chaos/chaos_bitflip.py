@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 import chaos_common  # noqa: F401  (puts the worktree's pager first on sys.path)
 import pager
+from pager.storage.index import PageIndex
 from pager.storage.index_files import verify
 from pager.storage.indexing import index_doc
 
@@ -59,7 +60,7 @@ def history(session: str, n: int) -> list[dict[str, Any]]:
 
 
 def build_base(where: Path, messages: int = 120) -> dict[str, int]:
-    """Write the base store (several commits: several segments, and deletions of the meta document)."""
+    """Write the base store (several commits: several segments, and a deletion)."""
     counts = {}
     for s in SESSIONS:
         msgs = history(s, messages)
@@ -67,8 +68,17 @@ def build_base(where: Path, messages: int = 120) -> dict[str, int]:
             for n in [*range(12, len(msgs), 12), len(msgs)]:
                 p.assemble({"messages": msgs[:n]})
                 p._feeder.flush()  # one commit per batch: several segments
-            p.note(f"a note of {s}: it commits once more, so older segments have deletions (.del)")
+            p.note(f"a note of {s}: it commits once more")
             counts[s] = p.store.count_pages(s)
+            first = next(p.store.iter_pages(0))
+    # the first page indexed again replaces its document: a segment with a deletion (.del). A commit's
+    # meta document no longer replaces the one before it (pager.storage.index), so nothing else deletes
+    ix = PageIndex(where / "index")
+    try:
+        ix.add([index_doc(*first)])
+        ix.commit()
+    finally:
+        ix.close()
     return counts
 
 
@@ -164,7 +174,6 @@ def _as_file(work: Path) -> str:
 
 def _phantoms(work: Path) -> str:
     """Commit index documents for 8 page ids the store does not have (a writer killed between commits)."""
-    from pager.storage.index import PageIndex
 
     with pager.open(work, session="alpha", log_reports=False) as p:
         rec, msg = next(p.store.iter_pages(0))

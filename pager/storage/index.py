@@ -9,7 +9,13 @@ Tantivy commit, so the two are atomic: if the process dies before the commit
 lands, ``indexed_upto()`` still reports the old value and the store re-feeds the
 missing pages. Re-feeding is safe because ``add`` deletes any document with the
 same ``page_id`` before adding (only when that id may already be present, so a
-bulk build pays nothing for it).
+bulk build pays nothing for it). A commit adds its meta document beside the
+ones before it and the watermark is the highest any holds (``upto`` and
+``max_id`` never decrease); every ``META_KEEP`` commits one replaces them all.
+Replacing it at every commit left a deleted document in every segment, and
+Tantivy's merges copy a segment's stored fields block by block only when it
+has none: otherwise they decompress and compress them again, which was about
+half of what the merges after a commit cost (issue 23).
 
 Queries are never fed to Tantivy's query parser. Terms are extracted with the
 same analyzer the ``text`` field uses, so syntax characters are just
@@ -82,6 +88,9 @@ log = logging.getLogger("pager.index")
 # it commits) before the commit fails with RecallIndexError.
 WRITER_WAIT_SECONDS = 30.0
 WRITER_HEAP = 64_000_000
+# Meta documents kept side by side before a commit replaces them all (the module docstring says why).
+# Few: each counts in BM25's document count, as the deleted one did until a merge dropped it.
+META_KEEP = 16
 
 class PageIndex(BehindMixin, DiskMixin, SearchMixin):
     """A Tantivy index of pages, searched for page-fault recall.
@@ -143,16 +152,26 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             self._index.register_tokenizer("pg_key", _KEY_ANALYZER)
             self._index.config_reader(reload_policy="Manual")
             self._load_searcher()
-            self._upto, self._max_id, self._has_meta = self._read_meta()
+            self._upto, self._max_id, _metas = self._read_meta()
 
-    def _read_meta(self) -> tuple[int, int, bool]:
-        hits = self._searcher.search(Query.term_query(_SCHEMA, "meta", _META), 1).hits
-        if not hits:
-            return 0, 0, False
-        doc = self._searcher.doc(hits[0][1])
-        if int(doc.get_first("format") or 0) != INDEX_FORMAT:
-            raise _StaleFormat()
-        return int(doc.get_first("upto") or 0), int(doc.get_first("max_id") or 0), True
+    def _read_meta(self) -> tuple[int, int, int]:
+        """Return the watermark the meta documents hold (the highest ``upto`` and ``max_id``) and how many there are."""
+        query = Query.term_query(_SCHEMA, "meta", _META)
+        found = self._searcher.search(query, META_KEEP + 1, count=True)
+        hits = found.hits
+        if found.count > len(hits):  # more than one writer's between two replacements: read them all
+            hits = self._searcher.search(query, found.count).hits
+        upto = max_id = 0
+        for _score, addr in hits:
+            doc = self._searcher.doc(addr)
+            if int(doc.get_first("format") or 0) != INDEX_FORMAT:
+                raise _StaleFormat()
+            upto = max(upto, int(doc.get_first("upto") or 0))
+            max_id = max(max_id, int(doc.get_first("max_id") or 0))
+        return upto, max_id, len(hits)
+
+    def _meta_count(self) -> int:
+        return int(self._searcher.search(Query.term_query(_SCHEMA, "meta", _META), 1, count=True).count)
 
     def _w(self) -> tantivy.IndexWriter:
         """Take Tantivy's writer, waiting while another process holds its lock."""
@@ -333,7 +352,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
                 # from here to the release of the writer no other process can commit: a change of
                 # meta.json is ours (this commit, its merges), the searcher's generation says on what
                 self._alone = self.generation
-                their_upto, their_max, _ = self._read_meta()
+                their_upto, their_max, metas = self._read_meta()
                 upto = max(self._upto, pending_max) if upto_page_id is None else upto_page_id
                 upto = max(upto, their_upto)
                 max_id = max(self._max_id, their_max, pending_max)
@@ -344,7 +363,8 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
                     if pid <= known:
                         w.delete_documents_by_term("page_id", pid)
                     w.add_document(doc)
-                w.delete_documents_by_term("meta", _META)
+                if metas >= META_KEEP:  # this one replaces them (their highest values are in it)
+                    w.delete_documents_by_term("meta", _META)
                 meta = tantivy.Document()
                 meta.add_text("meta", _META)
                 meta.add_integer("upto", upto)
@@ -370,7 +390,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
                     self._release()
             if self._path is not None:
                 tighten(self._path)  # the new segment's files: 0600, as the store's
-            self._upto, self._max_id, self._has_meta = upto, max_id, True
+            self._upto, self._max_id = upto, max_id
             try:
                 self._reload()
             except BaseException:
@@ -456,7 +476,6 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             finally:
                 self._release()
             self._upto = self._max_id = 0
-            self._has_meta = False
             self._discard()
             self._reload()
 
@@ -506,7 +525,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
 
     def _len(self) -> int:
         with damage_as("cannot read the recall index"):
-            return self._searcher.num_docs - (1 if self._has_meta else 0)
+            return self._searcher.num_docs - self._meta_count()
 
     def page_ids(self) -> set[int]:
         """Return the ids of every committed page (a consistency check reads them; O(pages))."""
