@@ -174,7 +174,6 @@ def _as_file(work: Path) -> str:
 
 def _phantoms(work: Path) -> str:
     """Commit index documents for 8 page ids the store does not have (a writer killed between commits)."""
-
     with pager.open(work, session="alpha", log_reports=False) as p:
         rec, msg = next(p.store.iter_pages(0))
         top = p.store.max_page_id()

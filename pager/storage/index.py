@@ -155,7 +155,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             self._upto, self._max_id, _metas = self._read_meta()
 
     def _read_meta(self) -> tuple[int, int, int]:
-        """Return the watermark the meta documents hold (the highest ``upto`` and ``max_id``) and how many there are."""
+        """Return the watermark the meta documents hold (their highest ``upto``, ``max_id``) and their number."""
         query = Query.term_query(_SCHEMA, "meta", _META)
         found = self._searcher.search(query, META_KEEP + 1, count=True)
         hits = found.hits
