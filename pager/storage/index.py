@@ -110,13 +110,14 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._lock = threading.RLock()
         self._buffer: dict[int, tantivy.Document] = {}  # page id -> document, added since the last commit
         self._deletes: set[int] = set()
-        self._pending: set[int] = set()  # ids added since the last commit
+        # ids added since the last commit -> whether the page is its own session's alone (scope "session")
+        self._pending: dict[int, bool] = {}
         self._pending_max = 0
         self._keys: set[str] = set()  # the audience keys of the buffered pages (``beyond_session``)
         # ``add`` appends here and never waits: a background commit holds ``_lock`` while it runs, and
         # the next call's pages need not wait for it (issue 23). Whoever next takes ``_lock`` to read
         # or commit the buffer moves these into it first (``_drain``), in the order they came.
-        self._inbox: list[tuple[int, tantivy.Document, tuple[str, ...]]] = []
+        self._inbox: list[tuple[int, tantivy.Document, tuple[str, ...], bool]] = []
         self._inbox_lock = threading.Lock()
         self._sources: list[Any] = []  # what rebuilds this index and knows its pages (IndexFeeder binds them)
         self._checked: set[tuple[str, int]] = set()  # committed files whose checksum was found good
@@ -223,7 +224,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         asked for, and these pages come with the next.
         """
         try:
-            made = [(d.page_id, self._to_doc(d), self._keys_of(d)) for d in docs]
+            made = [(d.page_id, self._to_doc(d), self._keys_of(d), d.scope == "session") for d in docs]
         except BaseException as e:
             if not is_damage(e):
                 raise
@@ -236,10 +237,10 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         """Move what ``add`` left in the inbox into the buffer (under ``_lock``)."""
         with self._inbox_lock:
             came, self._inbox = self._inbox, []
-        for pid, doc, keys in came:
+        for pid, doc, keys, own in came:
             self._buffer[pid] = doc
             self._deletes.discard(pid)
-            self._pending.add(pid)
+            self._pending[pid] = own
             if pid > self._pending_max:
                 self._pending_max = pid
             self._keys.update(keys)
@@ -248,7 +249,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         """Return the buffer as a batch to commit and start an empty one (under ``_lock``)."""
         self._drain()
         batch = (self._buffer, self._deletes, self._pending_max, frozenset(self._keys))
-        self._buffer, self._deletes, self._pending, self._pending_max, self._keys = {}, set(), set(), 0, set()
+        self._buffer, self._deletes, self._pending, self._pending_max, self._keys = {}, set(), {}, 0, set()
         return batch
 
     def _discard(self) -> None:
@@ -430,6 +431,18 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             self._drain()
             return len(self._pending)
 
+    def buffered_ids(self, own_session_only: bool = False) -> frozenset[int]:
+        """Return the ids of the pages added and not committed yet (sessions of one process share them).
+
+        ``own_session_only``: only those no session but their own may read (scope ``session``). A
+        session opened beside others that have not committed finds their newest pages here, not in the
+        index: ``heal_index`` leaves those to the commit that will take them.
+        """
+        self._join()
+        with self._lock:
+            self._drain()
+            return frozenset(pid for pid, own in self._pending.items() if own or not own_session_only)
+
     def indexed_upto(self) -> int:
         """Return the highest store page id committed to the index (0 if none)."""
         self._join()
@@ -442,7 +455,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             self._drain()
             for pid in page_ids:
                 self._buffer.pop(pid, None)
-                self._pending.discard(pid)
+                self._pending.pop(pid, None)
                 self._deletes.add(pid)
 
     def clear(self) -> None:

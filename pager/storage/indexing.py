@@ -39,16 +39,25 @@ def index_doc(rec: PageRecord, msg: Any, text: str | None = None) -> IndexDoc:
     )
 
 
-def feed_index(store: Store, index: RecallIndex, after: int = 0, progress: Any = None) -> int:
+def feed_index(store: Store, index: RecallIndex, after: int = 0, progress: Any = None,
+               held: Container[int] = ()) -> int:
     """Index every stored page with id > ``after`` and commit; return how many.
 
+    ``held``: pages already added to ``index`` and not committed (another session's of this process,
+    ``buffered_ids``): they are left to the commit that will take them, and the watermark this commit
+    records stops below the first of them. Nothing to add and nothing held: no commit.
     ``progress(done, total)`` is called after each batch when given.
     """
     total = store.count_pages()
     batch: list[IndexDoc] = []
     done = 0
     last = after
+    first_held: int | None = None
     for rec, msg in store.iter_pages(after):
+        if rec.id in held:
+            if first_held is None:
+                first_held = rec.id
+            continue
         batch.append(index_doc(rec, msg))
         last = rec.id
         if len(batch) >= 1000:
@@ -58,7 +67,8 @@ def feed_index(store: Store, index: RecallIndex, after: int = 0, progress: Any =
                 progress(done, total)
     if batch:
         done += index.add(batch)
-    index.commit(upto_page_id=last)
+    if done or first_held is None:
+        index.commit(upto_page_id=last if first_held is None else min(last, first_held - 1))
     if progress:
         progress(done, total)
     return done
@@ -77,12 +87,21 @@ def heal_index(store: Store, index: RecallIndex, progress: Any = None) -> int:
     """
     done = 0
     upto = index.indexed_upto()
-    if upto < store.max_page_id():
-        done += feed_index(store, index, upto, progress)
+    top = store.max_page_id()
+    # pages this very index object holds uncommitted that no other session may read: another session
+    # of this process recorded them (a proxy's), and its next commit takes them. Fed and committed here,
+    # every session a proxy opened paid a Tantivy commit (~30 ms) while the sessions before it had not
+    # reached theirs (issue 23). A page other sessions may read (a note shared with a pool, say) is
+    # committed here as before, so that the session opening now can recall it
+    buffered = getattr(index, "buffered_ids", None)
+    held = ({pid for pid in buffered(own_session_only=True) if pid <= top}
+            if buffered is not None and upto < top else set())
+    if upto < top:
+        done += feed_index(store, index, upto, progress, held=held)
     total = store.count_pages()
-    if len(index) < total and hasattr(index, "page_ids"):
+    if len(index) + len(held) < total and hasattr(index, "page_ids"):
         have = index.page_ids()
-        batch = [index_doc(rec, msg) for rec, msg in store.iter_pages(0) if rec.id not in have]
+        batch = [index_doc(rec, msg) for rec, msg in store.iter_pages(0) if rec.id not in have and rec.id not in held]
         if batch:
             log.info("recall index: %d pages were missing below the watermark; indexing them", len(batch))
             index.add(batch)
