@@ -45,7 +45,7 @@ def feed_index(store: Store, index: RecallIndex, after: int = 0, progress: Any =
 
     ``held``: pages already added to ``index`` and not committed (another session's of this process,
     ``buffered_ids``): they are left to the commit that will take them, and the watermark this commit
-    records stops below the first of them. Nothing to add and nothing held: no commit.
+    records stops below the first of them; when every page after ``after`` is held, nothing is committed.
     ``progress(done, total)`` is called after each batch when given.
     """
     total = store.count_pages()
