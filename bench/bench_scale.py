@@ -23,8 +23,8 @@ cost in all, wherever it ran), and the calling thread's own p50
 p50 and what the other threads spent during the median call (process CPU
 minus the calling thread's, the median over the calls): at 10k pages and more,
 Tantivy's merges after the commit every ``COMMIT_EVERY`` pages rewrite up to
-its 10k-document layer, and they run behind the calls that follow. With ``--fresh`` each call's history is first decoded
-anew from JSON, untimed: equal values in new objects, as a harness that
+about 17,000 documents, and they run behind the calls that follow. With
+``--fresh`` each call's history is first decoded anew from JSON, untimed: equal values in new objects, as a harness that
 rebuilds its history sends them. Finally a fresh
 process reopens the store and assembles once with the whole history as new
 objects (what a restarted harness sends): its CPU time and peak RSS (with the
