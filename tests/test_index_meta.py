@@ -94,3 +94,28 @@ def test_a_replaced_page_is_still_a_single_document_and_the_count_excludes_meta_
         assert [h.page_id for h in ix.search("retry page 2", session="A", k=5)][0] == 2
     finally:
         ix.close()
+
+
+def test_more_meta_documents_than_one_search_asks_for_are_all_read(tmp_path: Path, monkeypatch) -> None:
+    """Written under a larger ``META_KEEP`` (another release): the watermark is still the highest of them."""
+    import pager.storage.index as index_module
+
+    path = tmp_path / "idx"
+    monkeypatch.setattr(index_module, "META_KEEP", 64)
+    ix = PageIndex(path)
+    try:
+        for n in range(1, 41):
+            ix.add([doc(n)])
+            ix.commit(n)
+    finally:
+        ix.close()
+    assert _raw(path)[0] == 40
+    monkeypatch.setattr(index_module, "META_KEEP", 4)  # one search asks for 5 of the 40
+    again = PageIndex(path)
+    try:
+        assert again.indexed_upto() == 40 and len(again) == 40
+        again.add([doc(41)])
+        again.commit(41)  # finds more than 4: replaces them all
+        assert _raw(path)[0] == 1 and again.indexed_upto() == 41 and len(again) == 41
+    finally:
+        again.close()

@@ -431,17 +431,17 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             self._drain()
             return len(self._pending)
 
-    def buffered_ids(self, own_session_only: bool = False) -> frozenset[int]:
-        """Return the ids of the pages added and not committed yet (sessions of one process share them).
+    def buffered_session_ids(self) -> frozenset[int]:
+        """Return the ids of the pages added and not committed yet that no session but their own may read.
 
-        ``own_session_only``: only those no session but their own may read (scope ``session``). A
-        session opened beside others that have not committed finds their newest pages here, not in the
-        index: ``heal_index`` leaves those to the commit that will take them.
+        Sessions of one process share this buffer: a session opened beside others that have not
+        committed finds their newest pages here, not in the index, and ``heal_index`` leaves those of
+        scope ``session`` to the commit that will take them.
         """
         self._join()
         with self._lock:
             self._drain()
-            return frozenset(pid for pid, own in self._pending.items() if own or not own_session_only)
+            return frozenset(pid for pid, own in self._pending.items() if own)
 
     def indexed_upto(self) -> int:
         """Return the highest store page id committed to the index (0 if none)."""

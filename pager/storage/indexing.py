@@ -44,8 +44,9 @@ def feed_index(store: Store, index: RecallIndex, after: int = 0, progress: Any =
     """Index every stored page with id > ``after`` and commit; return how many.
 
     ``held``: pages already added to ``index`` and not committed (another session's of this process,
-    ``buffered_ids``): they are left to the commit that will take them, and the watermark this commit
-    records stops below the first of them; when every page after ``after`` is held, nothing is committed.
+    ``buffered_session_ids``): they are left to the commit that will take them, and the watermark this
+    commit records stops below the first of them; when every page after ``after`` is held, nothing is
+    committed.
     ``progress(done, total)`` is called after each batch when given.
     """
     total = store.count_pages()
@@ -93,9 +94,8 @@ def heal_index(store: Store, index: RecallIndex, progress: Any = None) -> int:
     # every session a proxy opened paid a Tantivy commit (~30 ms) while the sessions before it had not
     # reached theirs (issue 23). A page other sessions may read (a note shared with a pool, say) is
     # committed here as before, so that the session opening now can recall it
-    buffered = getattr(index, "buffered_ids", None)
-    held = ({pid for pid in buffered(own_session_only=True) if pid <= top}
-            if buffered is not None and upto < top else set())
+    buffered = getattr(index, "buffered_session_ids", None)
+    held = {pid for pid in buffered() if pid <= top} if buffered is not None and upto < top else set()
     if upto < top:
         done += feed_index(store, index, upto, progress, held=held)
     total = store.count_pages()
