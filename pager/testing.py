@@ -196,6 +196,9 @@ class StoreContract:
         got = [r.id for r, _m in store.iter_pages(ids[1], batch=2)]
         assert got == ids[2:]
         assert [m["content"] for _r, m in store.iter_pages(0)] == [f"message {i}" for i in range(5)]
+        ids_after = getattr(store, "page_ids_after", None)  # optional: the index's catch-up reads ids alone
+        if ids_after is not None:
+            assert list(ids_after(ids[1])) == ids[2:] and list(ids_after(ids[-1])) == []
 
     def test_update_stats(self, store: Store) -> None:
         b = store.ensure_session("s")

@@ -74,3 +74,41 @@ def test_a_catch_up_beside_held_pages_records_a_watermark_below_them(tmp_path: P
             assert ix.indexed_upto() == ids[3] - 1
         finally:
             ix.close()
+
+
+def test_a_session_opening_beside_buffered_siblings_reads_none_of_their_pages(tmp_path: Path, monkeypatch) -> None:
+    """The catch-up asks the store for ids alone and reads back only pages it feeds.
+
+    Reading every held page (message decoded) to skip it made a proxy's new session
+    cost grow with the pages all the sessions before it had buffered: quadratic in
+    sessions opened between commits.
+    """
+    from pager.storage.sqlite import SQLiteStore
+
+    read: list[int] = []
+    real = SQLiteStore.iter_pages
+
+    def counting(self, after_id=0, batch=500):
+        for rec, msg in real(self, after_id, batch):
+            read.append(rec.id)
+            yield rec, msg
+
+    monkeypatch.setattr(SQLiteStore, "iter_pages", counting)
+    store = tmp_path / "ctx"
+    opened = [pager.open(store, session=f"s{k}", log_reports=False) for k in range(4)]
+    try:
+        for k, p in enumerate(opened):
+            p.assemble({"messages": _history(f"w{k}x", 3)})
+        index = opened[0]._feeder.index
+        held = index.buffered_session_ids()
+        assert len(held) >= 4 * 6 and index.pending  # every sibling's pages buffered, none committed
+        read.clear()
+        with pager.open(store, session="new", log_reports=False) as p:
+            assert not read  # no page read back to be skipped
+            assert index.buffered_session_ids() == held and index.indexed_upto() < min(held)
+            p.assemble({"messages": _history("delta", 1)})
+    finally:
+        for p in opened:
+            p.close()
+    with pager.open(store, session="after", log_reports=False) as p:
+        assert p._feeder.index.page_ids() == {r.id for r, _m in real(p.store, 0)}

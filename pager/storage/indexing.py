@@ -21,7 +21,9 @@ from pager.core.pages import PageRecord
 from pager.storage.base import RecallIndex, Store
 from pager.storage.index import IndexDoc
 
-__all__ = ["COMMIT_EVERY", "IndexFeeder", "feed_index", "heal_index", "index_doc", "present_pages", "search_ids"]
+__all__ = [
+    "COMMIT_EVERY", "IndexFeeder", "feed_index", "heal_index", "index_doc", "page_ids_after", "present_pages", "search_ids",
+]
 
 log = logging.getLogger("pager.index")
 
@@ -54,7 +56,19 @@ def feed_index(store: Store, index: RecallIndex, after: int = 0, progress: Any =
     done = 0
     last = after
     first_held: int | None = None
-    for rec, msg in store.iter_pages(after):
+    start = after
+    ids = page_ids_after(store, after) if held else None
+    if ids is not None:
+        # read no held page back from the store: a proxy's new session found every page of the sessions
+        # opened before it held, and read them all (messages decoded) to skip them (issue 23)
+        first_held = next((i for i in ids if i in held), None)
+        todo = next((i for i in ids if i not in held), None)
+        if todo is None:
+            if progress:
+                progress(0, total)
+            return 0
+        start = todo - 1
+    for rec, msg in store.iter_pages(start):
         if rec.id in held:
             if first_held is None:
                 first_held = rec.id
@@ -135,6 +149,12 @@ def search_ids(index: RecallIndex, terms: Sequence[str], stored: Container[int] 
     if fn is not None:
         return list(fn(terms, stored=stored, **kw))
     return [(h.page_id, h.score) for h in index.search_terms(terms, **kw)]
+
+
+def page_ids_after(store: Store, after: int) -> list[int] | None:
+    """Return the ids of ``store``'s pages with id > ``after``, ascending; None when the store cannot say cheaply."""
+    fn = getattr(store, "page_ids_after", None)
+    return None if fn is None else list(fn(after))
 
 
 def present_pages(store: Store, page_ids: Sequence[int]) -> set[int]:

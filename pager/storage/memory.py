@@ -215,6 +215,9 @@ class MemoryStore:
         for pid in sorted(i for i in self._pages if i > after_id):
             yield self._pages[pid], orjson.loads(self._messages[pid])
 
+    def page_ids_after(self, after_id: int) -> list[int]:
+        return sorted(i for i in self._pages if i > after_id)
+
     def max_page_id(self) -> int:
         return max(self._pages, default=0)
 

@@ -328,6 +328,10 @@ class PostgresStore(PgConnection):
         )
         return [(int(r["feed"]), page_record(r), orjson.loads(r["message"])) for r in got]
 
+    def page_ids_after(self, after_id: int) -> list[int]:
+        """Return the ids of the pages with id > ``after_id``, ascending (no message read)."""
+        return [int(r[0]) for r in self._rows("SELECT id FROM pager_pages WHERE id > %s ORDER BY id", (after_id,))]
+
     def max_page_id(self) -> int:
         return int(self._rows("SELECT coalesce(max(id), 0) FROM pager_pages")[0][0])
 

@@ -306,6 +306,10 @@ class SQLiteStore(TransactionMixin):
                 yield _record(r[:-1]), orjson.loads(r[-1])
             last = got[-1][0]
 
+    def page_ids_after(self, after_id: int) -> list[int]:
+        """Return the ids of the pages with id > ``after_id``, ascending (the id index alone: no message read)."""
+        return [r[0] for r in self._db.execute("SELECT id FROM pages WHERE id>? ORDER BY id", (after_id,))]
+
     def max_page_id(self) -> int:
         row = self._db.execute("SELECT MAX(id) FROM pages").fetchone()
         return int(row[0] or 0)
