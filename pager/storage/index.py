@@ -112,6 +112,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._deletes: set[int] = set()
         # ids added since the last commit -> whether the page is its own session's alone (scope "session")
         self._pending: dict[int, bool] = {}
+        self._own: set[int] = set()  # the ids of ``_pending`` marked True, kept as they come (``buffered_session_ids``)
         self._pending_max = 0
         self._keys: set[str] = set()  # the audience keys of the buffered pages (``beyond_session``)
         # ``add`` appends here and never waits: a background commit holds ``_lock`` while it runs, and
@@ -241,6 +242,10 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             self._buffer[pid] = doc
             self._deletes.discard(pid)
             self._pending[pid] = own
+            if own:
+                self._own.add(pid)
+            else:
+                self._own.discard(pid)
             if pid > self._pending_max:
                 self._pending_max = pid
             self._keys.update(keys)
@@ -250,6 +255,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._drain()
         batch = (self._buffer, self._deletes, self._pending_max, frozenset(self._keys))
         self._buffer, self._deletes, self._pending, self._pending_max, self._keys = {}, set(), {}, 0, set()
+        self._own = set()
         return batch
 
     def _discard(self) -> None:
@@ -259,6 +265,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._buffer.clear()
         self._deletes.clear()
         self._pending.clear()
+        self._own.clear()
         self._pending_max = 0
         self._keys.clear()
 
@@ -441,7 +448,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._join()
         with self._lock:
             self._drain()
-            return frozenset(pid for pid, own in self._pending.items() if own)
+            return frozenset(self._own)
 
     def indexed_upto(self) -> int:
         """Return the highest store page id committed to the index (0 if none)."""
@@ -456,6 +463,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             for pid in page_ids:
                 self._buffer.pop(pid, None)
                 self._pending.pop(pid, None)
+                self._own.discard(pid)
                 self._deletes.add(pid)
 
     def clear(self) -> None:
