@@ -119,24 +119,37 @@ class _Project:
         lines.append(f"class {f['class']}:")
         lines.append(f'    """Hold the state of one {Path(path).stem}."""')
         lines.append("")
-        for name in f["funcs"]:
+        # the draws of ``rng.choice`` / ``rng.randint`` taken directly (``_randbelow``, what both call),
+        # in the same order, and only the chosen line formatted: the same text, a third of the time
+        below = rng._randbelow
+        funcs = f["funcs"]
+        consts = list(f["consts"])
+        for name in funcs:
             where[name] = len(lines) + 1
-            arg = rng.choice(NOUNS)
+            arg = NOUNS[below(len(NOUNS))]
             lines.append(f"    def {name}(self, {arg}, offset=0):")
             lines.append(f'        """{name.strip("_").replace("_", " ").capitalize()} from {arg}."""')
-            for _ in range(rng.randint(3, 12)):
-                other = rng.choice(f["funcs"])
-                const = rng.choice(list(f["consts"]))
-                lines.append(rng.choice((
-                    f"        if len({arg}) < {const}:",
-                    f"            raise {rng.choice(ERRORS)}(f\"short {arg}: {{len({arg})}} < {{{const}}}\")",
-                    f"        value = self.{other}({arg}[offset:offset + {rng.randint(2, 64)}])",
-                    f"        offset += struct.calcsize('<{rng.choice('IHQB')}')",
-                    f"        self._{rng.choice(NOUNS)} = value if value is not None else {rng.randint(0, 99)}",
-                    f"        # keep {rng.choice(NOUNS)} aligned to {rng.choice((4, 8, 16, 64))} bytes",
-                    f"        for i, item in enumerate({arg}):",
-                    f"            total = total + item if i % {rng.randint(2, 9)} else total",
-                )))
+            for _ in range(3 + below(10)):  # randint(3, 12)
+                other = funcs[below(len(funcs))]
+                const = consts[below(len(consts))]
+                # each alternative's draws, in the order the tuple of all eight made them
+                error = ERRORS[below(len(ERRORS))]
+                width = 2 + below(63)  # randint(2, 64)
+                code = "IHQB"[below(4)]
+                field, default = NOUNS[below(len(NOUNS))], below(100)  # randint(0, 99)
+                what, align = NOUNS[below(len(NOUNS))], (4, 8, 16, 64)[below(4)]
+                every = 2 + below(8)  # randint(2, 9)
+                pick = below(8)
+                lines.append(
+                    f"        if len({arg}) < {const}:" if pick == 0 else
+                    f"            raise {error}(f\"short {arg}: {{len({arg})}} < {{{const}}}\")" if pick == 1 else
+                    f"        value = self.{other}({arg}[offset:offset + {width}])" if pick == 2 else
+                    f"        offset += struct.calcsize('<{code}')" if pick == 3 else
+                    f"        self._{field} = value if value is not None else {default}" if pick == 4 else
+                    f"        # keep {what} aligned to {align} bytes" if pick == 5 else
+                    f"        for i, item in enumerate({arg}):" if pick == 6 else
+                    f"            total = total + item if i % {every} else total"
+                )
             lines.append("        return value")
             lines.append("")
         return "\n".join(lines) + "\n", where
@@ -272,10 +285,11 @@ def _pytest(rng: random.Random, proj: _Project, path: str, func: str, at: int,
            f"rootdir: /workspace/{proj.name}", f"collected {total} items", ""]
     tests = sorted(proj.tests)
     if verbose:
+        below = rng._randbelow  # rng.choice's own draw, taken directly (as in ``_Project._source``)
         for k in range(total):
-            t = rng.choice(tests)
-            out.append(f"{t}::test_{rng.choice(VERBS)}_{rng.choice(NOUNS)}_{k} PASSED "
-                       f"[{100 * (k + 1) // total:3d}%]")
+            t = tests[below(len(tests))]
+            verb = VERBS[below(len(VERBS))]
+            out.append(f"{t}::test_{verb}_{NOUNS[below(len(NOUNS))]}_{k} PASSED [{100 * (k + 1) // total:3d}%]")
     else:
         for t in tests:
             out.append(f"{t} " + "." * rng.randint(3, 30))
