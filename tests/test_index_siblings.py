@@ -112,3 +112,24 @@ def test_a_session_opening_beside_buffered_siblings_reads_none_of_their_pages(tm
             p.close()
     with pager.open(store, session="after", log_reports=False) as p:
         assert p._feeder.index.page_ids() == {r.id for r, _m in real(p.store, 0)}
+
+
+def test_buffered_session_ids_follow_adds_deletes_rescopes_and_commits(tmp_path: Path) -> None:
+    from pager.storage.index import IndexDoc
+
+    ix = PageIndex(tmp_path / "index")
+    try:
+        def doc(pid: int, scope: str = "session") -> IndexDoc:
+            return IndexDoc(page_id=pid, session="s", step=pid, kind="tool", text=f"word{pid} here", scope=scope,
+                            owner="o" if scope != "session" else "", pool="p" if scope == "project" else None)
+
+        ix.add([doc(1), doc(2), doc(3), doc(4, "project")])
+        assert ix.buffered_session_ids() == {1, 2, 3}  # a page others may read is not held
+        ix.delete([2])
+        assert ix.buffered_session_ids() == {1, 3}  # a page dropped from the buffer is not held either
+        ix.add([doc(3, "project"), doc(5)])
+        assert ix.buffered_session_ids() == {1, 5}  # re-added with a wider scope: no longer its session's alone
+        ix.commit()
+        assert ix.buffered_session_ids() == frozenset() and ix.page_ids() == {1, 3, 4, 5}
+    finally:
+        ix.close()
