@@ -22,6 +22,16 @@ Schema changes are the numbered ``MIGRATIONS`` of ``pg_schema``, applied in
 order at open under an advisory lock (two processes opening a fresh database
 do not race); a database migrated by a newer pager is refused with
 ``SchemaError``.
+
+Stores of one process on one DSN share one pool (``_SharedPool``): a proxy opens a
+store per session, and a pool each held a server connection per open session
+(PostgreSQL's default ``max_connections`` is 100, a proxy keeps 256 sessions
+open) and paid two connections and the migration check at every open, ~30 ms of
+wall time. The shared pool holds at most the largest ``max_size`` any of its
+stores asked for, or their sum up to ``SHARED_MAX``, whichever is larger; the
+last store to close it closes it. Each store keeps its own per-thread
+transactions. The registry is keyed by process id too: a forked child never
+uses its parent's connections.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from pager.errors import ConfigError, SchemaError, StoreError
 from pager.storage.pg_schema import _RETRYABLE, MIGRATIONS, SCHEMA_VERSION, lock_key, redact, translate
 
-__all__ = ["CONNECT_TIMEOUT", "PgConnection", "resolve_connect_timeout"]
+__all__ = ["CONNECT_TIMEOUT", "SHARED_MAX", "PgConnection", "resolve_connect_timeout"]
 
 # Seconds to wait for the server to answer a connection, unless the DSN's own
 # ``connect_timeout`` (libpq's parameter) or the ``connect_timeout`` keyword says
@@ -56,7 +66,34 @@ __all__ = ["CONNECT_TIMEOUT", "PgConnection", "resolve_connect_timeout"]
 CONNECT_TIMEOUT = 5.0
 _RETRIES = 8
 _RECENT_MAX = 100_000
+# the most connections a pool shared by several stores grows to by adding their ``max_size``es
+SHARED_MAX = 32
 _T = TypeVar("_T")
+
+
+class _SharedPool:
+    """One pool, the stores of this process that use it, and what the migration check found."""
+
+    def __init__(self, key: tuple[Any, ...], pool: ConnectionPool, schema: str, feed_lock: int) -> None:
+        self.key = key
+        self.pool = pool
+        self.schema = schema
+        self.feed_lock = feed_lock
+        self.sizes: list[tuple[int, int]] = []  # (min_size, max_size) of each store using it
+
+    def fit(self) -> None:
+        """Size the pool for the stores using it (see the module docstring)."""
+        if not self.sizes:
+            return
+        low = max(m for m, _x in self.sizes)
+        high = max(max(x for _m, x in self.sizes), min(sum(x for _m, x in self.sizes), SHARED_MAX))
+        if (self.pool.min_size, self.pool.max_size) != (low, max(low, high)):
+            self.pool.resize(low, max(low, high))
+
+
+_SHARED: dict[tuple[Any, ...], _SharedPool] = {}
+_OPENING: dict[tuple[Any, ...], threading.Lock] = {}  # per key: held while a pool is opened and checked
+_SHARED_LOCK = threading.Lock()
 
 
 def resolve_connect_timeout(dsn: str, given: float | None = None) -> int:
@@ -99,6 +136,23 @@ class PgConnection:
         self._recent: collections.OrderedDict[int, None] = collections.OrderedDict()
         self._recent_lock = threading.Lock()
         self.connect_timeout = seconds = resolve_connect_timeout(dsn, connect_timeout)
+        self._size = (min_size, max(min_size, max_size))
+        self._shared: _SharedPool | None = None
+        key = (os.getpid(), dsn, seconds, timeout)
+        with _SHARED_LOCK:
+            opening = _OPENING.setdefault(key, threading.Lock())
+        # one store of the process opens a DSN's pool at a time; opens of other DSNs do not wait for it
+        with opening:
+            with _SHARED_LOCK:
+                shared = _SHARED.get(key)
+                if shared is not None and not shared.pool.closed:
+                    self._join(shared)
+                    return
+            self._open_pool(key, dsn, seconds, min_size, max_size, timeout)
+
+    def _open_pool(self, key: tuple[Any, ...], dsn: str, seconds: int, min_size: int, max_size: int,
+                   timeout: float) -> None:
+        """Open a pool of this process on ``dsn``, check the schema, and share it (see the module docstring)."""
         kwargs = {"autocommit": True, "connect_timeout": seconds}
         try:
             # one connection first, bounded by the connect timeout: an unreachable server is
@@ -119,6 +173,16 @@ class PgConnection:
         except BaseException:
             self._pool.close()
             raise
+        with _SHARED_LOCK:
+            shared = _SHARED[key] = _SharedPool(key, self._pool, self._schema, self._feed_lock)
+            self._join(shared)
+
+    def _join(self, shared: _SharedPool) -> None:
+        """Use ``shared``'s pool (under ``_SHARED_LOCK``)."""
+        self._pool, self._schema, self._feed_lock = shared.pool, shared.schema, shared.feed_lock
+        shared.sizes.append(self._size)
+        shared.fit()
+        self._shared = shared
 
 
     # -- plumbing ---------------------------------------------------------------------
@@ -254,8 +318,20 @@ class PgConnection:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
-        """Close the pool (idempotent)."""
-        self._pool.close()
+        """Stop using the pool; the last store of the process using it closes it (idempotent)."""
+        with _SHARED_LOCK:
+            shared, self._shared = self._shared, None
+            if shared is None:
+                return
+            # this store's calls now fail as on a closed pool of its own, though others go on using it
+            self._pool = ConnectionPool("", min_size=0, max_size=1, open=False, name="pager-closed")
+            shared.sizes.remove(self._size)
+            if shared.sizes:
+                shared.fit()
+                return
+            if _SHARED.get(shared.key) is shared:
+                del _SHARED[shared.key]
+        shared.pool.close()
 
     def __enter__(self) -> PgConnection:
         return self
