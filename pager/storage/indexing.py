@@ -22,7 +22,8 @@ from pager.storage.base import RecallIndex, Store
 from pager.storage.index import IndexDoc
 
 __all__ = [
-    "COMMIT_EVERY", "IndexFeeder", "feed_index", "heal_index", "index_doc", "page_ids_after", "present_pages", "search_ids",
+    "COMMIT_EVERY", "IndexFeeder", "feed_index", "heal_index", "index_doc", "page_ids_after", "present_pages",
+    "search_ids",
 ]
 
 log = logging.getLogger("pager.index")
