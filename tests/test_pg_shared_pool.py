@@ -27,7 +27,7 @@ from pager.storage.postgres import PostgresStore
 def tagged(pg_dsn, pg_server):
     """Return (this test's DSN, a function counting the server connections made with it)."""
     name = "pager-test-" + uuid.uuid4().hex[:12]
-    dsn = f"{pg_dsn}&application_name={name}"
+    dsn = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}application_name={name}"
 
     def connections() -> int:
         with psycopg.connect(pg_server.dsn, autocommit=True) as c:
