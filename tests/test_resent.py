@@ -47,6 +47,30 @@ def test_the_head_of_equal_items_becomes_the_previous_objects():
     assert resent(prev, short)[0] is prev[0]
 
 
+def test_a_moved_cache_mark_costs_two_identity_tests_not_a_walk():
+    compared: list[int] = []
+
+    class Counting(dict):  # type: ignore[type-arg]
+        def __eq__(self, other: object) -> bool:
+            compared.append(1)
+            return dict.__eq__(self, other)
+
+        def __ne__(self, other: object) -> bool:
+            compared.append(1)
+            return dict.__ne__(self, other)
+
+    marked = {"role": "user", "content": [{"type": "text", "text": "c", "cache_control": {"type": "ephemeral"}}]}
+    prev = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, marked]
+    # the middle is another object (a walk would compare it); the item before the moved mark is the same
+    items = [Counting(role="user", content="a"), prev[1],
+             {"role": "user", "content": [{"type": "text", "text": "c"}]}, {"role": "assistant", "content": "d"}]
+    assert resent(prev, items) is items and not compared
+    # without the item before it the same, the walk runs (and finds nothing to replace here)
+    items2 = [Counting(role="user", content="a"), {"role": "assistant", "content": "B"}, items[2], items[3]]
+    out = resent(prev, items2)
+    assert compared and out[0] is prev[0] and out[1:] == items2[1:]
+
+
 def test_a_value_whose_comparison_raises_ends_the_head():
     class Odd(dict):  # type: ignore[type-arg]
         def __ne__(self, other: object) -> bool:

@@ -173,8 +173,11 @@ def resent(previous: Sequence[Any] | None, items: Any) -> Any:
     messages its own way); this only saves work. So a caller that resends
     the same objects, the common case, costs one identity test: the last
     item the two lists share is the same object, and ``items`` comes back
-    whatever the middle holds (a 50k-message history would cost ~2.4 ms a
-    call to walk). Otherwise the head is found in C: the run of the very
+    whatever the middle holds (a 50k-message history would cost 2-4 ms a
+    call to walk). The item before it counts too: a client that moves its
+    cache mark to its newest message (Claude Code, through the proxy) resends
+    the one it marked before as a new object, every call, and the walk would
+    end there anyway with ``items`` unchanged. Otherwise the head is found in C: the run of the very
     same objects, then of equal ones (``==``, stopping at the first that
     differs). Equal is Python's, as the recorder's ``same_prefix`` has it: a
     message resent with only ``1`` swapped for ``1.0`` or ``true`` is the
@@ -183,7 +186,7 @@ def resent(previous: Sequence[Any] | None, items: Any) -> Any:
     if not previous or not isinstance(items, list):
         return items
     n = min(len(previous), len(items))
-    if not n or items[n - 1] is previous[n - 1]:
+    if not n or items[n - 1] is previous[n - 1] or (n > 1 and items[n - 2] is previous[n - 2]):
         return items
     k, j = same_run(items, previous)
     if j == k:
