@@ -65,7 +65,7 @@ def test_a_moved_cache_mark_costs_two_identity_tests_not_a_walk():
     items = [Counting(role="user", content="a"), prev[1],
              {"role": "user", "content": [{"type": "text", "text": "c"}]}, {"role": "assistant", "content": "d"}]
     assert resent(prev, items) is items and not compared
-    # without the item before it the same, the walk runs (and finds nothing to replace here)
+    # without the item before it the same, the walk runs and maps the equal first item back
     items2 = [Counting(role="user", content="a"), {"role": "assistant", "content": "B"}, items[2], items[3]]
     out = resent(prev, items2)
     assert compared and out[0] is prev[0] and out[1:] == items2[1:]

@@ -177,8 +177,8 @@ def resent(previous: Sequence[Any] | None, items: Any) -> Any:
     call to walk). The item before it counts too: a client that moves its
     cache mark to its newest message (Claude Code, through the proxy) resends
     the one it marked before as a new object, every call, and the walk would
-    end there anyway with ``items`` unchanged. Otherwise the head is found in C: the run of the very
-    same objects, then of equal ones (``==``, stopping at the first that
+    end there anyway with ``items`` unchanged. Otherwise the head is found
+    in C: the run of the very same objects, then of equal ones (``==``, stopping at the first that
     differs). Equal is Python's, as the recorder's ``same_prefix`` has it: a
     message resent with only ``1`` swapped for ``1.0`` or ``true`` is the
     message recorded. A value whose ``==`` raises ends the head there.
