@@ -199,6 +199,9 @@ class StoreContract:
         ids_after = getattr(store, "page_ids_after", None)  # optional: the index's catch-up reads ids alone
         if ids_after is not None:
             assert list(ids_after(ids[1])) == ids[2:] and list(ids_after(ids[-1])) == []
+        present = getattr(store, "present_pages", None)  # optional: which ids are stored, in one query
+        if present is not None:
+            assert set(present([ids[0], ids[3], 987654])) == {ids[0], ids[3]} and set(present([])) == set()
 
     def test_update_stats(self, store: Store) -> None:
         b = store.ensure_session("s")
