@@ -262,6 +262,42 @@ def test_the_head_memo_hands_its_lists_over_and_takes_them_back() -> None:
     assert memo.head(longer)[0] == 5
 
 
+def test_a_moved_cache_mark_cuts_the_remembered_lists_and_hands_them_over() -> None:
+    """The last remembered message resent as another value, new ones after it: no copy of the head.
+
+    A client that moves its cache mark to its newest message re-sends the one it marked before as
+    another value every call; copying the head each time made the call O(history).
+    """
+    from pager.formats._heads import HeadMemo
+
+    mark = {"type": "ephemeral"}
+    msgs = [{"role": "user", "content": [{"type": "text", "text": f"m{i}"}]} for i in range(3)]
+    msgs.append({"role": "user", "content": [{"type": "text", "text": "m3", "cache_control": mark}]})
+    memo = HeadMemo()
+    neutral0, ends0 = ["n0", "n1", "n2", "n3"], [0, 1, 2, 3, 4]
+    memo.put(msgs, neutral0, ends0, state="after m3")
+    moved = [*msgs[:3], {"role": "user", "content": [{"type": "text", "text": "m3"}]},
+             {"role": "user", "content": [{"type": "text", "text": "m4", "cache_control": mark}]}]
+    k, neutral, last, ends, state = memo.head_state(moved, last=True)
+    assert (k, neutral, last, ends, state) == (3, ["n0", "n1", "n2"], ["n2"], [0, 1, 2, 3], None)
+    assert neutral is neutral0 and ends is ends0  # the remembered lists, cut in place: no copy
+    assert memo.head(moved)[0] == 0  # handed over: not in the memo until put
+    neutral += ["n3'", "n4"]
+    ends += [4, 5]
+    memo.put(moved, neutral, ends, state="after m4", head=3)
+    assert memo.head_state([*moved, {"role": "assistant", "content": "ok"}])[::4] == (5, "after m4")
+    memo.abandon()
+    # a failed call gives the cut lists back, without the state that followed the old last message
+    memo.put(msgs, ["n0", "n1", "n2", "n3"], [0, 1, 2, 3, 4], state="after m3")
+    assert memo.head_state(moved)[0] == 3
+    memo.abandon()
+    assert memo.head_state(msgs[:3] + [moved[3]])[::4] == (3, None)
+    memo.abandon()
+    # a request that stops short of the last one (overtaken by a newer) leaves the memo whole
+    memo.put(msgs, ["n0", "n1", "n2", "n3"], [0, 1, 2, 3, 4], state="after m3")
+    assert memo.head(msgs[:3])[0] == 3 and memo.head_state(msgs)[::4] == (4, "after m3")
+
+
 def test_threads_converting_one_history_with_their_own_new_messages_get_fresh_conversions() -> None:
     """The head memo hands its lists to one thread at a time: a collision costs a conversion, never a wrong one.
 

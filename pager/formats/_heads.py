@@ -88,6 +88,15 @@ class HeadMemo:
             self._give_back(key, hit)
             return none
         tail = flat[ends[k - 1]: ends[k]] if last else []
+        if k == len(msgs) - 1 and len(messages) > k:
+            # the last remembered message is resent as another value, and new ones follow it (a
+            # client that moves its cache mark re-sends the one it marked before, every call): the
+            # lists are cut there in place and handed over, not copied, so the call costs what is
+            # new; the state after the old last message no longer applies. A request that stops
+            # short of it (one overtaken by a newer), or differs earlier, leaves the memo as it was
+            del msgs[k:], flat[ends[k]:], ends[k + 1:]
+            hit = (msgs, flat, ends, None)
+            state = None
         if k == len(msgs):  # handed over: the caller extends these lists, put keeps them again
             self._seen.last = (messages, k, hit)
             return k, flat, tail, ends, state
