@@ -36,8 +36,10 @@ class HeadMemo:
     is found in C. Conversations are told apart by their first message object;
     the least recently used go past ``capacity``. Thread-safe.
 
-    When the head is all of what was remembered (a list that only grew), the
-    remembered lists themselves are handed to the caller, who extends them
+    When the head is all of what was remembered (a list that only grew), or
+    all but its last message with new ones after it (a moved cache mark: the
+    lists are cut there first), the remembered lists themselves are handed to
+    the caller, who extends them
     and gives them back with ``put`` (or ``abandon``): a call copies nothing
     of the history (a copy takes a reference to every message, a memory
     access each). Meanwhile the conversation is not in the memo; a call from
