@@ -110,9 +110,9 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         self._lock = threading.RLock()
         self._buffer: dict[int, tantivy.Document] = {}  # page id -> document, added since the last commit
         self._deletes: set[int] = set()
-        # ids added since the last commit -> whether the page is its own session's alone (scope "session")
-        self._pending: dict[int, bool] = {}
-        self._own: set[int] = set()  # the ids of ``_pending`` marked True, kept as they come (``buffered_session_ids``)
+        self._pending: set[int] = set()  # ids added since the last commit
+        # those of them that no session but their own may read (scope "session": ``buffered_session_ids``)
+        self._own: set[int] = set()
         self._pending_max = 0
         self._keys: set[str] = set()  # the audience keys of the buffered pages (``beyond_session``)
         # ``add`` appends here and never waits: a background commit holds ``_lock`` while it runs, and
@@ -241,7 +241,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         for pid, doc, keys, own in came:
             self._buffer[pid] = doc
             self._deletes.discard(pid)
-            self._pending[pid] = own
+            self._pending.add(pid)
             if own:
                 self._own.add(pid)
             else:
@@ -254,7 +254,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
         """Return the buffer as a batch to commit and start an empty one (under ``_lock``)."""
         self._drain()
         batch = (self._buffer, self._deletes, self._pending_max, frozenset(self._keys))
-        self._buffer, self._deletes, self._pending, self._pending_max, self._keys = {}, set(), {}, 0, set()
+        self._buffer, self._deletes, self._pending, self._pending_max, self._keys = {}, set(), set(), 0, set()
         self._own = set()
         return batch
 
@@ -462,7 +462,7 @@ class PageIndex(BehindMixin, DiskMixin, SearchMixin):
             self._drain()
             for pid in page_ids:
                 self._buffer.pop(pid, None)
-                self._pending.pop(pid, None)
+                self._pending.discard(pid)
                 self._own.discard(pid)
                 self._deletes.add(pid)
 

@@ -65,7 +65,7 @@ class DiskMixin:
     set_aside: int
     _buffer: dict[int, Any]
     _deletes: set[int]
-    _pending: dict[int, bool]
+    _pending: set[int]
     _pending_max: int
     generation: int
     _seen_stamp: tuple[int, int] | None
