@@ -262,13 +262,23 @@ def test_the_head_memo_hands_its_lists_over_and_takes_them_back() -> None:
     assert memo.head(longer)[0] == 5
 
 
-def test_a_moved_cache_mark_cuts_the_remembered_lists_and_hands_them_over() -> None:
-    """The last remembered message resent as another value, new ones after it: no copy of the head.
+def test_a_moved_cache_mark_cuts_the_remembered_lists_and_hands_them_over(monkeypatch) -> None:
+    """The last remembered message resent as another value, new ones after it: no scan, no copy of the head.
 
     A client that moves its cache mark to its newest message re-sends the one it marked before as
-    another value every call; copying the head each time made the call O(history).
+    another value every call; scanning and copying the head each time made the call O(history).
     """
+    import pager.formats._heads as heads_module
     from pager.formats._heads import HeadMemo
+
+    scans: list[int] = []
+    real_run = heads_module.same_run
+
+    def counted_run(a, b):  # the item-by-item scan the two list comparisons spare
+        scans.append(len(a))
+        return real_run(a, b)
+
+    monkeypatch.setattr(heads_module, "same_run", counted_run)
 
     mark = {"type": "ephemeral"}
     msgs = [{"role": "user", "content": [{"type": "text", "text": f"m{i}"}]} for i in range(3)]
@@ -279,7 +289,9 @@ def test_a_moved_cache_mark_cuts_the_remembered_lists_and_hands_them_over() -> N
     moved = [*msgs[:3], {"role": "user", "content": [{"type": "text", "text": "m3"}]},
              {"role": "user", "content": [{"type": "text", "text": "m4", "cache_control": mark}]}]
     k, neutral, last, ends, state = memo.head_state(moved, last=True)
+    monkeypatch.undo()
     assert (k, neutral, last, ends, state) == (3, ["n0", "n1", "n2"], ["n2"], [0, 1, 2, 3], None)
+    assert not scans  # the head was found by comparing lists (pointers), not item by item
     assert neutral is neutral0 and ends is ends0  # the remembered lists, cut in place: no copy
     assert memo.head(moved)[0] == 0  # handed over: not in the memo until put
     neutral += ["n3'", "n4"]
