@@ -60,11 +60,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
-import gc, json, os, resource, sys, time
+import gc, json, os, resource, sys, threading, time
 sys.path.insert(0, {root!r})
 import orjson
 import pager
 from pager.lab.synth import generate_session
+
+# the process's other threads by name (Linux: /proc/self/task/<tid>/comm): Tantivy names its own; a
+# Python thread (pager's background commit) and numpy's BLAS workers carry the process's name
+def thread_group(comm):
+    if comm.startswith(("thrd-tantivy", "thread-tantivy")):
+        return "indexing"
+    if comm.startswith(("merge_thread", "segment_updater", "docstore")):
+        return "merges"
+    return "python"
+
+def threads_ns():  # {{tid: (group, CPU ns)}} of this process's threads; None where /proc cannot tell
+    out = {{}}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{{tid}}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(f"/proc/self/task/{{tid}}/comm") as f:
+                comm = f.read().strip()
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile: its CPU shows as an exited thread's
+        out[int(tid)] = (thread_group(comm), ns)
+    return out
 
 def rss_mb(field):
     with open("/proc/self/status") as f:
@@ -162,6 +188,8 @@ if phase == "steady":
         import cProfile
         prof = cProfile.Profile()
     own = []
+    groups = []  # per measured call: the other threads' CPU by group (ms), and what ended threads spent
+    me = threading.get_native_id()
     span0 = None
     decoding = 0.0
     for s, step in enumerate(steps):
@@ -175,6 +203,7 @@ if phase == "steady":
             prof.enable()
         if s == warm:
             span0 = time.process_time()
+        before = threads_ns() if s >= warm else None
         t0, m0 = time.process_time(), time.thread_time()
         p.assemble(req, format=fmt)
         dt, dm = time.process_time() - t0, time.thread_time() - m0
@@ -183,6 +212,16 @@ if phase == "steady":
         if s >= warm:
             cpu.append(dt * 1000.0)
             own.append(dm * 1000.0)
+            after = threads_ns()
+            if before is not None and after is not None:
+                g = {{"indexing": 0.0, "merges": 0.0, "python": 0.0}}
+                for tid, (name, ns) in after.items():
+                    if tid != me:
+                        g[name] += max(0, ns - before.get(tid, (name, 0))[1]) / 1e6
+                # a thread that ended during the call (Tantivy's per-commit writer threads): the process's CPU
+                # counts it, the listing no longer does
+                g["exited"] = max(0.0, (dt - dm) * 1000.0 - sum(g.values()))
+                groups.append(g)
     # every thread's CPU over the measured calls (a background index commit included wherever it ran), per call
     mean = (time.process_time() - span0 - decoding) * 1000.0 / len(cpu)
     if prof is not None:
@@ -191,7 +230,7 @@ if phase == "steady":
     p.close()
     with open(hist_file, "wb") as f:
         f.write(orjson.dumps({{**extra, key: history}}))  # the whole request: its system prompt is message 0
-    print(json.dumps({{"messages": len(history), "start": cut, "build_s": build_s, "settle_s": settle_s, "cpu_ms": cpu, "own_ms": own,
+    print(json.dumps({{"messages": len(history), "start": cut, "build_s": build_s, "settle_s": settle_s, "cpu_ms": cpu, "own_ms": own, "groups": groups,
                       "mean_ms": mean}}))
 else:
     with open(hist_file, "rb") as f:
@@ -236,6 +275,19 @@ def _child(*args: str) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+# other threads' CPU during a call above this counts the call as overlapping their work
+OVERLAP_MS = 0.1
+_GROUPS = {"indexing": "Tantivy indexing", "merges": "Tantivy merges", "python": "Python threads",
+           "exited": "threads that ended in the call"}
+
+
+def _group_means(groups: list[dict]) -> dict[str, float] | None:
+    """Return each thread group's mean CPU per measured call (ms); None where threads cannot be listed."""
+    if not groups:
+        return None
+    return {g: round(sum(c.get(g, 0.0) for c in groups) / len(groups), 3) for g in _GROUPS}
+
+
 def _pct(values: list[float], q: float) -> float:
     """Return the ``q`` quantile (nearest rank) of ``values``."""
     s = sorted(values)
@@ -257,6 +309,10 @@ def run(sizes: list[int], calls: int, warm: int, fresh: bool = False, fmt: str =
                 # what other threads (Tantivy's commits and merges, behind) spent during the median call
                 "others_p50_ms": round(_pct([max(0.0, c - o) for c, o in zip(steady["cpu_ms"], steady["own_ms"])],
                                             0.5), 2),
+                # how many measured calls other threads worked during, and what they spent per call, by thread
+                "calls": len(steady["cpu_ms"]),
+                "calls_with_others": sum(1 for c, o in zip(steady["cpu_ms"], steady["own_ms"]) if c - o > OVERLAP_MS),
+                "others_mean_ms": _group_means(steady.get("groups") or []),
                 "imports_cpu_s": round(reopen["imports_cpu_s"], 3), "reopen_cpu_s": round(reopen["reopen_cpu_s"], 3),
                 "first_cpu_s": round(reopen["first_cpu_s"], 3), "reopen_new_pages": reopen["reopen_new_pages"],
                 "peak_rss_mb": round(reopen["peak_rss_mb"]), "history_rss_mb": round(reopen["history_rss_mb"]),
@@ -295,6 +351,16 @@ def table(rows: list[dict]) -> str:
         out.append(f"| {r['size']:,} | {r['p50_ms'] / base['p50_ms']:.2f}x | {own:.2f}x "
                    f"| {r.get('others_p50_ms', 0):.2f} | {r['p99_ms'] / base['p99_ms']:.2f}x "
                    f"| {r['first_cpu_s'] / base['first_cpu_s']:.2f}x | {r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x |")
+    split = [r for r in rows if r.get("others_mean_ms")]
+    if split:
+        out += ["", "Other threads: the measured calls they worked during (over "
+                f"{OVERLAP_MS} ms of CPU), and their CPU per call (mean, ms) by thread:", "",
+                "| messages | calls with other threads' work | " + " | ".join(_GROUPS.values()) + " | in all |",
+                "|---:|---:|" + "---:|" * (len(_GROUPS) + 1)]
+        for r in split:
+            m = r["others_mean_ms"]
+            out.append(f"| {r['size']:,} | {r['calls_with_others']} of {r['calls']} | "
+                       + " | ".join(f"{m[g]:.2f}" for g in _GROUPS) + f" | {sum(m.values()):.2f} |")
     return "\n".join(out)
 
 

@@ -30,6 +30,12 @@ def test_a_small_run_prints_a_row_per_size(fmt: str) -> None:
     assert row["peak_rss_mb"] > 0
     assert row["reopen_new_pages"] == 0  # the reopen matched the recorded history (its system prompt included)
     assert "| 100 |" in bench_scale.table(rows)
+    # the other threads' work, by thread: what a commit's Tantivy threads and pager's own spent
+    assert 0 <= row["calls_with_others"] <= row["calls"] == 3
+    if sys.platform == "linux":  # /proc lists the threads
+        means = row["others_mean_ms"]
+        assert set(means) == set(bench_scale._GROUPS) and min(means.values()) >= 0
+        assert "| 100 | " + f"{row['calls_with_others']} of 3 |" in bench_scale.table(rows)
 
 
 def test_an_unknown_format_is_refused() -> None:
