@@ -23,7 +23,13 @@ cost in all, wherever it ran), and the calling thread's own p50
 p50 and what the other threads spent during the median call (process CPU
 minus the calling thread's, the median over the calls): at 10k pages and more,
 Tantivy's merges after the commit every ``COMMIT_EVERY`` pages rewrite up to
-about 17,000 documents, and they run behind the calls that follow. With
+about 17,000 documents, and they run behind the calls that follow. A last
+table says which threads those are (Linux: each thread's CPU from
+``/proc/self/task/*/schedstat`` before and after every measured call, grouped
+by the names Tantivy gives its indexing and merge threads; a Python thread,
+pager's background commit, carries the process's name; a thread that ended
+during the call counts in the process's CPU alone) and how many measured calls
+they worked during (over ``OVERLAP_MS``). With
 ``--fresh`` each call's history is first decoded anew from JSON, untimed: equal values in new objects, as a harness that
 rebuilds its history sends them. Finally a fresh
 process reopens the store and assembles once with the whole history as new
