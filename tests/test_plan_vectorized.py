@@ -23,17 +23,18 @@ from pager.core.plan import FULL, INDEX, STUB, Layout, PlanConfig, PlanInput, Sl
 
 def _emit_loop(inp, u, mode, compact, big, l1, l1_tokens, n_recent):
     """The loop ``_emit`` was, one planned row at a time."""
+    unit_pos = {int(x): k for k, x in enumerate(u.uniq)}
     slots = list(l1)
     total = l1_tokens
     if compact.any():
-        lined = [int(r) for r in u.rows if compact[u.unit_pos[int(inp.unit[r])]]]
+        lined = [int(r) for r in u.rows if compact[unit_pos[int(inp.unit[r])]]]
         cost = int(inp.compact_tokens[lined].sum()) + P.INDEX_OVERHEAD
         slots.append(Slot(INDEX, pages=tuple(int(inp.page[r]) for r in lined), tokens=cost))
         total += cost
     first_young = -1
     tail_from = u.uniq.size - n_recent
     for r in u.rows:
-        k = u.unit_pos[int(inp.unit[r])]
+        k = unit_pos[int(inp.unit[r])]
         m = mode[k]
         if m == _Mode.DROP:
             continue
@@ -88,6 +89,73 @@ def test_emit_equals_its_loop(seed: int, n_units: int, n_recent: int, start: int
     n_recent = min(n_recent, u.uniq.size)
     assert P._emit(inp, u, mode, compact, big, l1, l1_tokens, n_recent) == _emit_loop(
         inp, u, mode, compact, big, l1, l1_tokens, n_recent)
+    # each planned row's unit position, as the dict over ``uniq`` (units in order of first appearance) gave
+    # it; with the unit ids relabelled at random too, so that their sorted order is not the rows' order
+    relabelled = attrs.evolve(inp, unit=rng.permutation(int(inp.unit.max()) + 1)[inp.unit])
+    for table in (inp, relabelled):
+        v = P._units(table, cfg, cfg.low, min(start, len(table)))
+        unit_pos = {int(x): k for k, x in enumerate(v.uniq)}
+        assert v.upos.tolist() == [unit_pos[int(table.unit[r])] for r in v.rows]
+        assert v.uniq.tolist() == list(dict.fromkeys(table.unit[v.rows].tolist()))
+
+
+def _objective_fill_loop(inp, cfg, rows, upos, older, mode, stub_mask, stub_cost, prompt, left):
+    """``plan._objective_fill`` as it was: its greedy pass reading numpy scalars one unit at a time."""
+    h, to_round = P._horizon(inp, cfg, prompt)
+    price = P._keep_price(cfg, to_round)
+    p = P._need_over(inp, rows, h)
+    fault = p * P._fault_price(cfg, inp.tokens[rows].astype(np.float64), prompt)
+    tool = inp.tool[rows]
+    full = inp.tokens[rows] * price
+    stub = np.where(tool, inp.stub_tokens[rows] * price + fault, full)
+    stub_row = tool & (stub < full)
+    stub_mask[rows] = stub_row
+    best = np.where(stub_row, stub, full)
+    shown = np.where(stub_row, inp.stub_tokens[rows], inp.tokens[rows])
+    n_units = mode.size
+    drop_u, best_u, stub_u = np.zeros(n_units), np.zeros(n_units), np.zeros(n_units)
+    shown_u = np.zeros(n_units, dtype=np.int64)
+    np.add.at(drop_u, upos, fault)
+    np.add.at(best_u, upos, best)
+    np.add.at(stub_u, upos, stub)
+    np.add.at(shown_u, upos, shown)
+    value = drop_u[older] - best_u[older]
+    density = value / np.maximum(shown_u[older], 1)
+    order = older[np.lexsort((-older, -density))]
+    for k in order:
+        if best_u[k] >= drop_u[k] and stub_u[k] >= drop_u[k]:
+            continue
+        if best_u[k] < drop_u[k] and shown_u[k] <= left:
+            mode[k] = _Mode.KEPT
+            left -= int(shown_u[k])
+        elif stub_u[k] < drop_u[k] and stub_cost[k] <= left:
+            mode[k] = _Mode.STUBBED
+            left -= int(stub_cost[k])
+    return order
+
+
+@settings(max_examples=examples(50, 150), deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_units=st.integers(1, 60), n_recent=st.integers(0, 5),
+       left=st.integers(0, 60_000), need=st.floats(0.0, 3.0))
+def test_objective_fill_keeps_what_its_scalar_loop_kept(seed: int, n_units: int, n_recent: int, left: int,
+                                                        need: float) -> None:
+    rng = np.random.default_rng(seed)
+    inp = _table(rng, n_units)
+    n = len(inp)
+    inp = attrs.evolve(inp, need=rng.random((n, len(P.HORIZONS))) * need, growth=300.0, life=20.0)
+    cfg = PlanConfig(budget=40_000, high=12_000, low=6_000, inline_max=2_000, objective=True)
+    u = P._units(inp, cfg, cfg.low, 0)
+    if u is None:
+        return
+    older = np.arange(max(0, u.uniq.size - min(n_recent, u.uniq.size)), dtype=np.int64)
+    got_mode, want_mode = (np.full(u.uniq.size, _Mode.DROP, dtype=np.int8) for _ in range(2))
+    got_mask, want_mask = u.big.copy(), u.big.copy()
+    got = P._objective_fill(inp, cfg, u.rows, u.upos, older, got_mode, got_mask, u.stub_cost, cfg.budget, left)
+    want = _objective_fill_loop(inp, cfg, u.rows, u.upos, older, want_mode, want_mask, u.stub_cost, cfg.budget,
+                                left)
+    assert got.tolist() == want.tolist()
+    assert got_mode.tolist() == want_mode.tolist()
+    assert got_mask.tolist() == want_mask.tolist()
 
 
 @settings(max_examples=examples(25, 60), deadline=None)
