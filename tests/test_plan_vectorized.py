@@ -101,27 +101,8 @@ def test_emit_equals_its_loop(seed: int, n_units: int, n_recent: int, start: int
 
 def _objective_fill_loop(inp, cfg, rows, upos, older, mode, stub_mask, stub_cost, prompt, left):
     """``plan._objective_fill`` as it was: its greedy pass reading numpy scalars one unit at a time."""
-    h, to_round = P._horizon(inp, cfg, prompt)
-    price = P._keep_price(cfg, to_round)
-    p = P._need_over(inp, rows, h)
-    fault = p * P._fault_price(cfg, inp.tokens[rows].astype(np.float64), prompt)
-    tool = inp.tool[rows]
-    full = inp.tokens[rows] * price
-    stub = np.where(tool, inp.stub_tokens[rows] * price + fault, full)
-    stub_row = tool & (stub < full)
-    stub_mask[rows] = stub_row
-    best = np.where(stub_row, stub, full)
-    shown = np.where(stub_row, inp.stub_tokens[rows], inp.tokens[rows])
-    n_units = mode.size
-    drop_u, best_u, stub_u = np.zeros(n_units), np.zeros(n_units), np.zeros(n_units)
-    shown_u = np.zeros(n_units, dtype=np.int64)
-    np.add.at(drop_u, upos, fault)
-    np.add.at(best_u, upos, best)
-    np.add.at(stub_u, upos, stub)
-    np.add.at(shown_u, upos, shown)
-    value = drop_u[older] - best_u[older]
-    density = value / np.maximum(shown_u[older], 1)
-    order = older[np.lexsort((-older, -density))]
+    best_u, drop_u, stub_u, shown_u, order = P._unit_prices(inp, cfg, rows, upos, older, mode.size, stub_mask,
+                                                            prompt)
     for k in order:
         if best_u[k] >= drop_u[k] and stub_u[k] >= drop_u[k]:
             continue

@@ -339,6 +339,36 @@ def _rebuild(
     return _emit(inp, u, mode, compact, big, l1, l1_tokens, n_recent)
 
 
+def _unit_prices(
+    inp: PlanInput, cfg: PlanConfig, rows: np.ndarray, upos: np.ndarray, older: np.ndarray, n_units: int,
+    stub_mask: np.ndarray, prompt: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``_objective_fill``'s prices per unit (best kept form, dropped, stubbed; tokens shown when
+    kept) and the order it weighs the ``older`` units in; sets ``stub_mask`` for the rows it prices."""
+    h, to_round = _horizon(inp, cfg, prompt)
+    price = _keep_price(cfg, to_round)
+    p = _need_over(inp, rows, h)
+    fault = p * _fault_price(cfg, inp.tokens[rows].astype(np.float64), prompt)
+    tool = inp.tool[rows]
+    full = inp.tokens[rows] * price
+    stub = np.where(tool, inp.stub_tokens[rows] * price + fault, full)
+    stub_row = tool & (stub < full)
+    stub_mask[rows] = stub_row
+    best = np.where(stub_row, stub, full)
+    shown = np.where(stub_row, inp.stub_tokens[rows], inp.tokens[rows])
+    drop_u = np.zeros(n_units)
+    best_u = np.zeros(n_units)
+    stub_u = np.zeros(n_units)
+    shown_u = np.zeros(n_units, dtype=np.int64)
+    np.add.at(drop_u, upos, fault)
+    np.add.at(best_u, upos, best)
+    np.add.at(stub_u, upos, stub)
+    np.add.at(shown_u, upos, shown)
+    value = drop_u[older] - best_u[older]
+    density = value / np.maximum(shown_u[older], 1)
+    return best_u, drop_u, stub_u, shown_u, older[np.lexsort((-older, -density))]
+
+
 def _objective_fill(
     inp: PlanInput, cfg: PlanConfig, rows: np.ndarray, upos: np.ndarray, older: np.ndarray, mode: np.ndarray,
     stub_mask: np.ndarray, stub_cost: np.ndarray, prompt: int, left: int,
@@ -353,29 +383,7 @@ def _objective_fill(
     ``stub_mask`` (rows of kept units shown as stubs); returns the units in
     the order they were considered.
     """
-    h, to_round = _horizon(inp, cfg, prompt)
-    price = _keep_price(cfg, to_round)
-    p = _need_over(inp, rows, h)
-    fault = p * _fault_price(cfg, inp.tokens[rows].astype(np.float64), prompt)
-    tool = inp.tool[rows]
-    full = inp.tokens[rows] * price
-    stub = np.where(tool, inp.stub_tokens[rows] * price + fault, full)
-    stub_row = tool & (stub < full)
-    stub_mask[rows] = stub_row
-    best = np.where(stub_row, stub, full)
-    shown = np.where(stub_row, inp.stub_tokens[rows], inp.tokens[rows])
-    n_units = mode.size
-    drop_u = np.zeros(n_units)
-    best_u = np.zeros(n_units)
-    stub_u = np.zeros(n_units)
-    shown_u = np.zeros(n_units, dtype=np.int64)
-    np.add.at(drop_u, upos, fault)
-    np.add.at(best_u, upos, best)
-    np.add.at(stub_u, upos, stub)
-    np.add.at(shown_u, upos, shown)
-    value = drop_u[older] - best_u[older]
-    density = value / np.maximum(shown_u[older], 1)
-    order = older[np.lexsort((-older, -density))]
+    best_u, drop_u, stub_u, shown_u, order = _unit_prices(inp, cfg, rows, upos, older, mode.size, stub_mask, prompt)
     # the greedy pass over Python floats and ints (the same doubles and integers): reading numpy scalars
     # one by one cost ~1 us a unit, 20-25 ms a round at 50,000 messages
     best_l, drop_l, stub_l, shown_l, cost_l = (
