@@ -115,6 +115,31 @@ def _objective_fill_loop(inp, cfg, rows, upos, older, mode, stub_mask, stub_cost
     return order
 
 
+def _edge_budgets(inp, cfg, u, older):
+    """Return ``(unit, budget, mode)``: under ``budget`` the fill gives ``unit`` that mode with nothing left.
+
+    The first unit it keeps whole when nothing runs short, with a budget of what the units weighed up to
+    it take; and the first it could keep as stubs for less than whole, with a budget that leaves it just
+    its stubs (the units before it all fit, so the fill reaches it as with any larger budget).
+    """
+    mask = u.big.copy()
+    best_u, drop_u, stub_u, shown_u, order = P._unit_prices(inp, cfg, u.rows, u.upos, older, u.uniq.size, mask,
+                                                            cfg.budget)
+    spent, first = 0, {}
+    for k in order.tolist():
+        if best_u[k] < drop_u[k]:
+            cost = int(shown_u[k])
+            if stub_u[k] < drop_u[k] and int(u.stub_cost[k]) < cost:
+                first.setdefault(_Mode.STUBBED, (k, spent + int(u.stub_cost[k]), _Mode.STUBBED))
+            first.setdefault(_Mode.KEPT, (k, spent + cost, _Mode.KEPT))
+        elif stub_u[k] < drop_u[k]:
+            cost = int(u.stub_cost[k])
+        else:
+            continue
+        spent += cost
+    return list(first.values())
+
+
 @settings(max_examples=examples(50, 150), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n_units=st.integers(1, 60), n_recent=st.integers(0, 5),
        left=st.integers(0, 60_000), need=st.floats(0.0, 3.0))
@@ -129,14 +154,24 @@ def test_objective_fill_keeps_what_its_scalar_loop_kept(seed: int, n_units: int,
     if u is None:
         return
     older = np.arange(max(0, u.uniq.size - min(n_recent, u.uniq.size)), dtype=np.int64)
-    got_mode, want_mode = (np.full(u.uniq.size, _Mode.DROP, dtype=np.int8) for _ in range(2))
-    got_mask, want_mask = u.big.copy(), u.big.copy()
-    got = P._objective_fill(inp, cfg, u.rows, u.upos, older, got_mode, got_mask, u.stub_cost, cfg.budget, left)
-    want = _objective_fill_loop(inp, cfg, u.rows, u.upos, older, want_mode, want_mask, u.stub_cost, cfg.budget,
-                                left)
-    assert got.tolist() == want.tolist()
-    assert got_mode.tolist() == want_mode.tolist()
-    assert got_mask.tolist() == want_mask.tolist()
+
+    def both(budget: int) -> np.ndarray:
+        got_mode, want_mode = (np.full(u.uniq.size, _Mode.DROP, dtype=np.int8) for _ in range(2))
+        got_mask, want_mask = u.big.copy(), u.big.copy()
+        got = P._objective_fill(inp, cfg, u.rows, u.upos, older, got_mode, got_mask, u.stub_cost, cfg.budget,
+                                budget)
+        want = _objective_fill_loop(inp, cfg, u.rows, u.upos, older, want_mode, want_mask, u.stub_cost,
+                                    cfg.budget, budget)
+        assert got.tolist() == want.tolist()
+        assert got_mode.tolist() == want_mode.tolist()
+        assert got_mask.tolist() == want_mask.tolist()
+        return want_mode
+
+    both(left)
+    # the budget's edges: exactly what the first unit kept whole, and the first kept as stubs, take with the
+    # units before them, so that each just fits (a fit tested with < instead of <= leaves it out)
+    for k, budget, m in _edge_budgets(inp, cfg, u, older):
+        assert both(budget)[k] == m
 
 
 @settings(max_examples=examples(25, 60), deadline=None)
