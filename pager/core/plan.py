@@ -206,8 +206,8 @@ def _units(inp: PlanInput, cfg: PlanConfig, target: int, start_row: int) -> _Uni
     order = np.argsort(first, kind="stable")
     uniq = uniq[order]
     # per planned row, its unit's position in ``uniq`` (units in order of first appearance): the sorted
-    # unit's rank under ``order``, in numpy (a dict and a Python pass over the rows took 6-8 ms a round at
-    # 50,000 messages)
+    # unit's rank under ``order``, in numpy (with a dict and a Python pass over the rows, ``_units`` took
+    # 9.2 ms against 5.0 on one round's input at 50,000 messages, 20,118 rows)
     rank = np.empty(order.size, dtype=np.int64)
     rank[order] = np.arange(order.size, dtype=np.int64)
     upos = rank[inverse.reshape(-1)]
@@ -384,8 +384,8 @@ def _objective_fill(
     the order they were considered.
     """
     best_u, drop_u, stub_u, shown_u, order = _unit_prices(inp, cfg, rows, upos, older, mode.size, stub_mask, prompt)
-    # the greedy pass over Python floats and ints (the same doubles and integers): reading numpy scalars
-    # one by one cost ~1 us a unit, 20-25 ms a round at 50,000 messages
+    # the greedy pass over Python floats and ints (the same doubles and integers): read as numpy scalars
+    # one by one, the fill took 11.0 ms against 6.2 on one round's input at 50,000 messages (9,540 units)
     best_l, drop_l, stub_l, shown_l, cost_l = (
         best_u.tolist(), drop_u.tolist(), stub_u.tolist(), shown_u.tolist(), stub_cost.tolist())
     kept: list[int] = []
