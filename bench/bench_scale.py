@@ -242,8 +242,8 @@ if phase == "steady":
     p.close()
     with open(hist_file, "wb") as f:
         f.write(orjson.dumps({{**extra, key: history}}))  # the whole request: its system prompt is message 0
-    print(json.dumps({{"messages": len(history), "start": cut, "build_s": build_s, "settle_s": settle_s, "cpu_ms": cpu, "own_ms": own, "groups": groups,
-                      "mean_ms": mean}}))
+    print(json.dumps({{"messages": len(history), "start": cut, "build_s": build_s, "settle_s": settle_s,
+                      "cpu_ms": cpu, "own_ms": own, "groups": groups, "mean_ms": mean}}))
 else:
     with open(hist_file, "rb") as f:
         request = orjson.loads(f.read())  # new objects: nothing is known by identity
