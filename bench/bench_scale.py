@@ -4,6 +4,9 @@
     python bench/bench_scale.py --format anthropic-messages   # or openai-responses: the history in that shape
     BENCH_SCALE_PROFILE=cumulative python bench/bench_scale.py --sizes 10000   # and a cProfile of the calls
 
+The same calls' instructions, counted by valgrind (what the machine's speed does not move):
+``bench/bench_instructions.py``, which runs this file's ``PRELUDE`` (how the steps are drawn).
+
 For each size N a synthetic session (``pager.lab.synth``) of about N messages is
 recorded through the public API, as a harness would (a few hundred growing
 calls), into a store in a temporary directory kept for the run. Then, in the
@@ -65,12 +68,65 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHILD = r"""
+# What every child process runs first: the imports, and how a session's messages and its steady-state
+# steps are drawn (``bench/bench_instructions.py`` runs its own phase after it).
+PRELUDE = r"""
 import gc, json, os, resource, sys, threading, time
 sys.path.insert(0, {root!r})
 import orjson
 import pager
 from pager.lab.synth import generate_session
+
+# synthetic sessions of 400 steps stitched together (one long synth session costs quadratic time to
+# draw), call ids kept unique, until there are ``until`` messages
+def stitched(seed, until, tag):
+    out = []
+    while len(out) < until:
+        _h, part = generate_session(seed, 400)
+        if out:
+            part = part[2:]  # one system prompt and first task; later parts continue the session
+        for m in part:
+            m = dict(m)
+            if m.get("tool_calls"):
+                m["tool_calls"] = [{{**c, "id": f"{{c['id']}}-{{tag}}{{seed}}"}} for c in m["tool_calls"]]
+            if m.get("tool_call_id"):
+                m["tool_call_id"] = f"{{m['tool_call_id']}}-{{tag}}{{seed}}"
+            out.append(m)
+        seed += 1
+    return out
+
+def native(ms, fmt):
+    # the conversation in the format's own shape (an Anthropic history: tool results inside user messages)
+    from pager.formats.base import get_format
+    from pager.formats.export import export_request
+    neutral = get_format("openai-chat").to_messages({{"model": "m", "messages": ms}}).messages
+    body = export_request(neutral, fmt, request={{"model": "m"}})
+    return body, body.get("messages", body.get("input"))
+
+def steady_steps(total, fmt):
+    # the steady-state calls' steps: the same at every size (drawn from a session of their own, its call ids
+    # their own), so that the rows differ by the history only: each a step of exactly two messages (one
+    # call, its result), in order; the first ``total`` are the same whatever ``total`` is
+    rest = stitched(1000, 6 * total + 50, "steady")
+    steps, i = [], 0
+    while i < len(rest):
+        j = i + 1
+        while j < len(rest) and rest[j]["role"] != "assistant":
+            j += 1
+        if j - i == 2 and rest[i]["role"] == "assistant" and rest[i + 1]["role"] == "tool":
+            steps.append(rest[i:j])
+        i = j
+    if len(steps) < total:
+        raise SystemExit("not enough two-message steps")
+    steps = steps[:total]
+    # each step converted on its own, so every call appends its own objects
+    return steps if fmt == "openai-chat" else [native(st, fmt)[1] for st in steps]
+
+def history_key(fmt):
+    return "input" if fmt == "openai-responses" else "messages"
+"""
+
+CHILD = PRELUDE + r"""
 
 # the process's other threads by name (Linux: /proc/self/task/<tid>/comm): Tantivy names its own; a
 # Python thread (pager's background commit) and numpy's BLAS workers carry the process's name
@@ -108,63 +164,22 @@ def rss_mb(field):
 phase, store, hist_file = sys.argv[1], sys.argv[2], sys.argv[3]
 if phase == "steady":
     n, calls, warm, fresh, fmt = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7] == "1", sys.argv[8]
-    # synthetic sessions of 400 steps stitched together (one long synth session costs quadratic time to
-    # draw), call ids kept unique, until there are N messages
-    def stitched(seed, until, tag):
-        out = []
-        while len(out) < until:
-            _h, part = generate_session(seed, 400)
-            if out:
-                part = part[2:]  # one system prompt and first task; later parts continue the session
-            for m in part:
-                m = dict(m)
-                if m.get("tool_calls"):
-                    m["tool_calls"] = [{{**c, "id": f"{{c['id']}}-{{tag}}{{seed}}"}} for c in m["tool_calls"]]
-                if m.get("tool_call_id"):
-                    m["tool_call_id"] = f"{{m['tool_call_id']}}-{{tag}}{{seed}}"
-                out.append(m)
-            seed += 1
-        return out
     msgs = stitched(7, n + 50, "")
     # the first N messages, cut at a step boundary (the next message is an assistant one)
     cut = n
     while cut < len(msgs) and msgs[cut]["role"] != "assistant":
         cut += 1
     history = msgs[:cut]
-    # the steady-state calls: the same steps at every size (drawn from a session of their own, its call ids
-    # their own), so that the rows differ by the history only: each a step of exactly two messages (one
-    # call, its result), in order
-    rest = stitched(1000, 6 * (calls + warm) + 50, "steady")
-    steps, i = [], 0
-    while i < len(rest):
-        j = i + 1
-        while j < len(rest) and rest[j]["role"] != "assistant":
-            j += 1
-        if j - i == 2 and rest[i]["role"] == "assistant" and rest[i + 1]["role"] == "tool":
-            steps.append(rest[i:j])
-        i = j
-    steps = steps[: calls + warm]
-    if len(steps) < calls + warm:
-        raise SystemExit("not enough two-message steps")
+    steps = steady_steps(calls + warm, fmt)
+    key = history_key(fmt)
     if fmt != "openai-chat":
-        # the same conversation in the format's own shape (an Anthropic history: tool results inside user
-        # messages): the history, then each step on its own, so every call appends its own objects
-        from pager.formats.base import get_format
-        from pager.formats.export import export_request
-
-        def native(ms):
-            neutral = get_format("openai-chat").to_messages({{"model": "m", "messages": ms}}).messages
-            body = export_request(neutral, fmt, request={{"model": "m"}})
-            return body, body.get("messages", body.get("input"))
-
-        body, history = native(history)
+        # the same conversation in the format's own shape, the history, then each step on its own
+        body, history = native(history, fmt)
         extra = {{k: v for k, v in body.items() if k not in ("messages", "input")}}
-        steps = [native(st)[1] for st in steps]
-        key = "input" if fmt == "openai-responses" else "messages"
         if fmt == "anthropic-messages":
             extra.setdefault("max_tokens", 1024)
     else:
-        extra, key = {{}}, "messages"
+        extra = {{}}
     p = pager.open(store, session="scale", context_window=200_000, log_reports=False)
     t = time.perf_counter()
     # build: a few hundred growing calls, each up to a step boundary
@@ -287,6 +302,8 @@ def _child(*args: str) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+FORMATS = ["openai-chat", "anthropic-messages", "openai-responses"]  # what the history can be sent as
+
 # other threads' CPU during a call above this counts the call as overlapping their work
 OVERLAP_MS = 0.1
 _GROUPS = {"indexing": "Tantivy indexing", "merges": "Tantivy merges", "python": "Python threads",
@@ -385,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true",
                     help="send each steady-state call's history as new objects (decoded anew), not the same list")
     ap.add_argument("--format", default="openai-chat",
-                    choices=["openai-chat", "anthropic-messages", "openai-responses"],
+                    choices=FORMATS,
                     help="the wire format the history is sent in (default openai-chat)")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]

@@ -1,0 +1,184 @@
+"""Instructions per steady-state ``assemble``, counted by valgrind: ``python bench/bench_instructions.py``.
+
+    python bench/bench_instructions.py [--sizes 1000,50000] [--calls 30] [--format anthropic-messages]
+
+``bench/bench_scale.py`` times the calls, and on a shared machine the same
+calls take from 1x to 2.5x the CPU time from one minute to the next. Counted
+instructions do not move with the machine: ``valgrind --tool=callgrind``
+counts every instruction of every thread of the process, the same for the
+same work whatever else runs. This counts each steady-state call that way,
+at each size, so that two versions of the code (or two sizes) compare from
+one run each.
+
+For each size, the session is built natively as ``bench_scale`` builds it
+(its "steady" phase, with one measured call); then one process, under
+callgrind, reopens the session, assembles the recorded history once, makes
+``--warm`` steady-state calls and then ``--calls`` more (the same two-message
+steps as ``bench_scale``'s, the ones after the step its run used). Before each
+counted call and after the last, the process calls ``os.getppid()``, and
+callgrind (``--dump-before=getppid``) writes out what it counted since the
+last dump: one count per call, every thread's instructions in it (the
+Tantivy commits and merges a call starts land in the calls they overlap, as
+in ``bench_scale``'s process CPU). Reported: the p50, the p99 (nearest rank)
+and the mean per call, and the p50 against the first size. Under valgrind a
+process runs some 50 times slower: a few minutes at 1,000 messages, about ten
+at 50,000.
+
+Needs ``valgrind`` on the PATH (Debian: ``apt-get install valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_scale  # noqa: E402
+
+# The counting process: after bench_scale's prelude (imports, steady_steps), reopen the session and run
+# ``warm`` then ``calls`` steady steps after the ``skip`` that the build's run used, marking each counted
+# call's start and the last one's end with a call callgrind dumps at (``MARK``).
+COUNT = bench_scale.PRELUDE + r"""
+store, hist_file, fmt = sys.argv[1], sys.argv[2], sys.argv[3]
+skip, warm, calls = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+with open(hist_file, "rb") as f:
+    request = orjson.loads(f.read())
+key = history_key(fmt)
+history = request[key]
+extra = {{k: v for k, v in request.items() if k != key}}
+steps = steady_steps(skip + warm + calls, fmt)[skip:]
+p = pager.open(store, session="scale", context_window=200_000, log_reports=False)
+p.assemble({{**extra, key: list(history)}}, format=fmt)  # the reopen: the recorded history, matched
+reopened = p.last_report.new_pages
+marks = 0
+for s, step in enumerate(steps):
+    history.extend(step)
+    req = {{**extra, key: list(history)}}
+    if s >= warm:
+        os.getppid()  # MARK: callgrind writes out what it counted since the last one
+        marks += 1
+    p.assemble(req, format=fmt)
+if marks:
+    os.getppid()
+    marks += 1
+p.close()
+print(json.dumps({{"messages": len(history), "calls": len(steps) - warm, "marks": marks,
+                  "reopen_new_pages": reopened}}))
+"""
+MARK = "getppid"
+
+_SUMMARY = re.compile(rb"^summary: (\d+)", re.MULTILINE)  # in a dump's header: its instructions (event Ir)
+
+
+def dump_totals(folder: Path, stem: str) -> list[int]:
+    """Return the instructions of each numbered callgrind dump ``stem.1``, ``stem.2``, ... in order."""
+    dumps = sorted(folder.glob(stem + ".*"), key=lambda f: int(f.suffix[1:]))
+    out = []
+    for f in dumps:
+        with open(f, "rb") as fh:
+            found = _SUMMARY.search(fh.read(65536))
+        if found is None:
+            raise SystemExit(f"{f}: no callgrind summary line")
+        out.append(int(found.group(1)))
+    return out
+
+
+def count(store: str, hist: str, fmt: str, skip: int, warm: int, calls: int, valgrind: str | None,
+          dumps: Path | None = None) -> tuple[list[int], dict]:
+    """Run the counting process; return (each counted call's instructions, its JSON).
+
+    Under callgrind when ``valgrind`` names it (its dumps go to ``dumps``); natively, with no counts, otherwise.
+    """
+    cmd = [sys.executable, "-c", COUNT.format(root=str(bench_scale.ROOT)), store, hist, fmt,
+           str(skip), str(warm), str(calls)]
+    if valgrind is not None:
+        assert dumps is not None
+        cmd = [valgrind, "--tool=callgrind", f"--dump-before={MARK}", "--dump-instr=no", "--dump-line=no",
+               f"--callgrind-out-file={dumps / 'cg.out'}", *cmd]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                         env={**os.environ, "PYTHONPATH": str(bench_scale.ROOT)})
+    if res.returncode != 0:
+        raise SystemExit(res.stderr[-3000:])
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    if valgrind is None:
+        return [], out
+    totals = dump_totals(dumps, "cg.out")  # type: ignore[arg-type]
+    # dump 1: start-up, reopen and warm-up, up to the first mark; then one a call; the last mark's own dump
+    # and the final one (after the run) are not calls
+    if len(totals) != out["marks"]:
+        raise SystemExit(f"callgrind wrote {len(totals)} dumps for {out['marks']} marks")
+    return totals[1:], out
+
+
+def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as d:
+        for n in sizes:
+            store, hist = str(Path(d) / f"ctx-{n}"), str(Path(d) / f"history-{n}.json")
+            dumps = Path(d) / f"dumps-{n}"
+            dumps.mkdir()
+            t = time.perf_counter()
+            built = bench_scale._child("steady", store, hist, str(n), "1", "0", "0", fmt)
+            per_call, out = count(store, hist, fmt, 1, warm, calls, valgrind, dumps)
+            if out["reopen_new_pages"]:
+                raise SystemExit(f"{n} messages: the reopened session recorded its history again")
+            row = {"size": n, "messages": built["messages"], "calls": out["calls"], "warm": warm,
+                   "instructions": per_call, "seconds": round(time.perf_counter() - t)}
+            if per_call:
+                m = [c / 1e6 for c in per_call]
+                row.update(p50_m=round(bench_scale._pct(m, 0.5), 2), p99_m=round(bench_scale._pct(m, 0.99), 2),
+                           mean_m=round(sum(m) / len(m), 2))
+            rows.append(row)
+            print(f"  {n:>6} messages: p50 {row.get('p50_m')} M instructions a call, p99 {row.get('p99_m')} M, "
+                  f"mean {row.get('mean_m')} M ({row['seconds']} s)", file=sys.stderr, flush=True)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """Return the rows as a Markdown table, with each row's p50 against the first row's."""
+    base = rows[0]["p50_m"]
+    out = ["| messages | p50 (M instructions a call, every thread) | p99 | mean | p50 against the first row |",
+           "|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['size']:,} | {r['p50_m']:.2f} | {r['p99_m']:.2f} | {r['mean_m']:.2f} "
+                   f"| {r['p50_m'] / base:.2f}x |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,50000", help="comma-separated history sizes (default 1000,50000)")
+    ap.add_argument("--calls", type=int, default=30, help="steady-state calls counted per size (default 30)")
+    ap.add_argument("--warm", type=int, default=5, help="calls after the reopen, not counted (default 5)")
+    ap.add_argument("--format", default="openai-chat",
+                    choices=bench_scale.FORMATS,
+                    help="the wire format the history is sent in (default openai-chat)")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args(argv)
+    if args.calls < 1:
+        ap.error("--calls must be at least 1")
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("valgrind is not on the PATH: it counts the instructions (Debian: apt-get install valgrind)")
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    t = time.perf_counter()
+    rows = run(sizes, args.calls, args.warm, args.format, valgrind)
+    print(table(rows))
+    print(f"\n{args.calls} calls per size after {args.warm} warm-up calls, two new messages each; "
+          f"sent as {args.format}; {time.perf_counter() - t:.0f} s in all")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "format": args.format}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
