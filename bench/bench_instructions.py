@@ -43,11 +43,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_scale  # noqa: E402
+from scale_steps import PRELUDE  # noqa: E402
 
-# The counting process: after bench_scale's prelude (imports, steady_steps), reopen the session and run
+# The counting process: after the prelude (imports, steady_steps: bench/scale_steps.py), reopen the session and run
 # ``warm`` then ``calls`` steady steps after the ``skip`` that the build's run used, marking each counted
 # call's start and the last one's end with a call callgrind dumps at (``MARK``).
-COUNT = bench_scale.PRELUDE + r"""
+COUNT = PRELUDE + r"""
 store, hist_file, fmt = sys.argv[1], sys.argv[2], sys.argv[3]
 skip, warm, calls = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 with open(hist_file, "rb") as f:

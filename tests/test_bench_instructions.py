@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_instructions  # noqa: E402
 import bench_scale  # noqa: E402
+import scale_steps  # noqa: E402
 
 
 def test_the_counting_process_continues_the_built_session(tmp_path: Path) -> None:
@@ -33,7 +34,7 @@ def test_the_counting_process_continues_the_built_session(tmp_path: Path) -> Non
     # the build's one step ends the recorded history; the counting steps are the ones after it, drawn by
     # the same generator, whose first steps do not depend on how many are drawn
     prelude: dict = {}
-    exec(bench_scale.PRELUDE.format(root=str(ROOT)), prelude)  # noqa: S102 - the bench's own code
+    exec(scale_steps.PRELUDE.format(root=str(ROOT)), prelude)  # noqa: S102 - the bench's own code
     one, five = prelude["steady_steps"](1, "openai-chat"), prelude["steady_steps"](5, "openai-chat")
     assert five[:1] == one
     recorded = __import__("orjson").loads(Path(hist).read_bytes())["messages"]
