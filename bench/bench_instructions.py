@@ -16,11 +16,14 @@ callgrind, reopens the session, assembles the recorded history once, makes
 ``--warm`` steady-state calls and then ``--calls`` more (the same two-message
 steps as ``bench_scale``'s, the ones after the step its run used). Before each
 counted call and after the last, the process calls ``os.getppid()``, and
-callgrind (``--dump-before=getppid``) writes out what it counted since the
-last dump: one count per call, every thread's instructions in it (the
-Tantivy commits and merges a call starts land in the calls they overlap, as
-in ``bench_scale``'s process CPU). Reported: the p50, the p99 (nearest rank)
-and the mean per call, and the p50 against the first size. Under valgrind a
+callgrind (``--dump-before=getppid``, ``--separate-threads=yes``) writes out
+what the calling thread did since the last dump: one count per call, the
+calling thread's alone (its own work, as ``bench_scale``'s calling-thread
+p50; where Tantivy's commits and merges land would move a count of every
+thread from run to run by several percent). Reported: the p50, the p99
+(nearest rank) and the mean per call, the p50 against the first size, and
+the other threads' instructions over the whole run (the reopen and warm-up
+included) divided by the counted calls. Under valgrind a
 process runs some 50 times slower: a few minutes at 1,000 messages, about ten
 at 50,000.
 
@@ -80,22 +83,36 @@ MARK = "getppid"
 _SUMMARY = re.compile(rb"^summary: (\d+)", re.MULTILINE)  # in a dump's header: its instructions (event Ir)
 
 
-def dump_totals(folder: Path, stem: str) -> list[int]:
-    """Return the instructions of each numbered callgrind dump ``stem.1``, ``stem.2``, ... in order."""
-    dumps = sorted(folder.glob(stem + ".*"), key=lambda f: int(f.suffix[1:]))
-    out = []
-    for f in dumps:
+def read_dumps(folder: Path, stem: str) -> tuple[list[int], int]:
+    """Return (the calling thread's count in each numbered dump, in order; the other threads' in all).
+
+    With ``--separate-threads=yes`` a dump the calling thread triggers is that thread's alone
+    (``stem.<n>-01``); every other thread's count comes in the dump at exit (``stem-<t>``, t > 1).
+    """
+    name = re.compile(re.escape(stem) + r"(?:\.(\d+))?-(\d+)")
+    parts: dict[int, int] = {}
+    others = 0
+    for f in folder.iterdir():
+        m = name.fullmatch(f.name)
+        if m is None:
+            continue
         with open(f, "rb") as fh:
             found = _SUMMARY.search(fh.read(65536))
         if found is None:
             raise SystemExit(f"{f}: no callgrind summary line")
-        out.append(int(found.group(1)))
-    return out
+        part, thread = m.group(1), int(m.group(2))
+        if thread != 1:
+            others += int(found.group(1))
+        elif part is not None:
+            parts[int(part)] = int(found.group(1))
+    if sorted(parts) != list(range(1, len(parts) + 1)):
+        raise SystemExit(f"callgrind's dumps in {folder} are not numbered 1 to {len(parts)}")
+    return [parts[k] for k in sorted(parts)], others
 
 
 def count(store: str, hist: str, fmt: str, skip: int, warm: int, calls: int, valgrind: str | None,
-          dumps: Path | None = None) -> tuple[list[int], dict]:
-    """Run the counting process; return (each counted call's instructions, its JSON).
+          dumps: Path | None = None) -> tuple[list[int], int, dict]:
+    """Run the counting process; return (each counted call's instructions, the other threads', its JSON).
 
     Under callgrind when ``valgrind`` names it (its dumps go to ``dumps``); natively, with no counts, otherwise.
     """
@@ -103,21 +120,21 @@ def count(store: str, hist: str, fmt: str, skip: int, warm: int, calls: int, val
            str(skip), str(warm), str(calls)]
     if valgrind is not None:
         assert dumps is not None
-        cmd = [valgrind, "--tool=callgrind", f"--dump-before={MARK}", "--dump-instr=no", "--dump-line=no",
-               f"--callgrind-out-file={dumps / 'cg.out'}", *cmd]
+        cmd = [valgrind, "--tool=callgrind", "--separate-threads=yes", f"--dump-before={MARK}", "--dump-instr=no",
+               "--dump-line=no", f"--callgrind-out-file={dumps / 'cg.out'}", *cmd]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False,
                          env={**os.environ, "PYTHONPATH": str(bench_scale.ROOT)})
     if res.returncode != 0:
         raise SystemExit(res.stderr[-3000:])
     out = json.loads(res.stdout.strip().splitlines()[-1])
     if valgrind is None:
-        return [], out
-    totals = dump_totals(dumps, "cg.out")  # type: ignore[arg-type]
-    # dump 1: start-up, reopen and warm-up, up to the first mark; then one a call; the last mark's own dump
-    # and the final one (after the run) are not calls
-    if len(totals) != out["marks"]:
-        raise SystemExit(f"callgrind wrote {len(totals)} dumps for {out['marks']} marks")
-    return totals[1:], out
+        return [], 0, out
+    mine, others = read_dumps(dumps, "cg.out")  # type: ignore[arg-type]
+    # dump 1: start-up, reopen and warm-up, up to the first mark; then one a call (the last mark's dump
+    # ends the last call; the dump at exit is the close)
+    if len(mine) != out["marks"]:
+        raise SystemExit(f"callgrind wrote {len(mine)} dumps for {out['marks']} marks")
+    return mine[1:], others, out
 
 
 def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None) -> list[dict]:
@@ -129,29 +146,30 @@ def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None)
             dumps.mkdir()
             t = time.perf_counter()
             built = bench_scale._child("steady", store, hist, str(n), "1", "0", "0", fmt)
-            per_call, out = count(store, hist, fmt, 1, warm, calls, valgrind, dumps)
+            per_call, others, out = count(store, hist, fmt, 1, warm, calls, valgrind, dumps)
             if out["reopen_new_pages"]:
                 raise SystemExit(f"{n} messages: the reopened session recorded its history again")
             row = {"size": n, "messages": built["messages"], "calls": out["calls"], "warm": warm,
-                   "instructions": per_call, "seconds": round(time.perf_counter() - t)}
+                   "instructions": per_call, "others_run": others, "seconds": round(time.perf_counter() - t)}
             if per_call:
                 m = [c / 1e6 for c in per_call]
                 row.update(p50_m=round(bench_scale._pct(m, 0.5), 2), p99_m=round(bench_scale._pct(m, 0.99), 2),
-                           mean_m=round(sum(m) / len(m), 2))
+                           mean_m=round(sum(m) / len(m), 2), others_per_call_m=round(others / len(m) / 1e6, 2))
             rows.append(row)
             print(f"  {n:>6} messages: p50 {row.get('p50_m')} M instructions a call, p99 {row.get('p99_m')} M, "
-                  f"mean {row.get('mean_m')} M ({row['seconds']} s)", file=sys.stderr, flush=True)
+                  f"mean {row.get('mean_m')} M, other threads {row.get('others_per_call_m')} M ({row['seconds']} s)",
+                  file=sys.stderr, flush=True)
     return rows
 
 
 def table(rows: list[dict]) -> str:
     """Return the rows as a Markdown table, with each row's p50 against the first row's."""
     base = rows[0]["p50_m"]
-    out = ["| messages | p50 (M instructions a call, every thread) | p99 | mean | p50 against the first row |",
-           "|---:|---:|---:|---:|---:|"]
+    out = ["| messages | calling thread p50 (M instructions a call) | p99 | mean | p50 against the first row "
+           "| other threads, whole run, per counted call |", "|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['size']:,} | {r['p50_m']:.2f} | {r['p99_m']:.2f} | {r['mean_m']:.2f} "
-                   f"| {r['p50_m'] / base:.2f}x |")
+                   f"| {r['p50_m'] / base:.2f}x | {r['others_per_call_m']:.2f} |")
     return "\n".join(out)
 
 
