@@ -24,8 +24,8 @@ thread from run to run by several percent). Reported: the p50, the p99
 (nearest rank) and the mean per call, the p50 against the first size, and
 the other threads' instructions over the whole run (the reopen and warm-up
 included) divided by the counted calls. Under valgrind a
-process runs some 50 times slower: a few minutes at 1,000 messages, about ten
-at 50,000.
+process runs some 50 times slower: a size took 1-1.5 minutes at 1,000 messages
+and 4-5 at 50,000 here (the native build of the session included).
 
 Needs ``valgrind`` on the PATH (Debian: ``apt-get install valgrind``).
 """
