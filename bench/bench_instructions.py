@@ -63,7 +63,7 @@ steps = steady_steps(skip + warm + calls, fmt)[skip:]
 p = pager.open(store, session="scale", context_window=200_000, log_reports=False)
 p.assemble({{**extra, key: list(history)}}, format=fmt)  # the reopen: the recorded history, matched
 reopened = p.last_report.new_pages
-marks = 0
+marks = rounds = 0
 for s, step in enumerate(steps):
     history.extend(step)
     req = {{**extra, key: list(history)}}
@@ -71,11 +71,12 @@ for s, step in enumerate(steps):
         os.getppid()  # MARK: callgrind writes out what it counted since the last one
         marks += 1
     p.assemble(req, format=fmt)
+    rounds += bool(s >= warm and p.last_report.round)
 if marks:
     os.getppid()
     marks += 1
 p.close()
-print(json.dumps({{"messages": len(history), "calls": len(steps) - warm, "marks": marks,
+print(json.dumps({{"messages": len(history), "calls": len(steps) - warm, "marks": marks, "rounds": rounds,
                   "reopen_new_pages": reopened}}))
 """
 MARK = "getppid"
@@ -149,7 +150,7 @@ def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None)
             per_call, others, out = count(store, hist, fmt, 1, warm, calls, valgrind, dumps)
             if out["reopen_new_pages"]:
                 raise SystemExit(f"{n} messages: the reopened session recorded its history again")
-            row = {"size": n, "messages": built["messages"], "calls": out["calls"], "warm": warm,
+            row = {"size": n, "messages": built["messages"], "calls": out["calls"], "rounds": out["rounds"], "warm": warm,
                    "instructions": per_call, "others_run": others, "seconds": round(time.perf_counter() - t)}
             if per_call:
                 m = [c / 1e6 for c in per_call]
@@ -157,7 +158,8 @@ def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None)
                            mean_m=round(sum(m) / len(m), 2), others_per_call_m=round(others / len(m) / 1e6, 2))
             rows.append(row)
             print(f"  {n:>6} messages: p50 {row.get('p50_m')} M instructions a call, p99 {row.get('p99_m')} M, "
-                  f"mean {row.get('mean_m')} M, other threads {row.get('others_per_call_m')} M ({row['seconds']} s)",
+                  f"mean {row.get('mean_m')} M, other threads {row.get('others_per_call_m')} M, "
+                  f"{row['rounds']} demotion rounds ({row['seconds']} s)",
                   file=sys.stderr, flush=True)
     return rows
 
@@ -166,10 +168,11 @@ def table(rows: list[dict]) -> str:
     """Return the rows as a Markdown table, with each row's p50 against the first row's."""
     base = rows[0]["p50_m"]
     out = ["| messages | calling thread p50 (M instructions a call) | p99 | mean | p50 against the first row "
-           "| other threads, whole run, per counted call |", "|---:|---:|---:|---:|---:|---:|"]
+           "| other threads, whole run, per counted call | demotion rounds among the calls |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['size']:,} | {r['p50_m']:.2f} | {r['p99_m']:.2f} | {r['mean_m']:.2f} "
-                   f"| {r['p50_m'] / base:.2f}x | {r['others_per_call_m']:.2f} |")
+                   f"| {r['p50_m'] / base:.2f}x | {r['others_per_call_m']:.2f} | {r['rounds']} of {r['calls']} |")
     return "\n".join(out)
 
 

@@ -30,6 +30,7 @@ def test_the_counting_process_continues_the_built_session(tmp_path: Path) -> Non
     _c, _o, more = bench_instructions.count(store, hist, "openai-chat", 1, 1, 3, None)
     assert counts == [] and others == 0 and base["reopen_new_pages"] == more["reopen_new_pages"] == 0  # the history, matched
     assert (base["calls"], base["marks"]) == (0, 0) and (more["calls"], more["marks"]) == (3, 4)  # one mark more
+    assert base["rounds"] == 0 and 0 <= more["rounds"] <= 3
     assert more["messages"] - base["messages"] == 2 * 3 and base["messages"] == built["messages"] + 2
     # the build's one step ends the recorded history; the counting steps are the ones after it, drawn by
     # the same generator, whose first steps do not depend on how many are drawn
