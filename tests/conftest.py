@@ -72,11 +72,11 @@ def _keep_freed_memory() -> None:
 
     Each Tantivy commit (~2,000 a run) builds a new segment: a 512 Ki-slot term hash table and a
     registry per field, megabytes that glibc maps fresh from the kernel and gives back at once, so
-    every commit faulted them in zeroed again (949-1,478 page faults a commit of 3 pages). Above
-    these thresholds only: 289-313 faults, 1.9-2.4 ms of system CPU a commit instead of 3.8-4.9;
-    the whole run's system CPU 18.0 and 16.5 s against 23.3 and 24.4 s (two interleaved pairs of
-    runs). Read by glibc when a process starts: the workers and what they start. Values the user
-    set are kept.
+    every commit faulted them in zeroed again (949-1,478 page faults a commit of 3 pages). With these
+    thresholds: 289-313 faults, 1.9-2.4 ms of system CPU a commit instead of 3.8-4.9; six store-heavy
+    test files in one process, 4.7% less CPU (docs/testing.md). Read by glibc when a process starts:
+    the workers and what they start (under ``-n 0`` the tests' own process started before this ran).
+    Values the user set are kept.
     """
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(64 << 20))
     os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 << 20))
