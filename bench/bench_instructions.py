@@ -1,6 +1,6 @@
 """Instructions per steady-state ``assemble``, counted by valgrind: ``python bench/bench_instructions.py``.
 
-    python bench/bench_instructions.py [--sizes 1000,50000] [--calls 30] [--format anthropic-messages]
+    python bench/bench_instructions.py [--sizes 1000,50000] [--calls 30] [--format anthropic-messages] [--phases]
 
 ``bench/bench_scale.py`` times the calls, and on a shared machine the same
 calls take from 1x to 2.5x the CPU time from one minute to the next. Counted
@@ -27,6 +27,13 @@ included) divided by the counted calls. Under valgrind a
 process runs some 50 times slower: a size took 1-1.5 minutes at 1,000 messages
 and 4-5 at 50,000 here (the native build of the session included).
 
+``--phases`` also counts each call function by function: the counting
+process marks the entry to and the return from each function of
+``instruction_phases.PHASES`` during the counted calls, and the medians of
+each phase (nested: ``record/prepare/terms``; ``other`` outside them) over the
+calls that were not demotion rounds are printed as a second table. The marks
+cost a little themselves (``bench/instruction_phases.py`` says how much).
+
 Needs ``valgrind`` on the PATH (Debian: ``apt-get install valgrind``).
 """
 
@@ -46,14 +53,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_scale  # noqa: E402
+import instruction_phases  # noqa: E402
 from scale_steps import PRELUDE  # noqa: E402
 
 # The counting process: after the prelude (imports, steady_steps: bench/scale_steps.py), reopen the session and run
 # ``warm`` then ``calls`` steady steps after the ``skip`` that the build's run used, marking each counted
-# call's start and the last one's end with a call callgrind dumps at (``MARK``).
+# call's start and the last one's end with a call callgrind dumps at (``MARK``, in ``instruction_phases.WRAP``);
+# with ``phased``, also each entry to and return from a function of ``instruction_phases.PHASES``.
 COUNT = PRELUDE + r"""
 store, hist_file, fmt = sys.argv[1], sys.argv[2], sys.argv[3]
-skip, warm, calls = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+skip, warm, calls, phased = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7] == "1"
+{phases}
+if phased:
+    install(PHASES)
 with open(hist_file, "rb") as f:
     request = orjson.loads(f.read())
 key = history_key(fmt)
@@ -63,21 +75,22 @@ steps = steady_steps(skip + warm + calls, fmt)[skip:]
 p = pager.open(store, session="scale", context_window=200_000, log_reports=False)
 p.assemble({{**extra, key: list(history)}}, format=fmt)  # the reopen: the recorded history, matched
 reopened = p.last_report.new_pages
-marks = rounds = 0
+was_round = []
 for s, step in enumerate(steps):
     history.extend(step)
     req = {{**extra, key: list(history)}}
     if s >= warm:
-        os.getppid()  # MARK: callgrind writes out what it counted since the last one
-        marks += 1
+        mark("call")
+        ON[0] = phased
     p.assemble(req, format=fmt)
-    rounds += bool(s >= warm and p.last_report.round)
-if marks:
-    os.getppid()
-    marks += 1
+    ON[0] = False
+    if s >= warm:
+        was_round.append(bool(p.last_report.round))
+if LOG:
+    mark("end")
 p.close()
-print(json.dumps({{"messages": len(history), "calls": len(steps) - warm, "marks": marks, "rounds": rounds,
-                  "reopen_new_pages": reopened}}))
+print(json.dumps({{"messages": len(history), "calls": len(steps) - warm, "marks": len(LOG), "rounds": sum(was_round),
+                  "was_round": was_round, "log": LOG if phased else None, "reopen_new_pages": reopened}}))
 """
 MARK = "getppid"
 
@@ -112,13 +125,16 @@ def read_dumps(folder: Path, stem: str) -> tuple[list[int], int]:
 
 
 def count(store: str, hist: str, fmt: str, skip: int, warm: int, calls: int, valgrind: str | None,
-          dumps: Path | None = None) -> tuple[list[int], int, dict]:
+          dumps: Path | None = None, phases: bool = False) -> tuple[list[int], int, dict]:
     """Run the counting process; return (each counted call's instructions, the other threads', its JSON).
 
     Under callgrind when ``valgrind`` names it (its dumps go to ``dumps``); natively, with no counts, otherwise.
+    ``phases``: the functions of ``instruction_phases.PHASES`` marked too; the JSON's ``phases`` then holds
+    each counted call's instructions by phase (``instruction_phases.attribute``).
     """
-    cmd = [sys.executable, "-c", COUNT.format(root=str(bench_scale.ROOT)), store, hist, fmt,
-           str(skip), str(warm), str(calls)]
+    cmd = [sys.executable, "-c", COUNT.format(root=str(bench_scale.ROOT), phases=instruction_phases.WRAP
+                                              + f"PHASES = {instruction_phases.PHASES!r}\n"),
+           store, hist, fmt, str(skip), str(warm), str(calls), "1" if phases else "0"]
     if valgrind is not None:
         assert dumps is not None
         cmd = [valgrind, "--tool=callgrind", "--separate-threads=yes", f"--dump-before={MARK}", "--dump-instr=no",
@@ -132,13 +148,16 @@ def count(store: str, hist: str, fmt: str, skip: int, warm: int, calls: int, val
         return [], 0, out
     mine, others = read_dumps(dumps, "cg.out")  # type: ignore[arg-type]
     # dump 1: start-up, reopen and warm-up, up to the first mark; then one a call (the last mark's dump
-    # ends the last call; the dump at exit is the close)
+    # ends the last call; the dump at exit is the close), or one a stretch between two marks with phases
     if len(mine) != out["marks"]:
         raise SystemExit(f"callgrind wrote {len(mine)} dumps for {out['marks']} marks")
+    if phases:
+        out["phases"] = instruction_phases.attribute(out["log"], mine)
+        return [sum(c.values()) for c in out["phases"]], others, out
     return mine[1:], others, out
 
 
-def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None) -> list[dict]:
+def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None, phases: bool = False) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as d:
         for n in sizes:
@@ -147,7 +166,7 @@ def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None)
             dumps.mkdir()
             t = time.perf_counter()
             built = bench_scale._child("steady", store, hist, str(n), "1", "0", "0", fmt)
-            per_call, others, out = count(store, hist, fmt, 1, warm, calls, valgrind, dumps)
+            per_call, others, out = count(store, hist, fmt, 1, warm, calls, valgrind, dumps, phases)
             if out["reopen_new_pages"]:
                 raise SystemExit(f"{n} messages: the reopened session recorded its history again")
             row = {"size": n, "messages": built["messages"], "calls": out["calls"], "rounds": out["rounds"], "warm": warm,
@@ -156,6 +175,9 @@ def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None)
                 m = [c / 1e6 for c in per_call]
                 row.update(p50_m=round(bench_scale._pct(m, 0.5), 2), p99_m=round(bench_scale._pct(m, 0.99), 2),
                            mean_m=round(sum(m) / len(m), 2), others_per_call_m=round(others / len(m) / 1e6, 2))
+            if phases:
+                row["phases_m"] = {k: round(v / 1e6, 3)
+                                   for k, v in instruction_phases.medians(out["phases"], out["was_round"]).items()}
             rows.append(row)
             print(f"  {n:>6} messages: p50 {row.get('p50_m')} M instructions a call, p99 {row.get('p99_m')} M, "
                   f"mean {row.get('mean_m')} M, other threads {row.get('others_per_call_m')} M, "
@@ -184,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--format", default="openai-chat",
                     choices=bench_scale.FORMATS,
                     help="the wire format the history is sent in (default openai-chat)")
+    ap.add_argument("--phases", action="store_true",
+                    help="also count each call function by function (instruction_phases.PHASES) and print the "
+                         "medians by phase")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args(argv)
     if args.calls < 1:
@@ -193,8 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("valgrind is not on the PATH: it counts the instructions (Debian: apt-get install valgrind)")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     t = time.perf_counter()
-    rows = run(sizes, args.calls, args.warm, args.format, valgrind)
+    rows = run(sizes, args.calls, args.warm, args.format, valgrind, args.phases)
     print(table(rows))
+    if args.phases:
+        print()
+        print(instruction_phases.table(rows))
     print(f"\n{args.calls} calls per size after {args.warm} warm-up calls, two new messages each; "
           f"sent as {args.format}; {time.perf_counter() - t:.0f} s in all")
     if args.json:

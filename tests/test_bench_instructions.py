@@ -6,10 +6,14 @@ process continues the built session (the reopen matches the recorded history,
 each step records two messages) with the steps after those the build used,
 marks each counted call once more than there are calls, and each dump's
 count is read in the dumps' numeric order, or a dump without one refused.
+With ``--phases`` the process marks the functions of
+``instruction_phases.PHASES`` too, in balanced pairs inside each counted call,
+and each stretch between two marks goes to the phases open at its start.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,12 +25,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_instructions  # noqa: E402
 import bench_scale  # noqa: E402
+import instruction_phases  # noqa: E402
 import scale_steps  # noqa: E402
 
 
 def test_the_counting_process_continues_the_built_session(tmp_path: Path) -> None:
     store, hist = str(tmp_path / "ctx"), str(tmp_path / "history.json")
     built = bench_scale._child("steady", store, hist, "100", "1", "0", "0", "openai-chat")
+    shutil.copytree(store, tmp_path / "ctx-phased")  # the built session, for the run with phases below
     counts, others, base = bench_instructions.count(store, hist, "openai-chat", 1, 1, 0, None)
     _c, _o, more = bench_instructions.count(store, hist, "openai-chat", 1, 1, 3, None)
     assert counts == [] and others == 0  # natively: nothing counted
@@ -42,6 +48,20 @@ def test_the_counting_process_continues_the_built_session(tmp_path: Path) -> Non
     assert five[:1] == one
     recorded = orjson.loads(Path(hist).read_bytes())["messages"]
     assert recorded[-2:] == one[0] and five[1] != one[0]
+    assert more["log"] is None  # phases only when asked for
+    # with phases: every function of PHASES exists (a missing one fails the process), each counted call's marks
+    # are balanced pairs of the phases' labels between its "call" and the next, and a call's phases nest
+    _c, _o, phased = bench_instructions.count(str(tmp_path / "ctx-phased"), hist, "openai-chat", 1, 1, 2, None,
+                                              phases=True)
+    assert phased["reopen_new_pages"] == 0 and phased["messages"] == base["messages"] + 2 * 2
+    log = phased["log"]
+    assert log[0] == "call" and log[-1] == "end" and log.count("call") == 2 and phased["marks"] == len(log)
+    labels = {label for _m, _a, label in instruction_phases.PHASES}
+    assert {m[1:] for m in log if m[0] in "+-"} <= labels
+    assert {"+record", "+prepare", "+terms", "+tokens", "+schedule", "+planner", "+prompt"} <= set(log)
+    calls = instruction_phases.attribute(log, [1] * len(log))  # one instruction a stretch: counts the stretches
+    assert len(calls) == 2 and all("record/prepare/terms" in c and "schedule/plan/planner" in c for c in calls)
+    assert sum(sum(c.values()) for c in calls) == len(log) - 1
 
 
 def test_callgrind_s_dumps_are_read_in_order_and_a_dump_without_a_count_refused(tmp_path: Path) -> None:
@@ -71,3 +91,26 @@ def test_without_valgrind_the_bench_says_so(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(bench_instructions.shutil, "which", lambda name: None)
     with pytest.raises(SystemExit, match="valgrind is not on the PATH"):
         bench_instructions.main(["--sizes", "100"])
+
+
+def test_each_stretch_goes_to_the_phases_open_at_its_start() -> None:
+    log = ["call", "+record", "+terms", "-terms", "-record", "+schedule", "-schedule",
+           "call", "+record", "-record", "end"]
+    counts = [1000, 1, 20, 300, 4000, 50_000, 600_000, 7_000_000, 8, 90, 100, 1]  # counts[0]: before the first mark
+    calls = instruction_phases.attribute(log, counts[:len(log)])
+    assert calls == [
+        {"other": 1 + 50_000 + 7_000_000, "record": 20 + 4000, "record/terms": 300, "schedule": 600_000},
+        {"other": 8 + 100, "record": 90},
+    ]
+    assert instruction_phases.medians(calls, [False, True]) == {
+        "other": 7_050_001.0, "record": 4020.0, "record/terms": 300.0, "schedule": 600_000.0, "total": 7_654_321.0}
+    with pytest.raises(SystemExit, match="dumps for"):
+        instruction_phases.attribute(log, counts)
+    with pytest.raises(SystemExit, match="closes record/terms"):
+        instruction_phases.attribute(["call", "+record", "+terms", "-record", "end"], [0] * 5)
+    with pytest.raises(SystemExit, match="not the end"):
+        instruction_phases.attribute(["call", "+record", "-record"], [0] * 3)
+    rows = [{"size": 1000, "phases_m": {"record": 0.5, "total": 1.0}},
+            {"size": 50_000, "phases_m": {"record": 0.6, "other": 0.1, "total": 1.2}}]
+    assert instruction_phases.table(rows).splitlines()[2:] == [
+        "| other | 0.000 | 0.100 |", "| record | 0.500 | 0.600 |", "| total | 1.000 | 1.200 |"]
