@@ -47,6 +47,9 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("pager.schedulers.paging", "plan", "planner"),
     ("pager.schedulers.paging", "PagingScheduler._render", "prompt"),
     ("pager.pager", "Pager._persist", "persist"),
+    ("pager.formats.openai_chat", "OpenAIChat.render", "wire render"),  # the request out, in the caller's format
+    ("pager.formats.anthropic_messages", "AnthropicMessages.render", "wire render"),
+    ("pager.formats.openai_responses", "OpenAIResponses.render", "wire render"),
     ("pager.pager", "Pager._report", "report"),
 )
 

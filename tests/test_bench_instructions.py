@@ -58,7 +58,7 @@ def test_the_counting_process_continues_the_built_session(tmp_path: Path) -> Non
     assert log[0] == "call" and log[-1] == "end" and log.count("call") == 2 and phased["marks"] == len(log)
     labels = {label for _m, _a, label in instruction_phases.PHASES}
     assert {m[1:] for m in log if m[0] in "+-"} <= labels
-    assert {"+record", "+prepare", "+terms", "+tokens", "+schedule", "+planner", "+prompt"} <= set(log)
+    assert {"+record", "+prepare", "+terms", "+tokens", "+schedule", "+planner", "+prompt", "+wire render"} <= set(log)
     calls = instruction_phases.attribute(log, [1] * len(log))  # one instruction a stretch: counts the stretches
     assert len(calls) == 2 and all("record/prepare/terms" in c and "schedule/plan/planner" in c for c in calls)
     assert sum(sum(c.values()) for c in calls) == len(log) - 1
