@@ -69,7 +69,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale_steps import PRELUDE  # noqa: E402 - bench/ is a folder of scripts, not a package
+import machine_speed  # noqa: E402 - bench/ is a folder of scripts, not a package
+from scale_steps import PRELUDE  # noqa: E402
 
 CHILD = PRELUDE + r"""
 
@@ -351,18 +352,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="the wire format the history is sent in (default openai-chat)")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    load0 = os.getloadavg()
+    speed0 = machine_speed.reading()
+    load0 = speed0["load"]
     t = time.perf_counter()
     rows = run(sizes, args.calls, args.warm, args.fresh, args.format)
-    load1 = os.getloadavg()
+    speed1 = machine_speed.reading()
+    load1 = speed1["load"]
     print(table(rows))
     print(f"\nload average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end (1-minute; {os.cpu_count()} CPUs); "
           f"{time.perf_counter() - t:.0f} s in all; {args.calls} calls per size, two new messages each"
           + ("; each call's history decoded anew (--fresh)" if args.fresh else "")
           + (f"; sent as {args.format}" if args.format != "openai-chat" else ""))
+    print(f"machine speed (bench/machine_speed.py): {speed0['loop_ns']:.1f} ns per loop iteration at the start, "
+          f"{speed1['loop_ns']:.1f} at the end (lower is faster)")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "load": [load0, load1], "calls": args.calls,
-                                               "format": args.format}, indent=1))
+                                               "format": args.format, "machine": [speed0, speed1]}, indent=1))
     return 0
 
 

@@ -63,6 +63,8 @@ from typing import Any, Iterator
 import httpx
 import orjson
 
+import machine_speed  # bench/ is this script's folder: first on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 HEADERS = {"authorization": "Bearer sk-bench", "x-api-key": "sk-bench", "anthropic-version": "2023-06-01",
            "content-type": "application/json"}
@@ -372,8 +374,10 @@ def main(argv: list[str] | None = None) -> int:
     formats = [f for f in args.formats.split(",") if f]
     modes = [m == "stream" for m in args.modes.split(",") if m]
     n = args.warm + args.requests
-    load0 = os.getloadavg()
-    print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} ({os.cpu_count()} cores)")
+    speed0 = machine_speed.reading()
+    load0 = speed0["load"]
+    print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} ({os.cpu_count()} cores); "
+          f"machine speed {speed0['loop_ns']:.1f} ns per loop iteration (bench/machine_speed.py)")
     plans = []
     for k, fmt in enumerate(formats):
         for stream in modes:
@@ -416,8 +420,10 @@ def main(argv: list[str] | None = None) -> int:
         # one line per model call, in the order sent: the warm-up requests of every mode, then each mode's
         timings = {label: _timings(Path(tmp) / f"timings{j}.jsonl")[len(plans) * args.warm:]
                    for j, (label, _) in enumerate(checkouts)}
-    load1 = os.getloadavg()
-    report: dict[str, Any] = {"load_before": load0, "load_after": load1, "messages": args.messages,
+    speed1 = machine_speed.reading()
+    load1 = speed1["load"]
+    report: dict[str, Any] = {"load_before": load0, "load_after": load1, "machine": [speed0, speed1],
+                              "messages": args.messages,
                               "model_ms": args.model_ms,
                               "requests": args.requests, "checkouts": [str(src) for _, src in checkouts], "modes": []}
     print(f"conversation: {args.messages} messages at the first measured request, +2 per request, "
@@ -459,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{mode['assemble']['p50']:>8.2f}  {tt}  {res['cpu_ms'][0]:>12.2f} {res['cpu_ms'][1]:>7.2f}")
     if args.phases:
         _print_phases(report)
-    print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; "
+          f"machine speed {speed1['loop_ns']:.1f} ns per loop iteration")
     if args.json:
         Path(args.json).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     return 0

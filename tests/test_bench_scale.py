@@ -8,6 +8,7 @@ in the reopened store's size, not here, so the row's own fields are checked).
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -20,9 +21,19 @@ import bench_scale  # noqa: E402
 
 
 @pytest.mark.parametrize("fmt", ["anthropic-messages", "openai-responses"])  # chat: the default run
-def test_a_small_run_prints_a_row_per_size(fmt: str) -> None:
-    rows = bench_scale.run([100], calls=3, warm=1, fmt=fmt)
-    assert len(rows) == 1
+def test_a_small_run_prints_a_row_per_size(fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "scale.json"
+    assert bench_scale.main(["--sizes", "100", "--calls", "3", "--warm", "1", "--format", fmt,
+                             "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    assert len(rows) == 1 and report["format"] == fmt
+    # the machine's speed at the start and the end, beside the load average (bench/machine_speed.py)
+    assert [set(r) for r in report["machine"]] == [{"loop_ns", "load"}] * 2
+    assert all(r["loop_ns"] > 0 for r in report["machine"])
+    printed = capsys.readouterr().out
+    assert "| 100 |" in printed
+    assert f"{report['machine'][0]['loop_ns']:.1f} ns per loop iteration at the start" in printed
     row = rows[0]
     assert row["size"] == 100 and row["messages"] > 50  # in the format's own messages (Anthropic merges results)
     assert row["p50_ms"] > 0 and row["p99_ms"] >= row["p50_ms"]
