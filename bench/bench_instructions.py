@@ -1,6 +1,7 @@
 """Instructions per steady-state ``assemble``, counted by valgrind: ``python bench/bench_instructions.py``.
 
-    python bench/bench_instructions.py [--sizes 1000,50000] [--calls 30] [--format anthropic-messages] [--phases]
+    python bench/bench_instructions.py [--sizes 1000,50000] [--calls 30] [--format anthropic-messages]
+                                       [--phases | --ready]
 
 ``bench/bench_scale.py`` times the calls, and on a shared machine the same
 calls take from 1x to 2.5x the CPU time from one minute to the next. Counted
@@ -26,6 +27,12 @@ the other threads' instructions over the whole run (the reopen and warm-up
 included) divided by the counted calls. Under valgrind a
 process runs some 50 times slower: a size took 1-1.5 minutes at 1,000 messages
 and 4-5 at 50,000 here (the native build of the session included).
+
+``--ready`` runs each counted call as ``pager proxy`` does (``Pager._assemble``
+with ``ready``: the request is forwarded before the rest of the call, the
+store's COMMIT among it) and marks the moment its request is ready: a third
+and fourth column give the calling thread's instructions up to it, what the
+proxy adds to a request.
 
 ``--phases`` also counts each call function by function: the counting
 process marks the entry to and the return from each function of
@@ -63,6 +70,7 @@ from scale_steps import PRELUDE  # noqa: E402
 COUNT = PRELUDE + r"""
 store, hist_file, fmt = sys.argv[1], sys.argv[2], sys.argv[3]
 skip, warm, calls, phased = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7] == "1"
+split = sys.argv[8] == "1"  # mark the moment each counted call's request is ready to forward
 {phases}
 if phased:
     install(PHASES)
@@ -82,7 +90,10 @@ for s, step in enumerate(steps):
     if s >= warm:
         mark("call")
         ON[0] = phased
-    p.assemble(req, format=fmt)
+    if split and s >= warm:
+        p._assemble(req, format=fmt, ready=lambda out: mark("ready"))  # what the proxy forwards at
+    else:
+        p.assemble(req, format=fmt)
     ON[0] = False
     if s >= warm:
         was_round.append(bool(p.last_report.round))
@@ -125,16 +136,20 @@ def read_dumps(folder: Path, stem: str) -> tuple[list[int], int]:
 
 
 def count(store: str, hist: str, fmt: str, skip: int, warm: int, calls: int, valgrind: str | None,
-          dumps: Path | None = None, phases: bool = False) -> tuple[list[int], int, dict]:
+          dumps: Path | None = None, phases: bool = False, ready: bool = False) -> tuple[list[int], int, dict]:
     """Run the counting process; return (each counted call's instructions, the other threads', its JSON).
 
     Under callgrind when ``valgrind`` names it (its dumps go to ``dumps``); natively, with no counts, otherwise.
     ``phases``: the functions of ``instruction_phases.PHASES`` marked too; the JSON's ``phases`` then holds
-    each counted call's instructions by phase (``instruction_phases.attribute``).
+    each counted call's instructions by phase (``instruction_phases.attribute``). ``ready``: each counted
+    call runs as the proxy's does (``Pager._assemble`` with ``ready``) and is marked when its request is
+    ready to forward; the JSON's ``until_ready`` holds each call's instructions up to that mark.
     """
+    if phases and ready:
+        raise ValueError("count by phase or up to the request's forwarding, not both")
     cmd = [sys.executable, "-c", COUNT.format(root=str(bench_scale.ROOT), phases=instruction_phases.WRAP
                                               + f"PHASES = {instruction_phases.PHASES!r}\n"),
-           store, hist, fmt, str(skip), str(warm), str(calls), "1" if phases else "0"]
+           store, hist, fmt, str(skip), str(warm), str(calls), "1" if phases else "0", "1" if ready else "0"]
     if valgrind is not None:
         assert dumps is not None
         cmd = [valgrind, "--tool=callgrind", "--separate-threads=yes", f"--dump-before={MARK}", "--dump-instr=no",
@@ -154,10 +169,15 @@ def count(store: str, hist: str, fmt: str, skip: int, warm: int, calls: int, val
     if phases:
         out["phases"] = instruction_phases.attribute(out["log"], mine)
         return [sum(c.values()) for c in out["phases"]], others, out
+    if ready:  # two stretches a call: up to its request's forwarding, and the rest
+        before, after = mine[1::2], mine[2::2]
+        out["until_ready"] = before
+        return [a + b for a, b in zip(before, after)], others, out
     return mine[1:], others, out
 
 
-def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None, phases: bool = False) -> list[dict]:
+def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None, phases: bool = False,
+        ready: bool = False) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as d:
         for n in sizes:
@@ -166,7 +186,7 @@ def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None,
             dumps.mkdir()
             t = time.perf_counter()
             built = bench_scale._child("steady", store, hist, str(n), "1", "0", "0", fmt)
-            per_call, others, out = count(store, hist, fmt, 1, warm, calls, valgrind, dumps, phases)
+            per_call, others, out = count(store, hist, fmt, 1, warm, calls, valgrind, dumps, phases, ready)
             if out["reopen_new_pages"]:
                 raise SystemExit(f"{n} messages: the reopened session recorded its history again")
             row = {"size": n, "messages": built["messages"], "calls": out["calls"], "rounds": out["rounds"], "warm": warm,
@@ -175,6 +195,10 @@ def run(sizes: list[int], calls: int, warm: int, fmt: str, valgrind: str | None,
                 m = [c / 1e6 for c in per_call]
                 row.update(p50_m=round(bench_scale._pct(m, 0.5), 2), p99_m=round(bench_scale._pct(m, 0.99), 2),
                            mean_m=round(sum(m) / len(m), 2), others_per_call_m=round(others / len(m) / 1e6, 2))
+            if out.get("until_ready"):
+                m = [c / 1e6 for c in out["until_ready"]]
+                row.update(until_ready_p50_m=round(bench_scale._pct(m, 0.5), 2),
+                           until_ready_p99_m=round(bench_scale._pct(m, 0.99), 2))
             if phases:
                 row["phases_m"] = {k: round(v / 1e6, 3)
                                    for k, v in instruction_phases.medians(out["phases"], out["was_round"]).items()}
@@ -192,9 +216,14 @@ def table(rows: list[dict]) -> str:
     out = ["| messages | calling thread p50 (M instructions a call) | p99 | mean | p50 against the first row "
            "| other threads, whole run, per counted call | demotion rounds among the calls |",
            "|---:|---:|---:|---:|---:|---:|---:|"]
+    split = all("until_ready_p50_m" in r for r in rows)
+    if split:
+        out[0] += " up to the request's forwarding: p50 | p99 |"
+        out[1] += "---:|---:|"
     for r in rows:
         out.append(f"| {r['size']:,} | {r['p50_m']:.2f} | {r['p99_m']:.2f} | {r['mean_m']:.2f} "
-                   f"| {r['p50_m'] / base:.2f}x | {r['others_per_call_m']:.2f} | {r['rounds']} of {r['calls']} |")
+                   f"| {r['p50_m'] / base:.2f}x | {r['others_per_call_m']:.2f} | {r['rounds']} of {r['calls']} |"
+                   + (f" {r['until_ready_p50_m']:.2f} | {r['until_ready_p99_m']:.2f} |" if split else ""))
     return "\n".join(out)
 
 
@@ -209,16 +238,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phases", action="store_true",
                     help="also count each call function by function (instruction_phases.PHASES) and print the "
                          "medians by phase")
+    ap.add_argument("--ready", action="store_true",
+                    help="run each counted call as the proxy does and also count it up to the moment its request "
+                         "is ready to forward (what the proxy adds to a request)")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args(argv)
     if args.calls < 1:
         ap.error("--calls must be at least 1")
+    if args.phases and args.ready:
+        ap.error("--phases and --ready count the calls two ways: one at a time")
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind is not on the PATH: it counts the instructions (Debian: apt-get install valgrind)")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     t = time.perf_counter()
-    rows = run(sizes, args.calls, args.warm, args.format, valgrind, args.phases)
+    rows = run(sizes, args.calls, args.warm, args.format, valgrind, args.phases, args.ready)
     print(table(rows))
     if args.phases:
         print()

@@ -32,7 +32,8 @@ import scale_steps  # noqa: E402
 def test_the_counting_process_continues_the_built_session(tmp_path: Path) -> None:
     store, hist = str(tmp_path / "ctx"), str(tmp_path / "history.json")
     built = bench_scale._child("steady", store, hist, "100", "1", "0", "0", "openai-chat")
-    shutil.copytree(store, tmp_path / "ctx-phased")  # the built session, for the run with phases below
+    shutil.copytree(store, tmp_path / "ctx-phased")  # the built session, for the runs with phases and ready below
+    shutil.copytree(store, tmp_path / "ctx-ready")
     counts, others, base = bench_instructions.count(store, hist, "openai-chat", 1, 1, 0, None)
     _c, _o, more = bench_instructions.count(store, hist, "openai-chat", 1, 1, 3, None)
     assert counts == [] and others == 0  # natively: nothing counted
@@ -62,6 +63,13 @@ def test_the_counting_process_continues_the_built_session(tmp_path: Path) -> Non
     calls = instruction_phases.attribute(log, [1] * len(log))  # one instruction a stretch: counts the stretches
     assert len(calls) == 2 and all("record/prepare/terms" in c and "schedule/plan/planner" in c for c in calls)
     assert sum(sum(c.values()) for c in calls) == len(log) - 1
+    # split at the request's forwarding (what the proxy adds): one more mark a counted call, and the same session
+    _c, _o, split = bench_instructions.count(str(tmp_path / "ctx-ready"), hist, "openai-chat", 1, 1, 3, None,
+                                             ready=True)
+    assert split["reopen_new_pages"] == 0 and split["messages"] == more["messages"]
+    assert (split["calls"], split["marks"]) == (3, 1 + 2 * 3)
+    with pytest.raises(ValueError, match="not both"):
+        bench_instructions.count(store, hist, "openai-chat", 1, 1, 1, None, phases=True, ready=True)
 
 
 def test_callgrind_s_dumps_are_read_in_order_and_a_dump_without_a_count_refused(tmp_path: Path) -> None:
@@ -114,3 +122,15 @@ def test_each_stretch_goes_to_the_phases_open_at_its_start() -> None:
             {"size": 50_000, "phases_m": {"record": 0.6, "other": 0.1, "total": 1.2}}]
     assert instruction_phases.table(rows).splitlines()[2:] == [
         "| other | 0.000 | 0.100 |", "| record | 0.500 | 0.600 |", "| total | 1.000 | 1.200 |"]
+
+
+def test_the_table_gives_the_count_up_to_the_forwarding_when_it_was_split() -> None:
+    row = {"size": 1000, "p50_m": 7.0, "p99_m": 9.0, "mean_m": 7.5, "others_per_call_m": 0.5, "rounds": 1,
+           "calls": 30}
+    plain = bench_instructions.table([row])
+    assert "forwarding" not in plain and plain.splitlines()[2] == "| 1,000 | 7.00 | 9.00 | 7.50 | 1.00x | 0.50 | 1 of 30 |"
+    split = bench_instructions.table([{**row, "until_ready_p50_m": 5.5, "until_ready_p99_m": 8.25}])
+    assert "up to the request's forwarding: p50 | p99 |" in split.splitlines()[0]
+    assert split.splitlines()[2].endswith("| 1 of 30 | 5.50 | 8.25 |")
+    with pytest.raises(SystemExit):
+        bench_instructions.main(["--phases", "--ready"])

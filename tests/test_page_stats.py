@@ -156,6 +156,8 @@ def test_the_session_mark_is_written_again_once_a_snapshot_or_another_connection
         try:  # a mark written in a transaction that rolls back is gone: written again at the next change
             with store.transaction():
                 store.update_stats([StatUpdate(h.page[2], 53, 6, False)], "s")
+                assert marked() == []  # its statements wait for the end of the transaction (sqlite_tx)
+                store.max_page_id()  # or for another method of the store, which runs them first
                 assert marked() == [("s",)]
                 raise KeyError("roll back")
         except KeyError:

@@ -20,6 +20,17 @@ outside the WAL (``pager.storage.acked``), so a lost WAL is noticed on open.
 New pages are numbered from the highest id it knows (``_insert_pages``), and
 a session's demoted list is written only when it is another list than the
 one this connection last wrote (``_save_demoted``): caches of the same kind.
+
+Writes at the end of the transaction. Inside a write transaction, a call's
+own writes (its pages' rows with their term numbers, their statistics, the
+state row: ``DEFERS``) are kept as statements to run (``_defer``) and run in
+order just before the COMMIT, or before any other method of the store runs
+(``_translated``: a read sees every write before it, and writes keep their
+order; ``APART``: the methods that read none of what those write). Nothing is read back from them: the page ids are numbered here, the
+version raises counted here. So a call's request is rendered and sent on
+before its rows are written (``Pager._assemble``'s ``ready``: the proxy
+forwards then); a statement that fails when run rolls the whole transaction
+back, as it would have where it was called.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import orjson
 
@@ -42,9 +53,15 @@ from pager.storage.sqlite_checkpoint import Checkpoints
 from pager.storage.sqlite_schema import _DEMOTED_KEY, _INSERT_PAGE, _page_rows
 from pager.storage.sqlite_terms import TermVocab
 
-__all__ = ["TransactionMixin"]
+__all__ = ["APART", "DEFERS", "TransactionMixin"]
 
 _BUSY_RETRIES = 50
+
+# The store methods whose statements wait for the end of the transaction (see the module docstring):
+# what a steady call writes before its request is rendered. Every other method runs those first, but
+# for the ones that read only what they never write (the pools' ACLs, which a call's recall reads).
+DEFERS = frozenset({"record", "update_stats", "save_state"})
+APART = frozenset({"pool_acls"})
 
 
 class TransactionMixin:
@@ -73,6 +90,20 @@ class TransactionMixin:
         self._raises: dict[str, int] = {}  # session -> the version raises of this transaction not yet written
         self._demoted_saved: dict[str, Any] = {}  # session -> the demoted list save_state last wrote (committed)
         self._moved: set[str] = set()  # sessions known to be in snapshot_moved (``update_stats``)
+        self._deferred: list[Callable[[sqlite3.Connection], None]] = []  # statements to run before the COMMIT
+
+    def _defer(self, db: sqlite3.Connection, write: Callable[[sqlite3.Connection], None]) -> None:
+        """Run ``write(db)`` just before the open transaction's COMMIT, or before the store's next other method.
+
+        Called inside ``transaction()``, on its thread.
+        """
+        self._deferred.append(write)
+
+    def _run_deferred(self) -> None:
+        """Run the statements ``_defer`` kept, in order (a failure leaves the rest to the rollback)."""
+        writes, self._deferred = self._deferred, []
+        for write in writes:
+            write(self._db)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -105,11 +136,13 @@ class TransactionMixin:
             self._check_seen()
             self._vocab.begin()
             yield self._db
+            self._run_deferred()
             self._write_raises()
             self._vocab.write(self._db)
         except BaseException as exc:
             self._depth = 0
             self._touched.clear()
+            self._deferred = []  # unwritten: the rollback undoes the rest of the transaction
             self._rolled_back()
             self._db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.DatabaseError):
@@ -226,46 +259,66 @@ class TransactionMixin:
     # -- page ids and the demoted list: written knowing what this connection wrote ------------
 
     def _insert_pages(self, db: sqlite3.Connection, session: str, seqs: Sequence[int],
-                      pages: Sequence[NewPage]) -> list[int]:
+                      pages: Sequence[NewPage], *, defer: bool = False) -> list[int]:
         """Insert ``pages`` (inside a write transaction) in one statement; return their ids.
 
         The ids are the ones SQLite would give (the highest plus one, in
         order: the write lock is held), numbered here so that one
         ``executemany`` inserts them all; the highest is read once, then
-        kept while no other connection commits (``_check_seen``).
+        kept while no other connection commits (``_check_seen``). ``defer``:
+        the insert, and the numbering of the pages' terms, wait for the end
+        of the transaction (``_defer``).
         """
         if not pages:
             return []
         top = self._top
         if top is None:
             top = int(db.execute("SELECT MAX(id) FROM pages").fetchone()[0] or 0)
-        term_ids = self._vocab.encode_many(db, [p.terms for p in pages])
-        db.executemany(_INSERT_PAGE, _page_rows(top + 1, session, seqs, pages, term_ids))
         self._top = top + len(pages)
+        seqs, pages = list(seqs), list(pages)
+
+        def insert(db: sqlite3.Connection) -> None:
+            term_ids = self._vocab.encode_many(db, [p.terms for p in pages])
+            db.executemany(_INSERT_PAGE, _page_rows(top + 1, session, seqs, pages, term_ids))
+
+        if defer:
+            self._defer(db, insert)
+        else:
+            insert(db)
         return list(range(top + 1, top + 1 + len(pages)))
 
     def _save_demoted(self, db: sqlite3.Connection, session: str, state: Any) -> Any:
         """Write the ``demoted`` list of ``state`` apart if it is another list than the last written; return the rest.
+
+        The statement waits for the end of the transaction (``_defer``), as ``save_state``'s own.
 
         See ``SQLiteStore.save_state``. A state without one drops the row.
         """
         if isinstance(state, dict) and "demoted" in state:
             demoted = state["demoted"]
             if self._demoted_saved.get(session) is not demoted:
-                db.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)",
-                           (_DEMOTED_KEY + session, orjson.dumps(demoted).decode()))
+                row = (_DEMOTED_KEY + session, orjson.dumps(demoted).decode())
+                self._defer(db, lambda d: d.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", row))
                 self._demoted_saved[session] = demoted
             return {k: v for k, v in state.items() if k != "demoted"}
-        db.execute("DELETE FROM settings WHERE key=?", (_DEMOTED_KEY + session,))
+        key = (_DEMOTED_KEY + session,)
+        self._defer(db, lambda d: d.execute("DELETE FROM settings WHERE key=?", key))
         self._demoted_saved.pop(session, None)
         return state
 
 
 def _translated(method: Any) -> Any:
-    """Wrap a store method so that a ``sqlite3`` error leaves it as ``StoreError`` (the boundary's rule)."""
+    """Wrap a store method so that a ``sqlite3`` error leaves it as ``StoreError`` (the boundary's rule).
+
+    A method not in ``DEFERS`` or ``APART`` first runs the statements deferred on its thread's open transaction.
+    """
+    defers = method.__name__ in DEFERS or method.__name__ in APART
+
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
+            if self._deferred and not defers and self._tx_thread == threading.get_ident():
+                self._run_deferred()
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:  # a read that hit a locked, corrupt or closed database
             raise StoreError(f"store {self.path}: {exc}") from exc

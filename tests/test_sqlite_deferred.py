@@ -1,0 +1,106 @@
+"""The SQLite store writes a call's rows at the end of its transaction (``pager.storage.sqlite_tx``).
+
+Inside a write transaction, ``record``, ``update_stats`` and ``save_state``
+keep their statements until just before the COMMIT, so the request a call
+renders is forwarded (``Pager._assemble``'s ``ready``, the proxy's) before its
+rows are written. What must hold: every other method of the store sees those
+writes (they run first), writes keep their order, a write that fails when it
+runs rolls the whole call back with a ``StoreError`` and loses nothing, and
+outside a transaction a write is committed when its method returns.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import pager
+from pager.errors import StoreError
+from pager.storage.base import StatUpdate
+from pager.storage.sqlite import DB_NAME, SQLiteStore
+from pager.testing import new_page
+
+OPTS = {"context_window": 8000}
+
+
+def _chat(n: int) -> list[dict]:
+    msgs = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "fix src/app.py"}]
+    for i in range(n):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": f'{{"path": "f{i}.py"}}'}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"def handler_{i}(): return {i}\n" * 20})
+    return msgs
+
+
+def test_a_calls_rows_are_written_after_its_request_is_ready(tmp_path: Path) -> None:
+    with pager.open(tmp_path / "st", "s", **OPTS) as p:
+        p.assemble({"messages": _chat(2)})
+        statements: list[str] = []
+        p.store._db.set_trace_callback(statements.append)
+        try:
+            p._assemble({"messages": _chat(3)}, ready=lambda out: statements.append("READY"))
+        finally:
+            p.store._db.set_trace_callback(None)
+        ready = statements.index("READY")
+        writes = [i for i, sql in enumerate(statements) if sql.startswith(("INSERT", "UPDATE"))]
+        inserted = [i for i, sql in enumerate(statements) if sql.startswith("INSERT INTO pages")]
+        assert inserted and min(writes) > ready  # the pages, their statistics, the state: all after
+        assert statements.index("COMMIT") > max(writes)
+        assert p.store.count_pages("s") == len(_chat(3))
+
+
+def test_other_methods_see_the_writes_in_order(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "st")
+    try:
+        head = store.ensure_session("s")
+        with store.transaction():
+            branch, ids = store.record("s", head, None, 0, [new_page(1, terms=("alpha_one",)), new_page(2)])
+            # a write that reads the page first: it must find the row record() has not written yet
+            store.set_scope(ids[0], "pool", "repo")
+            assert store.count_pages("s") == 2
+            (first, _second) = store.load_pages(ids)
+            assert first.scope == "pool" and set(first.terms or ()) == {"alpha_one"}
+            store.update_stats([StatUpdate(ids[1], 7, 2, False)], "s")
+            assert store.load_pages([ids[1]])[0].ref_count == 2
+            store.save_state("s", {"calls": 3})
+            assert store.load_state("s") == {"calls": 3}
+        assert store.branch_page_ids(branch) == ids
+    finally:
+        store.close()
+
+
+def test_outside_a_transaction_a_write_is_committed_when_its_method_returns(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "st")
+    try:
+        head = store.ensure_session("s")
+        _branch, ids = store.record("s", head, None, 0, [new_page(1)])
+        store.save_state("s", {"calls": 1})
+        other = sqlite3.connect(tmp_path / "st" / DB_NAME)
+        try:
+            assert other.execute("SELECT id FROM pages").fetchall() == [(ids[0],)]
+            assert other.execute("SELECT state FROM sessions WHERE name='s'").fetchone()[0] is not None
+        finally:
+            other.close()
+    finally:
+        store.close()
+
+
+def test_a_write_that_fails_at_the_end_rolls_the_call_back_and_loses_nothing(tmp_path: Path) -> None:
+    with pager.open(tmp_path / "st", "s", **OPTS) as p:
+        p.assemble({"messages": _chat(2)})
+        before = p.store.count_pages("s")
+        # the page rows are written after the request is ready: make that write fail there
+        p.store._db.execute("CREATE TEMP TRIGGER refuse BEFORE INSERT ON pages BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
+        readied: list[dict] = []
+        with pytest.raises(StoreError, match="disk says no"):
+            p._assemble({"messages": _chat(3)}, ready=readied.append)
+        assert len(readied) == 1  # the request had gone out; the call is rolled back all the same
+        assert p.store.count_pages("s") == before
+        p.store._db.execute("DROP TRIGGER refuse")
+        out = p.assemble({"messages": _chat(3)})  # the client resends its history: recorded now
+        assert p.store.count_pages("s") == len(_chat(3))
+        assert out["messages"][-1]["role"] == "tool"
+    with pager.open(tmp_path / "st", "s", **OPTS) as p:  # and it reopens with every message
+        assert p.store.count_pages("s") == len(_chat(3))
