@@ -231,8 +231,12 @@ class PgConnection:
             yield conn
 
     def _rows(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, prepare: bool | None = None
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, prepare: bool | None = None,
+        apart: bool = False,
     ) -> list[tuple[Any, ...]]:
+        """Return the rows ``sql`` reads (``apart``: it reads no table a kept write changes, ``_write_later``)."""
+        if not apart:
+            self._run_deferred()
         try:
             with self._conn() as conn:
                 return conn.execute(sql, params, prepare=prepare).fetchall()
@@ -240,6 +244,7 @@ class PgConnection:
             raise translate(exc, "read failed") from exc
 
     def _dicts(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
+        self._run_deferred()
         try:
             with self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
                 return cur.execute(sql, params).fetchall()
@@ -256,12 +261,15 @@ class PgConnection:
             with self._pool.connection() as conn:
                 self._local.conn = conn
                 self._local.new_pages = []
+                self._local.deferred = []
                 try:
                     with conn.transaction():
                         yield
+                        self._run_deferred()
                         self._stamp_feed(conn)
                 finally:
                     committed, self._local.new_pages = self._local.new_pages, []
+                    self._local.deferred = []  # unwritten when it failed: rolled back with the rest
                     self._local.conn = None
             if committed:
                 with self._recent_lock:
@@ -298,10 +306,37 @@ class PgConnection:
             (self._feed_lock, pages),
         )
 
+    def _write_later(self, fn: Callable[[psycopg.Connection[Any]], Any]) -> None:
+        """Run ``fn(conn)`` at the end of this thread's open transaction; with none open, now (``_write``).
+
+        Inside a transaction the statement waits until just before the COMMIT, or until this thread's
+        next read or other write (``_run_deferred``), which runs it first: a read sees it, writes keep
+        their order. A call's rows, statistics and state wait so (``pager.storage.postgres``): the
+        request it renders is forwarded first (``Pager._assemble``'s ``ready``, the proxy's), and the
+        round trips they cost come after; a statement that fails then rolls the transaction back.
+        """
+        if getattr(self._local, "conn", None) is None:
+            self._write(fn)
+        else:
+            self._local.deferred.append(fn)
+
+    def _run_deferred(self) -> None:
+        """Run the statements ``_write_later`` kept on this thread's open transaction, in order."""
+        fns = getattr(self._local, "deferred", None)
+        if not fns or getattr(self._local, "conn", None) is None:
+            return
+        self._local.deferred = []
+        try:
+            for fn in fns:
+                fn(self._local.conn)
+        except psycopg.Error as exc:
+            raise translate(exc, "write failed") from exc
+
     def _write(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
         """Run ``fn(conn)`` in the open transaction, or in its own one, retried on deadlock."""
         conn = getattr(self._local, "conn", None)
         if conn is not None:
+            self._run_deferred()  # the writes kept before it first, in order
             try:
                 return fn(conn)
             except psycopg.Error as exc:

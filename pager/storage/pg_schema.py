@@ -94,6 +94,16 @@ _INSERT_PAGE = (
     " call_ids, tool_name, path, labels, last_ref, scope, owner, pool, terms, handle, message, digest, tsv)"
     " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector) RETURNING id"
 )
+# The same, with ids taken from the identity's sequence beforehand (_RESERVE_IDS): a call inside a
+# transaction knows its pages' ids at once and writes their rows at the transaction's end (pg_conn._defer).
+_INSERT_PAGE_ID = (
+    "INSERT INTO pager_pages (id, session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id,"
+    " call_ids, tool_name, path, labels, last_ref, scope, owner, pool, terms, handle, message, digest, tsv)"
+    " OVERRIDING SYSTEM VALUE"
+    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector)"
+)
+_RESERVE_IDS = ("SELECT nextval(pg_get_serial_sequence('pager_pages', 'id')) AS id FROM generate_series(1, %s) "
+                "ORDER BY id")
 # SQLSTATEs PostgreSQL resolves by aborting one transaction: retrying it is the cure.
 _RETRYABLE = ("40001", "40P01")
 

@@ -29,7 +29,7 @@ from pager.storage.pg_conn import PgConnection  # imported first: without the ex
 import psycopg  # noqa: E402,I001 - after pg_conn (see above)
 
 from pager.storage.pg_schema import (  # noqa: E402
-    _BUMP, _INSERT_PAGE, _PAGE_COLS, INDEXES, SCHEMA_VERSION, lock_key, page_record,
+    _BUMP, _INSERT_PAGE, _INSERT_PAGE_ID, _PAGE_COLS, _RESERVE_IDS, INDEXES, SCHEMA_VERSION, lock_key, page_record,
 )
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "open_store"]
@@ -159,7 +159,7 @@ class PostgresStore(PgConnection):
 
     def save_state(self, session: str, state: Any) -> None:
         blob = orjson.dumps(state)
-        self._write(lambda c: c.execute(
+        self._write_later(lambda c: c.execute(  # at the transaction's end (pg_conn._write_later)
             "UPDATE pager_sessions SET state = %s, version = version + 1 WHERE name = %s", (blob, session)))
 
     # -- pages -----------------------------------------------------------------------------
@@ -172,7 +172,7 @@ class PostgresStore(PgConnection):
         ``fork`` is ``(parent_branch, fork_seq)`` when the history diverged: a
         new branch is created sharing the parent's first ``fork_seq`` pages.
         """
-        rows = [self._page_row(session, start_seq + i, p) for i, p in enumerate(pages)]
+        inside = getattr(self._local, "conn", None) is not None
 
         def write(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
             b = branch
@@ -191,22 +191,32 @@ class PostgresStore(PgConnection):
                     (b, parent, fork_seq),
                 )
                 conn.execute("UPDATE pager_sessions SET head_branch = %s WHERE name = %s", (b, session))
-            ids: list[int] = []
-            if rows:
-                with conn.cursor() as cur:
-                    cur.executemany(_INSERT_PAGE, rows, returning=True)
-                    while True:
-                        ids.append(int(cur.fetchone()[0]))  # type: ignore[index]
-                        if not cur.nextset():
-                            break
-                conn.execute(
-                    "INSERT INTO pager_branch_pages SELECT %s, s, p FROM unnest(%s::int[], %s::bigint[]) AS u(s, p)",
-                    (b, list(range(start_seq, start_seq + len(ids))), ids),
-                )
-                self._local.new_pages.extend(ids)
-            conn.execute(_BUMP, (session,))
+            # the ids now, from the pages' sequence; the rows (their text's vector made here too) at the end
+            # of the transaction, after the request is forwarded (pg_conn._write_later)
+            ids = [int(r[0]) for r in conn.execute(_RESERVE_IDS, (len(pages),)).fetchall()] if pages else []
+            self._local.new_pages.extend(ids)
+
+            def rows(conn: psycopg.Connection[Any]) -> None:
+                if ids:
+                    data = built if built is not None else [
+                        self._page_row(session, start_seq + i, p) for i, p in enumerate(pages)]
+                    with conn.cursor() as cur:
+                        cur.executemany(_INSERT_PAGE_ID, [(pid, *row) for pid, row in zip(ids, data)])
+                    conn.execute(
+                        "INSERT INTO pager_branch_pages SELECT %s, s, p FROM unnest(%s::int[], %s::bigint[]) AS u(s, p)",
+                        (b, list(range(start_seq, start_seq + len(ids))), ids),
+                    )
+                conn.execute(_BUMP, (session,))
+
+            if inside:
+                self._write_later(rows)
+            else:
+                rows(conn)
             return b, ids
 
+        # outside a transaction the rows are made first: a page whose message is not JSON is refused before
+        # anything is written (inside one, when they are written, and the transaction rolls back)
+        built = None if inside else [self._page_row(session, start_seq + i, p) for i, p in enumerate(pages)]
         return self._write(write)
 
     def record_aside(self, session: str, seq: int, pages: Sequence[NewPage]) -> list[int]:
@@ -292,8 +302,9 @@ class PostgresStore(PgConnection):
         ))
 
     def pool_acls(self) -> dict[str, PoolAcl]:
+        # apart: no write a call keeps for its transaction's end touches the pools (pg_conn._write_later)
         return {name: PoolAcl(readers=r, writers=w)
-                for name, r, w in self._rows("SELECT name, readers, writers FROM pager_pools")}
+                for name, r, w in self._rows("SELECT name, readers, writers FROM pager_pools", apart=True)}
 
     def message(self, page_id: int) -> tuple[str, dict[str, Any]]:
         """Return ``(session, original message)`` of a page; ``StoreError`` when unknown."""
@@ -348,7 +359,7 @@ class PostgresStore(PgConnection):
             [s.last_ref for s in stats], [s.ref_count for s in stats], [bool(s.stale) for s in stats],
             [s.page_id for s in stats],
         )
-        self._write(lambda c: c.execute(
+        self._write_later(lambda c: c.execute(  # at the transaction's end (pg_conn._write_later)
             "UPDATE pager_pages AS p SET last_ref = u.lr, ref_count = u.rc, stale = u.st "
             "FROM unnest(%s::int[], %s::int[], %s::bool[], %s::bigint[]) AS u(lr, rc, st, id) WHERE p.id = u.id",
             cols,
