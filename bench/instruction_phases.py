@@ -35,8 +35,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("pager.recording", "classify", "classify"),
     ("pager.core.history", "History.prepare", "prepare"),
     ("pager.core.history", "message_tokens", "tokens"),
-    ("pager.core.history", "page_terms", "terms"),
-    ("pager.core.page_terms", "page_terms", "terms"),  # a tool page's, when its terms are first read
+    ("pager.core.history", "_page_terms", "terms"),
     ("pager.storage.sqlite", "SQLiteStore.record", "store"),
     ("pager.storage.sqlite_terms", "TermVocab.encode_many", "term numbers"),
     ("pager.core.history", "History.append", "mirror"),

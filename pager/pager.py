@@ -292,8 +292,6 @@ class Pager:
                         t1 = time.perf_counter()
                         ready(out)
                         t0 += time.perf_counter() - t1  # the caller's time in ready is not assemble's
-                    # the last tool pages' terms, which nothing the request depends on read (pager.core.page_terms)
-                    self._mirror.history.settle_terms()
             except BaseException:
                 # the store rolled back (and _writing reloaded the mirror): drop the index's copies too
                 self._feeder.forget([d.page_id for d in docs])

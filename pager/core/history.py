@@ -27,7 +27,6 @@ from pager.core.fileread import RANGE_MARK, base_path
 from pager.core.tasks import detect_task, task_of
 from pager.core.termload import LoadedTermIndex, TermColumn
 from pager.core.messages import Classified, message_text, tool_calls
-from pager.core.page_terms import LazyTerms, page_terms
 from pager.core.pages import TOOL_KINDS, NewPage, PageColumns, PageRecord, StatUpdate, handle_for, hash_bytes
 from pager.core.render import stub_text
 from pager.core.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
@@ -37,9 +36,6 @@ __all__ = ["History", "Prepared", "hash_message", "hash_messages"]
 
 # Roles whose words count as the agent (or user) referring back to a page.
 REFERRING_ROLES = ("assistant", "user")
-# Tool pages that close a batch get their terms after the call's request is forwarded (pager.core.page_terms).
-DEFER_TOOL_TERMS = True
-_NONE: frozenset[str] = frozenset()
 
 # Per kind, for a first load (``History._link_loaded``): 1 a result, 2 a file read, -1 a user message, 0 other.
 _TOOL_CODE = {"system": 0, "assistant": 0, "user": -1, "tool": 1, "file": 2}
@@ -79,6 +75,20 @@ def hash_message(msg: Mapping[str, Any], index: int) -> tuple[str, bytes]:
     return hash_bytes(canonical_bytes(msg, raw)), raw
 
 
+def _page_terms(text: str, path: str | None, limit: int) -> frozenset[str]:
+    """Return a page's referable terms; a file page also answers to its path and file name.
+
+    A file read's content rarely names its own path (the call that read it
+    does), yet "edit src/x.py" refers to that content more than to anything.
+    """
+    terms = terms_mod.extract_terms(text, limit=limit)
+    if path:
+        path = base_path(path)  # a partial read answers to its file
+        extra = {path, path.rsplit("/", 1)[-1]}
+        if path.startswith("./"):
+            extra.add(path[2:])
+        terms = terms | frozenset(extra)
+    return terms
 
 
 @attrs.frozen(slots=True)
@@ -87,7 +97,7 @@ class Prepared:
 
     page: NewPage
     text: str
-    terms: frozenset[str] | LazyTerms  # LazyTerms: a tool page that closes its batch (pager.core.page_terms)
+    terms: frozenset[str]
     compact_tokens: int = -1  # tokens of the page's compact line (``pager.core.compact``; -1: not counted yet)
     edits: tuple[str, ...] = ()  # the files the call this result answers edited (their reads go stale)
 
@@ -125,8 +135,6 @@ class History:
         self.first_user: int | None = None
         self.task_terms: dict[int, frozenset[str]] = {}  # task -> terms of its user messages
         self.term_index = terms_mod.TermIndex(max_df=max_df)
-        # rows whose terms are not extracted yet (settle_terms): tool pages that closed the last batch
-        self.pending_terms: dict[int, LazyTerms] = {}
         self.row_of: dict[int, int] = {}
         self.call_ids: list[tuple[str, ...]] = []  # assistant rows: the ids of the calls they make
         self.task_num: list[int] = []  # each row's task number (-1: no task label)
@@ -240,7 +248,6 @@ class History:
         """Forget rows from ``n`` on (the caller's history diverged there)."""
         if n >= len(self.page):
             return
-        self.settle_terms()  # the rows kept are indexed again below, with their terms
         # rebuilding derived maps is simpler and safer than undoing them
         saved = {name: getattr(self, name)[:n] for name in _ROW_COLUMNS}
         calls = self.calls
@@ -260,7 +267,6 @@ class History:
         on this copy and recorded nowhere. Reference counts are kept as
         recorded, later references included. Costs work in proportion to ``n``.
         """
-        self.settle_terms()
         view = History(self.session, self.counter, self.term_index.max_df)
         view.branch = self.branch
         for name in _ROW_COLUMNS:
@@ -319,9 +325,6 @@ class History:
         """
         records = []
         last = start + len(classified) - 1
-        # the tool pages after the batch's last referring message: no row of this batch looks their terms up
-        closing = start + next((i for i in range(len(classified) - 1, -1, -1)
-                                if classified[i].role in REFERRING_ROLES), -1) + 1
         step = self.clock
         task: int | None = self.task if self.first_user is not None else None
         tasks = dict(self.task_terms)
@@ -338,11 +341,7 @@ class History:
                 stub_tokens = min(MESSAGE_OVERHEAD + self.counter.count(stub), tokens)
             else:
                 stub_tokens = tokens
-            terms: frozenset[str] | LazyTerms
-            if DEFER_TOOL_TERMS and seq >= closing and cls.kind in TOOL_KINDS:
-                terms = LazyTerms(text, cls.path, extract_limit)
-            else:
-                terms = page_terms(text, cls.path, extract_limit)
+            terms = _page_terms(text, cls.path, extract_limit)
             if cls.kind == "user":
                 task = detect_task(terms, task, tasks, seq)
                 tasks[task] = tasks.get(task, frozenset()) | terms
@@ -352,7 +351,7 @@ class History:
                 message=raws[seq] if raws[seq] is not None else orjson.dumps(msg, option=orjson.OPT_SORT_KEYS),
                 call_id=cls.call_id, call_ids=cls.call_ids, tool_name=cls.tool_name, path=cls.path,
                 labels=(f"task:{task if task is not None else 0}",), scope=scope, owner=owner, pool=pool,
-                terms=terms if isinstance(terms, LazyTerms) else tuple(terms), digest=digest if seq == last else None,
+                terms=tuple(terms), digest=digest if seq == last else None,
             )
             # the compact line is counted when a round first needs it (``fill_compact_tokens``): most calls
             # run no round, and its count is a pure function of the row, whenever it is taken (issue 23)
@@ -367,11 +366,8 @@ class History:
         for prep, pid in zip(records, ids):
             rec = prep.page
             row = len(self.page)
-            lazy = prep.terms if isinstance(prep.terms, LazyTerms) and prep.terms.pending else None
-            terms = _NONE if lazy is not None else (
-                prep.terms.resolve() if isinstance(prep.terms, LazyTerms) else prep.terms)
             self._add_row(pid, rec.hash, rec.kind, rec.role, rec.tokens, rec.stub_tokens, rec.step, rec.path,
-                          rec.handle, False, rec.step, 0, terms, rec.call_id, rec.labels, rec.tool_name,
+                          rec.handle, False, rec.step, 0, prep.terms, rec.call_id, rec.labels, rec.tool_name,
                           rec.call_ids)
             self.edits[-1] = prep.edits
             self.compact_tokens.append(prep.compact_tokens)
@@ -393,9 +389,9 @@ class History:
             for edited in prep.edits:  # an edit makes every earlier read of the file stale
                 for key in self.base_keys.get(edited, ()):
                     self._make_stale(self.path_rows[key], updates)
-            if rec.role in REFERRING_ROLES and terms:
+            if rec.role in REFERRING_ROLES and prep.terms:
                 clock = rec.step
-                refs = self.term_index.references(terms, exclude=(pid,), before=pid)
+                refs = self.term_index.references(prep.terms, exclude=(pid,), before=pid)
                 for ref_page, strength in refs.items():
                     r = self.row_of.get(ref_page)
                     if r is None or strength < terms_mod.MIN_STRENGTH:
@@ -404,22 +400,8 @@ class History:
                     self.ref_count[r] += 1
                     self._columns.dirty.add(r)
                     updates[ref_page] = StatUpdate(ref_page, self.last_ref[r], self.ref_count[r], self.stale[r])
-            if lazy is not None:
-                self.pending_terms[row] = lazy
-            else:
-                self.term_index.add_page(pid, terms)
+            self.term_index.add_page(pid, prep.terms)
         return list(updates.values())
-
-    def settle_terms(self) -> None:
-        """Extract the terms of the pages still pending and index them (``pager.core.page_terms``).
-
-        In row order, so the term index takes the pages in increasing id order as if recorded so.
-        """
-        pending, self.pending_terms = self.pending_terms, {}
-        for row in sorted(pending):
-            terms = pending[row].resolve()
-            list.__setitem__(self.terms, row, terms)
-            self.term_index.add_page(self.page[row], terms)
 
     def _make_stale(self, row: int, updates: dict[int, StatUpdate]) -> None:
         if self.stale[row]:
@@ -497,7 +479,7 @@ class History:
             terms = list(cols.terms)  # as stored: a tuple (or frozenset) per page, read as a frozenset (TermColumn)
             missing = [i for i, t in enumerate(terms) if t is None]
             for i in missing:
-                terms[i] = page_terms(message_text(message_of(ids[i])), cols.path[i], extract_limit)
+                terms[i] = _page_terms(message_text(message_of(ids[i])), cols.path[i], extract_limit)
         self.page.extend(ids)
         self.hash.extend(cols.hash)
         self.kind.extend(cols.kind)

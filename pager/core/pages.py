@@ -24,8 +24,6 @@ from typing import Any, Mapping, Sequence
 import attrs
 import orjson
 
-from pager.core.page_terms import LazyTerms
-
 __all__ = [
     "KINDS",
     "KIND_CODE",
@@ -67,8 +65,6 @@ def handle_for(session: str, seq: int, hash: str) -> str:
 
 
 def _tuple(value: Any) -> tuple[str, ...]:
-    if isinstance(value, LazyTerms):
-        return value  # type: ignore[return-value]  # read as its tuple, extracted when first read
     return tuple(value or ())
 
 

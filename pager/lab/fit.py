@@ -136,7 +136,6 @@ def _session_samples(
             covered.update(*mterms[upto:j])
             upto = j
             residual |= needs[j] - covered
-        h.settle_terms()  # every page's terms are read below (pager.core.page_terms)
         cols = h.columns()
         latest = h.latest_user
         focus = h.terms[latest] if latest is not None and latest != h.first_user else frozenset()

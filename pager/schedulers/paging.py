@@ -234,9 +234,6 @@ class PagingScheduler:
             r = row_of.get(pid)
             if r is not None and not stale[r] and kind[r] != "system":
                 return True
-        if h.pending_terms:  # the last tool pages, not indexed yet (pager.core.page_terms): they may decide it
-            h.settle_terms()
-            return self._may_recall(h, query, exclude)
         return False
 
     def _candidates(
@@ -249,9 +246,6 @@ class PagingScheduler:
         o = self.options
         if not hits:
             return [], {}
-        pending = h.pending_terms
-        if pending and any(hit.source is None and h.row_of.get(hit.page_id) in pending for hit in hits):
-            h.settle_terms()  # a hit not indexed in the history yet (pager.core.page_terms): its strength counts
         query = recall_query(h)
         strength = h.term_index.references(query) if o.recall_min_strength else {}
         needles = [t.lower() for t in query if len(t) >= 4]

@@ -97,7 +97,6 @@ def scorer(options: Options, policy: HeatPolicy, h: History, cols: Mapping[str, 
         # the tail (issue 23)
         if rows is not None and o.objective and n:
             return need_rows(o, inp, h, cols, rows, npin)
-        h.settle_terms()  # a round weighs every page's terms (pager.core.page_terms)
         relevance = h.term_index.relevance(cols["page"], focus) if focus else np.zeros(n)
         table = PageTable(
             page_id=cols["page"], created=cols["created"], last_ref=cols["last_ref"],
