@@ -14,7 +14,8 @@ integers, no memory to speak of), the best of a few runs, in nanoseconds:
 lower is faster. The load average says how busy the machine is with other
 work it can see; this says how fast it runs when it does run (a VM's host
 can slow it without any load showing). The development VM (CPython 3.11.7
-built ``--enable-shared``, without PGO) read 136-202 ns in one quiet minute.
+built ``--enable-shared``, without PGO) read 66-97 ns over an hour, at the
+readings taken with its load average under 1.
 
 ``--seconds N`` samples every ``--every`` seconds for that long and prints
 the lowest, median and highest: a look at how steady the machine is before
