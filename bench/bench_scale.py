@@ -51,7 +51,8 @@ user messages), each step converted on its own and appended, through
 ``assemble(..., format=...)``.
 
 Prints one row per size and the ratios against the 1k row, with the load
-average at the start and the end. Each size runs in its own process, so one
+average and the machine's speed (``bench/machine_speed.py``) at the start and
+the end. Each size runs in its own process, so one
 size's memory does not count in the next.
 """
 

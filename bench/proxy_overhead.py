@@ -29,7 +29,7 @@ into its event loop's thread (what the proxy does itself: HTTP in and out,
 body parsing, serialisation, relaying) and its worker threads (pager's
 ``assemble`` and ``observe``). Every mode is warmed before any is measured;
 ``--spy FILE`` samples the proxy with py-spy during the measured requests
-only. The load average is printed before and after. ``--json FILE`` keeps
+only. The load average and the machine's speed (``bench/machine_speed.py``) are printed before and after. ``--json FILE`` keeps
 every figure. ``--phases`` runs each proxy that has ``--timings`` with it and
 prints, per mode, where the added time goes (body read and parse, the hop to
 the worker, assemble, the hop back, serialising, the upstream, relaying, and
