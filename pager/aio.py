@@ -134,9 +134,10 @@ class AsyncPager:
         """``aassemble``, handing the request back before the work it does not depend on; return ``(request, done)``.
 
         ``request`` is what ``aassemble`` returns, as soon as it is rendered;
-        the rest of the call (the store's COMMIT, and with SQLite the writes of
-        the call's rows before it; the checkpoint files, a round's index
-        flush, the report line) goes on in the same worker
+        the rest of the call (the store's COMMIT, and the writes of the call's
+        rows before it: SQLite's always, PostgreSQL's when the call did not
+        search; the checkpoint files, a round's index flush, the report line)
+        goes on in the same worker
         thread (``Pager._assemble``'s ``ready``), while the caller sends the
         request on. ``done`` resolves when that rest ran, or takes its
         exception (a ``PagerError``: then nothing of the call was kept, and

@@ -236,9 +236,9 @@ class Pager:
 
         The proxy's way to forward a request early (``pager.aio.AsyncPager.aassemble_early``): ``ready`` is
         called, in this thread and under this ``Pager``'s lock, once the request is rendered and the call's
-        pages, state and events are recorded in the open transaction, but before its COMMIT (the SQLite
-        store writes those rows just before it: ``pager.storage.sqlite_tx``), the checkpoint files
-        (``after_assemble``), a round's index flush and the report line. That rest then
+        pages, state and events are recorded in the open transaction, but before its COMMIT (the stores
+        write those rows just before it: ``pager.storage.sqlite_tx``, ``pager.storage.pg_conn``), the
+        checkpoint files (``after_assemble``), a round's index flush and the report line. That rest then
         runs here, still under the lock (so this session's next call, from any thread, starts after it),
         and what fails in it raises from here as it would from ``assemble``: the transaction rolled back,
         the mirror reloaded, nothing of the call kept. The caller that already sent ``out`` on learns it

@@ -167,3 +167,19 @@ def test_on_postgresql_a_write_that_fails_at_the_end_rolls_the_call_back(pg_dsn:
         p.store._write(lambda c: c.execute("DROP TRIGGER refuse ON pager_pages"))
         p.assemble({"messages": _chat(3)})
         assert p.store.count_pages("s") == len(_chat(3))
+
+
+def test_a_fork_in_the_same_transaction_copies_the_rows_kept_before_it(tmp_path: Path, pg_dsn: str) -> None:
+    from pager.storage.postgres import PostgresStore
+
+    for store in (SQLiteStore(tmp_path / "st"), PostgresStore(pg_dsn, max_size=2)):
+        try:
+            head = store.ensure_session("s")
+            with store.transaction():
+                branch, ids = store.record("s", head, None, 0, [new_page(1), new_page(2), new_page(3)])
+                fork, more = store.record("s", branch, (branch, 2), 2, [new_page(4)])
+            assert fork != branch
+            assert store.branch_page_ids(fork) == ids[:2] + more
+            assert store.branch_page_ids(branch) == ids
+        finally:
+            store.close()

@@ -95,7 +95,7 @@ _INSERT_PAGE = (
     " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector) RETURNING id"
 )
 # The same, with ids taken from the identity's sequence beforehand (_RESERVE_IDS): a call inside a
-# transaction knows its pages' ids at once and writes their rows at the transaction's end (pg_conn._defer).
+# transaction knows its pages' ids at once and writes their rows at its end (pg_conn._write_later).
 _INSERT_PAGE_ID = (
     "INSERT INTO pager_pages (id, session, hash, kind, role, seq, step, tokens, stub_tokens, chars, call_id,"
     " call_ids, tool_name, path, labels, last_ref, scope, owner, pool, terms, handle, message, digest, tsv)"

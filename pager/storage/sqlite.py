@@ -336,6 +336,7 @@ class SQLiteStore(TransactionMixin):
         with self.transaction() as db:
             self._bump(db, session)
             if fork is not None:
+                self._run_deferred()  # the fork copies the parent's rows: those this transaction kept first
                 parent, fork_seq = fork
                 cur = db.execute(
                     "INSERT INTO branches (session, parent, fork_seq, created) VALUES (?, ?, ?, ?)",

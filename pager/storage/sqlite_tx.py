@@ -26,11 +26,12 @@ own writes (its pages' rows with their term numbers, their statistics, the
 state row: ``DEFERS``) are kept as statements to run (``_defer``) and run in
 order just before the COMMIT, or before any other method of the store runs
 (``_translated``: a read sees every write before it, and writes keep their
-order; ``APART``: the methods that read none of what those write). Nothing is read back from them: the page ids are numbered here, the
-version raises counted here. So a call's request is rendered and sent on
-before its rows are written (``Pager._assemble``'s ``ready``: the proxy
-forwards then); a statement that fails when run rolls the whole transaction
-back, as it would have where it was called.
+order; ``APART``: the methods that read none of what those write). Nothing
+is read back from them: the page ids are numbered here, the version raises
+counted here. So a call's request is rendered and sent on before its rows
+are written (``Pager._assemble``'s ``ready``: the proxy forwards then); a
+statement that fails when run rolls the whole transaction back, as it would
+have where it was called.
 """
 
 from __future__ import annotations
