@@ -353,7 +353,7 @@ class SQLiteStore(TransactionMixin):
             # the rows wait for the end of the transaction (sqlite_tx: the proxy sends the request first)
             ids = self._insert_pages(db, session, seqs, pages, defer=True)
             rows = list(zip(repeat(branch), seqs, ids))
-            self._defer(db, lambda d: d.executemany("INSERT INTO branch_pages VALUES (?, ?, ?)", rows))
+            self._defer(lambda d: d.executemany("INSERT INTO branch_pages VALUES (?, ?, ?)", rows))
             self._touch(session, ids)
         return branch, ids
 
@@ -439,13 +439,13 @@ class SQLiteStore(TransactionMixin):
             return
         rows = [(u.page_id, int(u.stale), u.last_ref, u.ref_count) for u in stats]
         with self.transaction() as db:  # the statements run at its end (sqlite_tx's ``_defer``)
-            self._defer(db, lambda d: d.executemany("INSERT OR REPLACE INTO page_stats VALUES (?, ?, ?, ?)", rows))
+            self._defer(lambda d: d.executemany("INSERT OR REPLACE INTO page_stats VALUES (?, ?, ?, ?)", rows))
             if session is None:  # one statement text whatever the number of pages: prepared once
                 ids = [(pid,) for pid in dict.fromkeys(u.page_id for u in stats)]
-                self._defer(db, lambda d: d.executemany(
+                self._defer(lambda d: d.executemany(
                     "INSERT OR IGNORE INTO snapshot_moved SELECT session FROM pages WHERE id=?", ids))
             elif session not in self._moved:
-                self._defer(db, lambda d: d.execute("INSERT OR IGNORE INTO snapshot_moved VALUES (?)", (session,)))
+                self._defer(lambda d: d.execute("INSERT OR IGNORE INTO snapshot_moved VALUES (?)", (session,)))
                 self._moved.add(session)
 
     def save_state(self, session: str, state: Any) -> None:
@@ -463,7 +463,7 @@ class SQLiteStore(TransactionMixin):
             state = self._save_demoted(db, session, state)
             raises = 1 + self._raises.pop(session, 0)  # this one and those of the transaction not yet written
             row = (orjson.dumps(state), raises, session)
-            self._defer(db, lambda d: d.execute("UPDATE sessions SET state=?, version=version+? WHERE name=?", row))
+            self._defer(lambda d: d.execute("UPDATE sessions SET state=?, version=version+? WHERE name=?", row))
             self._raised(session, 1)
 
     # -- notes, pins, events --------------------------------------------------------------

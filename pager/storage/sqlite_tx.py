@@ -93,7 +93,7 @@ class TransactionMixin:
         self._moved: set[str] = set()  # sessions known to be in snapshot_moved (``update_stats``)
         self._deferred: list[Callable[[sqlite3.Connection], None]] = []  # statements to run before the COMMIT
 
-    def _defer(self, db: sqlite3.Connection, write: Callable[[sqlite3.Connection], None]) -> None:
+    def _defer(self, write: Callable[[sqlite3.Connection], None]) -> None:
         """Run ``write(db)`` just before the open transaction's COMMIT, or before the store's next other method.
 
         Called inside ``transaction()``, on its thread.
@@ -283,7 +283,7 @@ class TransactionMixin:
             db.executemany(_INSERT_PAGE, _page_rows(top + 1, session, seqs, pages, term_ids))
 
         if defer:
-            self._defer(db, insert)
+            self._defer(insert)
         else:
             insert(db)
         return list(range(top + 1, top + 1 + len(pages)))
@@ -299,11 +299,11 @@ class TransactionMixin:
             demoted = state["demoted"]
             if self._demoted_saved.get(session) is not demoted:
                 row = (_DEMOTED_KEY + session, orjson.dumps(demoted).decode())
-                self._defer(db, lambda d: d.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", row))
+                self._defer(lambda d: d.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", row))
                 self._demoted_saved[session] = demoted
             return {k: v for k, v in state.items() if k != "demoted"}
         key = (_DEMOTED_KEY + session,)
-        self._defer(db, lambda d: d.execute("DELETE FROM settings WHERE key=?", key))
+        self._defer(lambda d: d.execute("DELETE FROM settings WHERE key=?", key))
         self._demoted_saved.pop(session, None)
         return state
 
